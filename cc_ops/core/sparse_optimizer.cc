@@ -1,0 +1,126 @@
+#include "cc_ops/core/sparse_optimizer.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+namespace het {
+
+Status ParseOptimizerKind(const std::string& name, OptimizerKind* kind) {
+  std::string lower(name);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (lower == "sgd") {
+    *kind = OptimizerKind::kSGD;
+  } else if (lower == "adagrad") {
+    *kind = OptimizerKind::kAdagrad;
+  } else if (lower == "adam") {
+    *kind = OptimizerKind::kAdam;
+  } else if (lower == "ftrl") {
+    *kind = OptimizerKind::kFtrl;
+  } else {
+    return Status::InvalidArgument("unknown optimizer '" + name +
+                                   "'; expected sgd, adagrad, adam or ftrl");
+  }
+  return Status::Ok();
+}
+
+Status ValidateOptimizer(const OptimizerConfig& c) {
+  if (c.kind == OptimizerKind::kAdam &&
+      !(c.beta_1 >= 0 && c.beta_1 < 1 && c.beta_2 >= 0 && c.beta_2 < 1)) {
+    return Status::InvalidArgument("adam needs 0 <= beta_1, beta_2 < 1");
+  }
+  if ((c.kind == OptimizerKind::kAdagrad || c.kind == OptimizerKind::kFtrl) &&
+      !(c.initial_accumulator >= 0)) {
+    return Status::InvalidArgument("initial_accumulator_value must be >= 0");
+  }
+  if (c.kind == OptimizerKind::kFtrl &&
+      !(c.l1 >= 0 && c.l2 >= 0 && c.learning_rate_power <= 0 && c.beta >= 0)) {
+    return Status::InvalidArgument(
+        "ftrl needs l1 >= 0, l2 >= 0, beta >= 0 and learning_rate_power <= 0");
+  }
+  if (!(c.epsilon >= 0)) return Status::InvalidArgument("epsilon must be >= 0");
+  return Status::Ok();
+}
+
+int NumSlots(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kSGD:
+      return 0;
+    case OptimizerKind::kAdagrad:
+      return 1;
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kFtrl:
+      return 2;
+  }
+  return 0;
+}
+
+bool NeedsStepCount(OptimizerKind kind) { return kind == OptimizerKind::kAdam; }
+
+void InitializeSlots(const OptimizerConfig& config, int dim, float* slots) {
+  switch (config.kind) {
+    case OptimizerKind::kSGD:
+      break;
+    case OptimizerKind::kAdagrad:
+      std::fill(slots, slots + dim, config.initial_accumulator);
+      break;
+    case OptimizerKind::kAdam:
+      std::fill(slots, slots + 2 * dim, 0.0f);
+      break;
+    case OptimizerKind::kFtrl:
+      std::fill(slots, slots + dim, config.initial_accumulator);
+      std::fill(slots + dim, slots + 2 * dim, 0.0f);
+      break;
+  }
+}
+
+void ApplyUpdate(const OptimizerConfig& c, float lr, const float* g, int dim, float* w,
+                 float* slots, int64_t* step) {
+  switch (c.kind) {
+    case OptimizerKind::kSGD:
+      for (int j = 0; j < dim; ++j) w[j] -= lr * g[j];
+      break;
+    case OptimizerKind::kAdagrad: {
+      float* acc = slots;
+      for (int j = 0; j < dim; ++j) {
+        acc[j] += g[j] * g[j];
+        w[j] -= lr * g[j] / std::sqrt(acc[j] + c.epsilon);
+      }
+      break;
+    }
+    case OptimizerKind::kAdam: {
+      float* m = slots;
+      float* v = slots + dim;
+      const int64_t t = ++*step;
+      const double b1_power = std::pow(static_cast<double>(c.beta_1), static_cast<double>(t));
+      const double b2_power = std::pow(static_cast<double>(c.beta_2), static_cast<double>(t));
+      const float alpha = static_cast<float>(lr * std::sqrt(1.0 - b2_power) / (1.0 - b1_power));
+      for (int j = 0; j < dim; ++j) {
+        m[j] += (g[j] - m[j]) * (1.0f - c.beta_1);
+        v[j] += (g[j] * g[j] - v[j]) * (1.0f - c.beta_2);
+        w[j] -= alpha * m[j] / (std::sqrt(v[j]) + c.epsilon);
+      }
+      break;
+    }
+    case OptimizerKind::kFtrl: {
+      float* acc = slots;
+      float* linear = slots + dim;
+      const float p = -c.learning_rate_power;
+      const float l2 = c.l2 + c.beta / (2.0f * lr);
+      for (int j = 0; j < dim; ++j) {
+        const float acc_new = acc[j] + g[j] * g[j];
+        const float sigma = (std::pow(acc_new, p) - std::pow(acc[j], p)) / lr;
+        linear[j] += g[j] - sigma * w[j];
+        const float quadratic = std::pow(acc_new, p) / lr + 2.0f * l2;
+        w[j] = std::fabs(linear[j]) > c.l1
+                   ? (std::copysign(c.l1, linear[j]) - linear[j]) / quadratic
+                   : 0.0f;
+        acc[j] = acc_new;
+      }
+      break;
+    }
+  }
+}
+
+}  // namespace het

@@ -1,0 +1,46 @@
+// Server-side row optimizers. The update rules follow tf_keras' sparse
+// updates, with Adam's bias correction counted per row
+// because a row only sees the steps in which it was touched ("lazy" Adam).
+#ifndef HET_TF_CORE_SPARSE_OPTIMIZER_H_
+#define HET_TF_CORE_SPARSE_OPTIMIZER_H_
+
+#include <cstdint>
+#include <string>
+
+#include "cc_ops/core/status.h"
+
+namespace het {
+
+enum class OptimizerKind { kSGD, kAdagrad, kAdam, kFtrl };
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::kSGD;
+  float beta_1 = 0.9f;              // Adam
+  float beta_2 = 0.999f;            // Adam
+  float epsilon = 1e-7f;            // Adagrad, Adam
+  float initial_accumulator = 0.1f; // Adagrad, FTRL
+  float l1 = 0.0f;                  // FTRL
+  float l2 = 0.0f;                  // FTRL
+  float learning_rate_power = -0.5f;// FTRL
+  float beta = 0.0f;                // FTRL
+};
+
+// Accepts "sgd", "adagrad", "adam" and "ftrl" in any case.
+Status ParseOptimizerKind(const std::string& name, OptimizerKind* kind);
+Status ValidateOptimizer(const OptimizerConfig& config);
+
+// Number of dim-sized float slots a row carries.
+int NumSlots(OptimizerKind kind);
+// Whether a row also carries its own step count.
+bool NeedsStepCount(OptimizerKind kind);
+
+void InitializeSlots(const OptimizerConfig& config, int dim, float* slots);
+
+// Applies one update with gradient `grad` to `row`. `slots` holds
+// NumSlots() * dim floats; `step` is the row's step count (Adam only).
+void ApplyUpdate(const OptimizerConfig& config, float learning_rate, const float* grad, int dim,
+                 float* row, float* slots, int64_t* step);
+
+}  // namespace het
+
+#endif  // HET_TF_CORE_SPARSE_OPTIMIZER_H_

@@ -1,0 +1,326 @@
+#include "cc_ops/core/table_shard.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "cc_ops/core/hashing.h"
+
+namespace het {
+namespace {
+
+constexpr uint32_t kRowsPerBlock = 4096;
+
+std::string Quote(const std::string& s) { return "'" + s + "'"; }
+
+}  // namespace
+
+Status ValidateTableConfig(const TableConfig& c) {
+  if (c.dim <= 0) {
+    return Status::InvalidArgument("table " + Quote(c.name) + ": dim must be positive, got " +
+                                   std::to_string(c.dim));
+  }
+  if (c.vocabulary_size == 0 || c.vocabulary_size < -1) {
+    return Status::InvalidArgument("table " + Quote(c.name) +
+                                   ": vocabulary size must be positive, or -1 for dynamic keys");
+  }
+  Status s = ValidateOptimizer(c.optimizer);
+  if (!s.ok()) return Status::InvalidArgument("table " + Quote(c.name) + ": " + s.message());
+  return Status::Ok();
+}
+
+Status CheckKeys(const std::string& table, int64_t vocabulary_size, const int64_t* keys, int64_t n) {
+  if (vocabulary_size < 0) return Status::Ok();
+  for (int64_t i = 0; i < n; ++i) {
+    if (keys[i] < 0 || keys[i] >= vocabulary_size) {
+      return Status::InvalidArgument("table " + Quote(table) + ": id " + std::to_string(keys[i]) +
+                                     " is outside the vocabulary [0, " +
+                                     std::to_string(vocabulary_size) + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+Status TableShard::Create(const TableConfig& config, std::unique_ptr<TableShard>* out) {
+  HET_RETURN_IF_ERROR(ValidateTableConfig(config));
+  out->reset(new TableShard(config));
+  return Status::Ok();
+}
+
+TableShard::TableShard(const TableConfig& config)
+    : config_(config), num_slots_(NumSlots(config.optimizer.kind)) {
+  size_t float_bytes = sizeof(float) * config_.dim * (1 + num_slots_);
+  clock_offset_ = (float_bytes + 7) & ~size_t{7};
+  row_bytes_ = clock_offset_ + 8 + (NeedsStepCount(config_.optimizer.kind) ? 8 : 0);
+}
+
+int TableShard::StripeOf(int64_t key) {
+  // High bits: the index uses the low bits of the same mix.
+  return static_cast<int>(Mix64(static_cast<uint64_t>(key)) >> 58);
+}
+
+char* TableShard::RowAt(const Stripe& stripe, uint32_t row) const {
+  return stripe.blocks[row / kRowsPerBlock].get() + size_t{row % kRowsPerBlock} * row_bytes_;
+}
+
+char* TableShard::FindOrCreate(Stripe& stripe, int64_t key, bool* created) {
+  uint32_t row = stripe.index.Find(key);
+  *created = row == KeyIndex::kAbsent;
+  if (!*created) return RowAt(stripe, row);
+  row = stripe.rows;
+  if (row % kRowsPerBlock == 0) {
+    stripe.blocks.emplace_back(new char[size_t{kRowsPerBlock} * row_bytes_]);
+  }
+  ++stripe.rows;
+  stripe.index.Insert(key, row);
+  stripe.keys.push_back(key);
+  char* p = RowAt(stripe, row);
+  InitializeRow(config_.initializer, key, config_.dim, Values(p));
+  InitializeSlots(config_.optimizer, config_.dim, Slots(p));
+  *Clock(p) = 0;
+  if (NeedsStepCount(config_.optimizer.kind)) *Step(p) = 0;
+  rows_created_.fetch_add(1, std::memory_order_relaxed);
+  return p;
+}
+
+void TableShard::GroupByStripe(const int64_t* keys, int64_t n, std::vector<int32_t>* order,
+                               std::array<int32_t, kStripes + 1>* starts) const {
+  std::array<int32_t, kStripes + 1> counts{};
+  std::vector<uint8_t> stripe_of(n);
+  for (int64_t i = 0; i < n; ++i) {
+    stripe_of[i] = static_cast<uint8_t>(StripeOf(keys[i]));
+    ++counts[stripe_of[i] + 1];
+  }
+  for (int s = 0; s < kStripes; ++s) counts[s + 1] += counts[s];
+  *starts = counts;
+  order->resize(n);
+  for (int64_t i = 0; i < n; ++i) (*order)[counts[stripe_of[i]]++] = static_cast<int32_t>(i);
+}
+
+Status TableShard::Gather(const int64_t* keys, int64_t n, float* values) {
+  HET_RETURN_IF_ERROR(CheckKeys(config_.name, config_.vocabulary_size, keys, n));
+  std::vector<int32_t> order;
+  std::array<int32_t, kStripes + 1> starts;
+  GroupByStripe(keys, n, &order, &starts);
+  const int dim = config_.dim;
+  for (int s = 0; s < kStripes; ++s) {
+    if (starts[s] == starts[s + 1]) continue;
+    Stripe& stripe = stripes_[s];
+    std::lock_guard<std::mutex> lock(stripe.mu);
+    for (int32_t k = starts[s]; k < starts[s + 1]; ++k) {
+      const int32_t i = order[k];
+      bool created;
+      char* p = FindOrCreate(stripe, keys[i], &created);
+      std::memcpy(values + int64_t{i} * dim, Values(p), sizeof(float) * dim);
+    }
+  }
+  keys_checked_.fetch_add(n, std::memory_order_relaxed);
+  rows_sent_.fetch_add(n, std::memory_order_relaxed);
+  pull_requests_.fetch_add(1, std::memory_order_relaxed);
+  bytes_received_.fetch_add(8 * n, std::memory_order_relaxed);
+  bytes_sent_.fetch_add(sizeof(float) * dim * n, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+Status TableShard::Pull(const int64_t* keys, const int64_t* clocks, int64_t n,
+                        int64_t read_staleness, PulledRows* out) {
+  HET_RETURN_IF_ERROR(CheckKeys(config_.name, config_.vocabulary_size, keys, n));
+  std::vector<int32_t> order;
+  std::array<int32_t, kStripes + 1> starts;
+  GroupByStripe(keys, n, &order, &starts);
+  const int dim = config_.dim;
+  // Stripes are visited out of request order, so stale rows are copied by
+  // request position first and compacted afterwards.
+  std::vector<uint8_t> stale(n, 0);
+  std::vector<float> values_by_pos;
+  std::vector<int64_t> clock_by_pos(n, 0);
+  for (int s = 0; s < kStripes; ++s) {
+    if (starts[s] == starts[s + 1]) continue;
+    Stripe& stripe = stripes_[s];
+    std::lock_guard<std::mutex> lock(stripe.mu);
+    for (int32_t k = starts[s]; k < starts[s + 1]; ++k) {
+      const int32_t i = order[k];
+      bool created;
+      char* p = FindOrCreate(stripe, keys[i], &created);
+      const int64_t server_clock = *Clock(p);
+      if (clocks[i] < 0 || (read_staleness >= 0 && server_clock - clocks[i] > read_staleness)) {
+        if (values_by_pos.empty()) values_by_pos.resize(size_t(n) * dim);
+        stale[i] = 1;
+        clock_by_pos[i] = server_clock;
+        std::memcpy(values_by_pos.data() + size_t(i) * dim, Values(p), sizeof(float) * dim);
+      }
+    }
+  }
+  out->positions.clear();
+  out->values.clear();
+  out->clocks.clear();
+  for (int64_t i = 0; i < n; ++i) {
+    if (!stale[i]) continue;
+    out->positions.push_back(static_cast<int32_t>(i));
+    out->clocks.push_back(clock_by_pos[i]);
+    out->values.insert(out->values.end(), values_by_pos.begin() + size_t(i) * dim,
+                       values_by_pos.begin() + size_t(i + 1) * dim);
+  }
+  const size_t m = out->positions.size();
+  pull_requests_.fetch_add(1, std::memory_order_relaxed);
+  keys_checked_.fetch_add(n, std::memory_order_relaxed);
+  rows_sent_.fetch_add(m, std::memory_order_relaxed);
+  bytes_received_.fetch_add(16 * n, std::memory_order_relaxed);
+  bytes_sent_.fetch_add((sizeof(float) * dim + 8 + 4) * m, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+Status TableShard::Push(const int64_t* keys, const float* grads, const int64_t* counts, int64_t n,
+                        float learning_rate, float* values, int64_t* clocks) {
+  HET_RETURN_IF_ERROR(CheckKeys(config_.name, config_.vocabulary_size, keys, n));
+  const int dim = config_.dim;
+  if (!std::isfinite(learning_rate) || learning_rate < 0) {
+    return Status::InvalidArgument("table " + Quote(config_.name) +
+                                   ": learning rate must be finite and >= 0");
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (counts[i] <= 0) {
+      return Status::InvalidArgument("table " + Quote(config_.name) +
+                                     ": update counts must be positive, got " +
+                                     std::to_string(counts[i]) + " for id " +
+                                     std::to_string(keys[i]));
+    }
+  }
+  for (int64_t i = 0; i < n * dim; ++i) {
+    if (!std::isfinite(grads[i])) {
+      return Status::InvalidArgument("table " + Quote(config_.name) +
+                                     ": non-finite gradient for id " +
+                                     std::to_string(keys[i / dim]) + "; nothing was applied");
+    }
+  }
+  std::vector<int32_t> order;
+  std::array<int32_t, kStripes + 1> starts;
+  GroupByStripe(keys, n, &order, &starts);
+  uint64_t updates = 0;
+  for (int s = 0; s < kStripes; ++s) {
+    if (starts[s] == starts[s + 1]) continue;
+    Stripe& stripe = stripes_[s];
+    std::lock_guard<std::mutex> lock(stripe.mu);
+    for (int32_t k = starts[s]; k < starts[s + 1]; ++k) {
+      const int32_t i = order[k];
+      bool created;
+      char* p = FindOrCreate(stripe, keys[i], &created);
+      ApplyUpdate(config_.optimizer, learning_rate, grads + int64_t{i} * dim, dim, Values(p),
+                  Slots(p), NeedsStepCount(config_.optimizer.kind) ? Step(p) : nullptr);
+      *Clock(p) += counts[i];
+      updates += counts[i];
+      if (values != nullptr) std::memcpy(values + int64_t{i} * dim, Values(p), sizeof(float) * dim);
+      if (clocks != nullptr) clocks[i] = *Clock(p);
+    }
+  }
+  push_requests_.fetch_add(1, std::memory_order_relaxed);
+  rows_pushed_.fetch_add(n, std::memory_order_relaxed);
+  updates_applied_.fetch_add(updates, std::memory_order_relaxed);
+  bytes_received_.fetch_add((8 + 8 + sizeof(float) * dim) * n, std::memory_order_relaxed);
+  if (values != nullptr) {
+    bytes_sent_.fetch_add((8 + sizeof(float) * dim) * n, std::memory_order_relaxed);
+  }
+  return Status::Ok();
+}
+
+int64_t TableShard::Size() const {
+  int64_t total = 0;
+  for (const Stripe& stripe : stripes_) {
+    std::lock_guard<std::mutex> lock(stripe.mu);
+    total += stripe.rows;
+  }
+  return total;
+}
+
+size_t TableShard::MemoryBytes() const {
+  size_t total = sizeof(*this);
+  for (const Stripe& stripe : stripes_) {
+    std::lock_guard<std::mutex> lock(stripe.mu);
+    total += stripe.blocks.size() * size_t{kRowsPerBlock} * row_bytes_ +
+             stripe.index.MemoryBytes() + stripe.keys.capacity() * sizeof(int64_t);
+  }
+  return total;
+}
+
+TableCounters TableShard::Counters() const {
+  TableCounters c;
+  c.pull_requests = pull_requests_.load();
+  c.keys_checked = keys_checked_.load();
+  c.rows_sent = rows_sent_.load();
+  c.push_requests = push_requests_.load();
+  c.rows_pushed = rows_pushed_.load();
+  c.updates_applied = updates_applied_.load();
+  c.rows_created = rows_created_.load();
+  c.bytes_received = bytes_received_.load();
+  c.bytes_sent = bytes_sent_.load();
+  return c;
+}
+
+Status TableShard::Export(int64_t offset, int64_t limit, TableChunk* out) const {
+  if (offset < 0 || limit < 0) {
+    return Status::InvalidArgument("table " + Quote(config_.name) +
+                                   ": export offset and limit must be >= 0");
+  }
+  const int dim = config_.dim;
+  const size_t slot_floats = size_t(num_slots_) * dim;
+  *out = TableChunk();
+  int64_t seen = 0;
+  for (const Stripe& stripe : stripes_) {
+    std::lock_guard<std::mutex> lock(stripe.mu);
+    const int64_t rows = stripe.rows;
+    for (int64_t r = offset > seen ? offset - seen : 0; r < rows; ++r) {
+      if (static_cast<int64_t>(out->keys.size()) >= limit) return Status::Ok();
+      char* p = RowAt(stripe, static_cast<uint32_t>(r));
+      out->keys.push_back(stripe.keys[r]);
+      out->values.insert(out->values.end(), Values(p), Values(p) + dim);
+      out->slots.insert(out->slots.end(), Slots(p), Slots(p) + slot_floats);
+      out->clocks.push_back(*Clock(p));
+      out->steps.push_back(NeedsStepCount(config_.optimizer.kind) ? *Step(p) : 0);
+    }
+    seen += rows;
+  }
+  return Status::Ok();
+}
+
+Status TableShard::Import(const TableChunk& chunk) {
+  const int dim = config_.dim;
+  const size_t n = chunk.keys.size();
+  const size_t slot_floats = size_t(num_slots_) * dim;
+  if (chunk.values.size() != n * dim || chunk.slots.size() != n * slot_floats ||
+      chunk.clocks.size() != n || chunk.steps.size() != n) {
+    return Status::InvalidArgument(
+        "table " + Quote(config_.name) + ": import of " + std::to_string(n) +
+        " rows needs " + std::to_string(n * dim) + " values, " + std::to_string(n * slot_floats) +
+        " slot values (" + std::to_string(num_slots_) + " slots of dim " + std::to_string(dim) +
+        "), and one clock and step per row; got " + std::to_string(chunk.values.size()) + ", " +
+        std::to_string(chunk.slots.size()) + ", " + std::to_string(chunk.clocks.size()) + ", " +
+        std::to_string(chunk.steps.size()));
+  }
+  HET_RETURN_IF_ERROR(CheckKeys(config_.name, config_.vocabulary_size, chunk.keys.data(),
+                                static_cast<int64_t>(n)));
+  for (size_t i = 0; i < n; ++i) {
+    if (chunk.clocks[i] < 0 || chunk.steps[i] < 0) {
+      return Status::InvalidArgument("table " + Quote(config_.name) +
+                                     ": imported clocks and steps must be >= 0");
+    }
+  }
+  std::vector<int32_t> order;
+  std::array<int32_t, kStripes + 1> starts;
+  GroupByStripe(chunk.keys.data(), static_cast<int64_t>(n), &order, &starts);
+  for (int s = 0; s < kStripes; ++s) {
+    if (starts[s] == starts[s + 1]) continue;
+    Stripe& stripe = stripes_[s];
+    std::lock_guard<std::mutex> lock(stripe.mu);
+    for (int32_t k = starts[s]; k < starts[s + 1]; ++k) {
+      const size_t i = static_cast<size_t>(order[k]);
+      bool created;
+      char* p = FindOrCreate(stripe, chunk.keys[i], &created);
+      std::memcpy(Values(p), chunk.values.data() + i * dim, sizeof(float) * dim);
+      std::memcpy(Slots(p), chunk.slots.data() + i * slot_floats, sizeof(float) * slot_floats);
+      *Clock(p) = chunk.clocks[i];
+      if (NeedsStepCount(config_.optimizer.kind)) *Step(p) = chunk.steps[i];
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace het

@@ -1,0 +1,141 @@
+// One parameter-server shard of an embedding table.
+//
+// Rows are created on first touch from a deterministic initializer and carry
+// their optimizer slots and a clock: the number of updates applied to them.
+// Keys are spread over lock stripes so that pulls and pushes from many
+// workers proceed in parallel; each stripe keeps its rows in a chunked arena,
+// so rows never move once created and growth never copies the table.
+#ifndef HET_TF_CORE_TABLE_SHARD_H_
+#define HET_TF_CORE_TABLE_SHARD_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cc_ops/core/key_index.h"
+#include "cc_ops/core/row_initializer.h"
+#include "cc_ops/core/sparse_optimizer.h"
+#include "cc_ops/core/status.h"
+
+namespace het {
+
+struct TableConfig {
+  std::string name = "table";
+  int dim = 0;
+  // Fixed vocabulary: keys must lie in [0, vocabulary_size). -1: any int64.
+  int64_t vocabulary_size = -1;
+  InitializerConfig initializer;
+  OptimizerConfig optimizer;
+};
+
+Status ValidateTableConfig(const TableConfig& config);
+// Checks every key before anything is touched, so a bad batch changes nothing.
+Status CheckKeys(const std::string& table, int64_t vocabulary_size, const int64_t* keys, int64_t n);
+
+struct TableCounters {
+  uint64_t pull_requests = 0;
+  uint64_t keys_checked = 0;   // keys received by pulls and gathers
+  uint64_t rows_sent = 0;      // rows returned to workers
+  uint64_t push_requests = 0;
+  uint64_t rows_pushed = 0;    // rows received with gradients
+  uint64_t updates_applied = 0;// sum of pushed update counts
+  uint64_t rows_created = 0;
+  uint64_t bytes_received = 0;
+  uint64_t bytes_sent = 0;
+};
+
+// Rows handed to a worker by Pull: only those that were missing or stale.
+struct PulledRows {
+  std::vector<int32_t> positions;  // into the request's key list, ascending
+  std::vector<float> values;       // positions.size() * dim
+  std::vector<int64_t> clocks;
+};
+
+// A chunk of a table for checkpoints and resharding.
+struct TableChunk {
+  std::vector<int64_t> keys;
+  std::vector<float> values;  // keys.size() * dim
+  std::vector<float> slots;   // keys.size() * num_slots * dim
+  std::vector<int64_t> clocks;
+  std::vector<int64_t> steps;
+};
+
+class TableShard {
+ public:
+  static constexpr int kStripes = 64;
+
+  static Status Create(const TableConfig& config, std::unique_ptr<TableShard>* out);
+
+  const TableConfig& config() const { return config_; }
+  int dim() const { return config_.dim; }
+  int num_slots() const { return num_slots_; }
+
+  // Values of every key, creating missing rows.
+  Status Gather(const int64_t* keys, int64_t n, float* values);
+
+  // The clock-checked read: clocks[i] is the local clock of the worker's
+  // cached copy of keys[i], or -1 when it has none. A row is returned when it
+  // is missing on the worker or when its server clock exceeds the worker's
+  // clock by more than read_staleness (negative: never stale).
+  Status Pull(const int64_t* keys, const int64_t* clocks, int64_t n, int64_t read_staleness,
+              PulledRows* out);
+
+  // Applies grads[i] (the sum of counts[i] local gradients) with the
+  // optimizer and advances the row's clock by counts[i]. When values or
+  // clocks are not null they receive each row after its update.
+  Status Push(const int64_t* keys, const float* grads, const int64_t* counts, int64_t n,
+              float learning_rate, float* values, int64_t* clocks);
+
+  int64_t Size() const;
+  size_t BytesPerRow() const { return row_bytes_; }
+  // Arena, index and bookkeeping memory, for the memory report.
+  size_t MemoryBytes() const;
+  TableCounters Counters() const;
+
+  // Rows [offset, offset + limit) in a stable order; the order only holds
+  // while no rows are created, so export after flushing and before training on.
+  Status Export(int64_t offset, int64_t limit, TableChunk* out) const;
+  // Inserts or overwrites rows; all-or-nothing on validation errors.
+  Status Import(const TableChunk& chunk);
+
+ private:
+  struct Stripe {
+    mutable std::mutex mu;
+    KeyIndex index;
+    std::vector<std::unique_ptr<char[]>> blocks;
+    std::vector<int64_t> keys;  // row number -> key, for export
+    uint32_t rows = 0;
+  };
+
+  explicit TableShard(const TableConfig& config);
+
+  static int StripeOf(int64_t key);
+  char* RowAt(const Stripe& stripe, uint32_t row) const;
+  // Finds or creates the row of key; the stripe's lock must be held.
+  char* FindOrCreate(Stripe& stripe, int64_t key, bool* created);
+  // Groups request positions by stripe so that each stripe is locked once.
+  void GroupByStripe(const int64_t* keys, int64_t n, std::vector<int32_t>* order,
+                     std::array<int32_t, kStripes + 1>* starts) const;
+
+  float* Values(char* row) const { return reinterpret_cast<float*>(row); }
+  float* Slots(char* row) const { return reinterpret_cast<float*>(row) + config_.dim; }
+  int64_t* Clock(char* row) const { return reinterpret_cast<int64_t*>(row + clock_offset_); }
+  int64_t* Step(char* row) const { return reinterpret_cast<int64_t*>(row + clock_offset_ + 8); }
+
+  TableConfig config_;
+  int num_slots_;
+  size_t clock_offset_;
+  size_t row_bytes_;
+  std::array<Stripe, kStripes> stripes_;
+
+  std::atomic<uint64_t> pull_requests_{0}, keys_checked_{0}, rows_sent_{0}, push_requests_{0},
+      rows_pushed_{0}, updates_applied_{0}, rows_created_{0}, bytes_received_{0}, bytes_sent_{0};
+};
+
+}  // namespace het
+
+#endif  // HET_TF_CORE_TABLE_SHARD_H_

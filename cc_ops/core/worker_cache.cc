@@ -1,0 +1,340 @@
+#include "cc_ops/core/worker_cache.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "cc_ops/core/table_shard.h"
+
+namespace het {
+namespace {
+
+// Wire sizes used by both counters, so cache and table figures agree.
+constexpr uint64_t kKeyBytes = 8, kClockBytes = 8, kPositionBytes = 4, kCountBytes = 8;
+
+Status CheckUnique(const std::string& name, const int64_t* keys, int64_t n) {
+  KeyIndex seen(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    if (seen.Insert(keys[i], 0) != 0 || seen.size() != static_cast<size_t>(i + 1)) {
+      return Status::InvalidArgument(name + ": id " + std::to_string(keys[i]) +
+                                     " appears twice where unique ids are required");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void Pushes::Add(int64_t key, const float* grad, int dim, int64_t count) {
+  keys.push_back(key);
+  grads.insert(grads.end(), grad, grad + dim);
+  counts.push_back(count);
+}
+
+Status ValidateCacheConfig(const CacheConfig& c) {
+  const std::string name = "table '" + c.table_name + "'";
+  if (c.dim <= 0) return Status::InvalidArgument(name + ": dim must be positive");
+  if (c.capacity <= 0 || c.capacity >= (int64_t{1} << 31)) {
+    return Status::InvalidArgument(name + ": cache capacity must be between 1 and 2^31-1 rows, got " +
+                                   std::to_string(c.capacity));
+  }
+  if (c.policy == CachePolicy::kLFUPinned && c.pin_threshold == 0) {
+    return Status::InvalidArgument(name + ": the pin threshold must be at least 1");
+  }
+  return Status::Ok();
+}
+
+Status WorkerCache::Create(const CacheConfig& config, std::unique_ptr<WorkerCache>* out) {
+  HET_RETURN_IF_ERROR(ValidateCacheConfig(config));
+  out->reset(new WorkerCache(config));
+  return Status::Ok();
+}
+
+WorkerCache::WorkerCache(const CacheConfig& config)
+    : config_(config),
+      index_(static_cast<size_t>(config.capacity)),
+      order_(config.policy, config.capacity, config.pin_threshold),
+      keys_(config.capacity, 0),
+      server_clock_(config.capacity, 0),
+      local_clock_(config.capacity, 0),
+      rows_(size_t(config.capacity) * config.dim, 0.0f),
+      pending_grad_(size_t(config.capacity) * config.dim, 0.0f),
+      pending_delta_(size_t(config.capacity) * config.dim, 0.0f) {
+  free_slots_.reserve(config.capacity);
+  for (int64_t s = config.capacity - 1; s >= 0; --s) free_slots_.push_back(static_cast<int32_t>(s));
+}
+
+int64_t WorkerCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(index_.size());
+}
+
+CacheCounters WorkerCache::Counters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counters_;
+}
+
+Status WorkerCache::Prepare(const int64_t* ids, int64_t n, bool training, LookupPlan* plan) {
+  HET_RETURN_IF_ERROR(CheckKeys(config_.table_name, config_.vocabulary_size, ids, n));
+  plan->unique_keys.clear();
+  plan->inverse.resize(n);
+  plan->clocks.clear();
+  KeyIndex first_seen(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t next = static_cast<uint32_t>(plan->unique_keys.size());
+    const uint32_t u = first_seen.Insert(ids[i], next);
+    if (u == next) plan->unique_keys.push_back(ids[i]);
+    plan->inverse[i] = static_cast<int32_t>(u);
+  }
+  const int64_t u = static_cast<int64_t>(plan->unique_keys.size());
+  if (training && u > config_.capacity) {
+    return Status::InvalidArgument(Name() + ": a batch has " + std::to_string(u) +
+                                   " unique ids but the cache holds only " +
+                                   std::to_string(config_.capacity) +
+                                   " rows; raise cache_capacity or shrink the batch");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  plan->clocks.resize(u);
+  for (int64_t i = 0; i < u; ++i) {
+    const uint32_t slot = index_.Find(plan->unique_keys[i]);
+    plan->clocks[i] = slot == KeyIndex::kAbsent ? -1 : local_clock_[slot];
+  }
+  counters_.lookups += n;
+  counters_.unique_keys += u;
+  counters_.bytes_sent += (kKeyBytes + kClockBytes) * u;
+  return Status::Ok();
+}
+
+int32_t WorkerCache::TakeSlot() {
+  if (!free_slots_.empty()) {
+    const int32_t slot = free_slots_.back();
+    free_slots_.pop_back();
+    return slot;
+  }
+  const int32_t slot = order_.Victim();
+  if (slot == EvictionOrder::kNone) return slot;
+  order_.Detach(slot);
+  if (PendingCount(slot) > 0) {
+    // The key is not in this batch, so it cannot be updated again before
+    // the outbox goes out with this step's pushes.
+    outbox_.Add(keys_[slot], PendingGrad(slot), config_.dim, PendingCount(slot));
+    ++counters_.dirty_evictions;
+  }
+  index_.Erase(keys_[slot]);
+  ++counters_.evictions;
+  return slot;
+}
+
+Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_t* positions,
+                             int64_t m, const float* rows, const int64_t* clocks, bool training,
+                             float* rows_out) {
+  const int dim = config_.dim;
+  if (m > u) {
+    return Status::InvalidArgument(Name() + ": " + std::to_string(m) + " rows returned for " +
+                                   std::to_string(u) + " ids");
+  }
+  if (training && u > config_.capacity) {
+    return Status::InvalidArgument(Name() + ": a batch has " + std::to_string(u) +
+                                   " unique ids but the cache holds only " +
+                                   std::to_string(config_.capacity) + " rows");
+  }
+  HET_RETURN_IF_ERROR(CheckUnique(Name(), unique_keys, u));
+  std::vector<int32_t> answer(u, -1);  // unique index -> row in the shards' answer
+  for (int64_t r = 0; r < m; ++r) {
+    if (positions[r] < 0 || positions[r] >= u || (r > 0 && positions[r] <= positions[r - 1])) {
+      return Status::InvalidArgument(Name() + ": returned positions must be ascending and below " +
+                                     std::to_string(u));
+    }
+    if (clocks[r] < 0) return Status::InvalidArgument(Name() + ": negative clock returned");
+    answer[positions[r]] = static_cast<int32_t>(r);
+  }
+
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int32_t> slots(u);
+  for (int64_t i = 0; i < u; ++i) {
+    const uint32_t slot = index_.Find(unique_keys[i]);
+    slots[i] = slot == KeyIndex::kAbsent ? -1 : static_cast<int32_t>(slot);
+    if (slots[i] < 0 && answer[i] < 0) {
+      return Status::FailedPrecondition(
+          Name() + ": id " + std::to_string(unique_keys[i]) +
+          " left the cache between the two halves of a lookup; run one lookup at a time per cache");
+    }
+  }
+
+  uint64_t hits = 0, misses = 0, refreshes = 0;
+  if (!training) {
+    for (int64_t i = 0; i < u; ++i) {
+      float* out = rows_out + size_t(i) * dim;
+      if (answer[i] < 0) {
+        std::memcpy(out, Row(slots[i]), sizeof(float) * dim);
+        ++hits;
+        continue;
+      }
+      const float* fresh = rows + size_t(answer[i]) * dim;
+      if (slots[i] < 0) {
+        std::memcpy(out, fresh, sizeof(float) * dim);
+        ++misses;
+      } else {
+        const float* delta = PendingDelta(slots[i]);
+        for (int j = 0; j < dim; ++j) out[j] = fresh[j] + delta[j];
+        ++refreshes;
+      }
+    }
+  } else {
+    // Detach the batch's rows first so that filling the batch can never
+    // evict a row the same batch needs.
+    for (int64_t i = 0; i < u; ++i) {
+      if (slots[i] >= 0 && order_.attached(slots[i])) order_.Detach(slots[i]);
+    }
+    std::vector<bool> inserted(u, false);
+    for (int64_t i = 0; i < u; ++i) {
+      if (answer[i] < 0) {
+        ++hits;
+        continue;
+      }
+      const float* fresh = rows + size_t(answer[i]) * dim;
+      int32_t slot = slots[i];
+      if (slot >= 0) {
+        const int64_t pending = PendingCount(slot);
+        const float* delta = PendingDelta(slot);
+        float* row = Row(slot);
+        for (int j = 0; j < dim; ++j) row[j] = fresh[j] + delta[j];
+        server_clock_[slot] = clocks[answer[i]];
+        local_clock_[slot] = clocks[answer[i]] + pending;
+        ++refreshes;
+        continue;
+      }
+      slot = TakeSlot();  // cannot fail: u <= capacity and the batch is detached
+      slots[i] = slot;
+      inserted[i] = true;
+      keys_[slot] = unique_keys[i];
+      index_.Insert(unique_keys[i], static_cast<uint32_t>(slot));
+      std::memcpy(Row(slot), fresh, sizeof(float) * dim);
+      std::memset(PendingGrad(slot), 0, sizeof(float) * dim);
+      std::memset(PendingDelta(slot), 0, sizeof(float) * dim);
+      server_clock_[slot] = local_clock_[slot] = clocks[answer[i]];
+      ++misses;
+    }
+    for (int64_t i = 0; i < u; ++i) {
+      const int32_t slot = slots[i];
+      // A slot just taken still carries its previous occupant's count.
+      order_.Attach(slot, inserted[i] ? 1 : order_.touches(slot) + 1);
+      std::memcpy(rows_out + size_t(i) * dim, Row(slot), sizeof(float) * dim);
+    }
+  }
+  counters_.hits += hits;
+  counters_.misses += misses;
+  counters_.stale_refreshes += refreshes;
+  counters_.rows_pulled += m;
+  counters_.bytes_received += (kPositionBytes + kClockBytes + sizeof(float) * dim) * m;
+  return Status::Ok();
+}
+
+Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grads,
+                               float learning_rate, Pushes* due) {
+  const int dim = config_.dim;
+  if (!std::isfinite(learning_rate)) {
+    return Status::InvalidArgument(Name() + ": learning rate must be finite");
+  }
+  for (int64_t i = 0; i < n * dim; ++i) {
+    if (!std::isfinite(grads[i])) {
+      return Status::InvalidArgument(Name() + ": non-finite gradient for id " +
+                                     std::to_string(keys[i / dim]) + "; nothing was applied");
+    }
+  }
+  HET_RETURN_IF_ERROR(CheckUnique(Name(), keys, n));
+  std::lock_guard<std::mutex> lock(mu_);
+  *due = outbox_;
+  std::vector<int32_t> slots(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t slot = index_.Find(keys[i]);
+    if (slot == KeyIndex::kAbsent) {
+      return Status::FailedPrecondition(Name() + ": gradient for id " + std::to_string(keys[i]) +
+                                        ", which is not cached; update only ids just looked up");
+    }
+    slots[i] = static_cast<int32_t>(slot);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t slot = slots[i];
+    const float* g = grads + size_t(i) * dim;
+    float* row = Row(slot);
+    float* pending = PendingGrad(slot);
+    float* delta = PendingDelta(slot);
+    for (int j = 0; j < dim; ++j) {
+      const float step = -learning_rate * g[j];
+      pending[j] += g[j];
+      row[j] += step;
+      delta[j] += step;
+    }
+    ++local_clock_[slot];
+    if (config_.write_staleness >= 0 && PendingCount(slot) > config_.write_staleness) {
+      due->Add(keys_[slot], pending, dim, PendingCount(slot));
+    }
+  }
+  return Status::Ok();
+}
+
+Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* counts,
+                            const float* rows, const int64_t* clocks) {
+  const int dim = config_.dim;
+  std::lock_guard<std::mutex> lock(mu_);
+  KeyIndex in_outbox(outbox_.size());
+  for (size_t i = 0; i < outbox_.size(); ++i) in_outbox.Insert(outbox_.keys[i], uint32_t(i));
+  std::vector<uint8_t> delivered(outbox_.size(), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t o = in_outbox.Find(keys[i]);
+    const uint32_t slot = index_.Find(keys[i]);
+    const int64_t expected = o != KeyIndex::kAbsent        ? outbox_.counts[o]
+                             : slot != KeyIndex::kAbsent ? PendingCount(slot)
+                                                         : -1;
+    if (expected != counts[i]) {
+      return Status::FailedPrecondition(
+          Name() + ": push of " + std::to_string(counts[i]) + " updates for id " +
+          std::to_string(keys[i]) + " does not match the " + std::to_string(expected) +
+          " pending; nothing was acknowledged");
+    }
+  }
+  uint64_t updates = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    updates += counts[i];
+    const uint32_t o = in_outbox.Find(keys[i]);
+    if (o != KeyIndex::kAbsent) {
+      delivered[o] = 1;
+      continue;
+    }
+    const uint32_t slot = index_.Find(keys[i]);
+    std::memset(PendingGrad(slot), 0, sizeof(float) * dim);
+    std::memset(PendingDelta(slot), 0, sizeof(float) * dim);
+    if (rows != nullptr) {
+      std::memcpy(Row(slot), rows + size_t(i) * dim, sizeof(float) * dim);
+      server_clock_[slot] = local_clock_[slot] = clocks[i];
+    } else {
+      server_clock_[slot] = local_clock_[slot];
+    }
+  }
+  Pushes undelivered;
+  for (size_t i = 0; i < outbox_.size(); ++i) {
+    if (!delivered[i]) {
+      undelivered.Add(outbox_.keys[i], outbox_.grads.data() + i * dim, dim, outbox_.counts[i]);
+    }
+  }
+  outbox_ = std::move(undelivered);
+  counters_.rows_pushed += n;
+  counters_.updates_pushed += updates;
+  counters_.bytes_sent += (kKeyBytes + kCountBytes + sizeof(float) * dim) * n;
+  if (rows != nullptr) counters_.bytes_received += (kClockBytes + sizeof(float) * dim) * n;
+  return Status::Ok();
+}
+
+void WorkerCache::Flush(Pushes* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  *out = outbox_;
+  for (size_t slot = 0; slot < keys_.size(); ++slot) {
+    const int32_t s = static_cast<int32_t>(slot);
+    if (index_.Find(keys_[s]) != static_cast<uint32_t>(s)) continue;  // free slot
+    if (PendingCount(s) > 0) {
+      out->Add(keys_[s], pending_grad_.data() + slot * config_.dim, config_.dim, PendingCount(s));
+    }
+  }
+}
+
+}  // namespace het

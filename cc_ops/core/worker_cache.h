@@ -1,0 +1,132 @@
+// A worker's cache of hot rows with HET's clock-checked consistency.
+//
+// Each entry holds a row, the server clock c_s it was fetched at, its local
+// clock c_c = c_s + local updates, and the pending gradient sum not yet
+// pushed. One lookup runs as Prepare (unique keys and their clocks go to the
+// shards), the shards' Pull, then Complete (only missing or stale rows come
+// back). One update runs as Accumulate (local step, pushes due by the write
+// bound), the shards' Push, then AckPush. The halves are separate calls
+// because in a cluster the shards are on other machines and the transfers
+// in between are TensorFlow's.
+#ifndef HET_TF_CORE_WORKER_CACHE_H_
+#define HET_TF_CORE_WORKER_CACHE_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cc_ops/core/eviction_order.h"
+#include "cc_ops/core/key_index.h"
+#include "cc_ops/core/status.h"
+
+namespace het {
+
+struct CacheConfig {
+  std::string table_name = "table";
+  int dim = 0;
+  int64_t capacity = 0;          // rows
+  int64_t vocabulary_size = -1;  // as the table's; ids are checked before sending
+  CachePolicy policy = CachePolicy::kLFU;
+  uint64_t pin_threshold = 100;  // LFU-opt only
+  // A cached copy is valid while c_g <= c_c + read_staleness; pending updates
+  // are pushed once c_c - c_s > write_staleness. Negative means unbounded.
+  int64_t read_staleness = 100;
+  int64_t write_staleness = 100;
+};
+
+Status ValidateCacheConfig(const CacheConfig& config);
+
+struct LookupPlan {
+  std::vector<int64_t> unique_keys;  // in order of first appearance
+  std::vector<int32_t> inverse;      // ids[i] == unique_keys[inverse[i]]
+  std::vector<int64_t> clocks;       // c_c of the cached copy, -1 if none
+};
+
+// Outputs of this type are replaced, not appended to.
+struct Pushes {
+  std::vector<int64_t> keys;
+  std::vector<float> grads;    // keys.size() * dim, summed local gradients
+  std::vector<int64_t> counts; // local updates each sum holds
+  void Add(int64_t key, const float* grad, int dim, int64_t count);
+  size_t size() const { return keys.size(); }
+};
+
+struct CacheCounters {
+  uint64_t lookups = 0;      // ids looked up, duplicates included
+  uint64_t unique_keys = 0;  // after per-batch deduplication
+  uint64_t hits = 0;         // cached and within the read bound
+  uint64_t misses = 0;       // not cached
+  uint64_t stale_refreshes = 0;  // cached but past the read bound
+  uint64_t evictions = 0;
+  uint64_t dirty_evictions = 0;  // evicted with pending updates, which are pushed
+  uint64_t rows_pulled = 0;
+  uint64_t rows_pushed = 0;      // acknowledged pushes
+  uint64_t updates_pushed = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+};
+
+class WorkerCache {
+ public:
+  static Status Create(const CacheConfig& config, std::unique_ptr<WorkerCache>* out);
+
+  const CacheConfig& config() const { return config_; }
+  int64_t size() const;
+  CacheCounters Counters() const;
+
+  // Deduplicates ids and gives the clocks to send with them. In training a
+  // batch must fit in the cache.
+  Status Prepare(const int64_t* ids, int64_t n, bool training, LookupPlan* plan);
+
+  // Takes the shards' answer for plan.unique_keys (rows and clocks at
+  // ascending `positions`) and writes all u unique rows to `rows_out`. In
+  // training, missing rows are inserted and stale ones refreshed with their
+  // own pending updates re-applied; a row evicted with pending updates keeps
+  // them in an outbox that goes out with the next pushes. Out of training
+  // nothing changes, so evaluation never causes a push.
+  Status Complete(const int64_t* unique_keys, int64_t u, const int32_t* positions, int64_t m,
+                  const float* rows, const int64_t* clocks, bool training, float* rows_out);
+
+  // One local update per key (keys unique and cached): the row takes a plain
+  // SGD step so later reads see this worker's own writes, the gradient joins
+  // the pending sum. `due` receives the outbox and every entry past the
+  // write bound; they stay pending until AckPush.
+  Status Accumulate(const int64_t* keys, int64_t n, const float* grads, float learning_rate,
+                    Pushes* due);
+
+  // Clears what a push delivered (and counts it as pushed). With rows and
+  // clocks from the shards, the entry becomes the server's row; without,
+  // only the pending sum is cleared.
+  Status AckPush(const int64_t* keys, int64_t n, const int64_t* counts, const float* rows,
+                 const int64_t* clocks);
+
+  // Everything pending, for a flush before checkpoints and at the end; the
+  // entries stay pending until their push is acknowledged.
+  void Flush(Pushes* out);
+
+ private:
+  explicit WorkerCache(const CacheConfig& config);
+  std::string Name() const { return "table '" + config_.table_name + "'"; }
+  float* Row(int32_t slot) { return rows_.data() + size_t(slot) * config_.dim; }
+  float* PendingGrad(int32_t slot) { return pending_grad_.data() + size_t(slot) * config_.dim; }
+  float* PendingDelta(int32_t slot) { return pending_delta_.data() + size_t(slot) * config_.dim; }
+  int64_t PendingCount(int32_t slot) const { return local_clock_[slot] - server_clock_[slot]; }
+  // A free slot, evicting a victim whose pending updates go to the outbox.
+  int32_t TakeSlot();
+
+  const CacheConfig config_;
+  mutable std::mutex mu_;
+  KeyIndex index_;
+  EvictionOrder order_;
+  std::vector<int32_t> free_slots_;
+  std::vector<int64_t> keys_, server_clock_, local_clock_;
+  std::vector<float> rows_, pending_grad_, pending_delta_;
+  Pushes outbox_;  // evicted with pending updates, not yet acknowledged
+  CacheCounters counters_;
+};
+
+}  // namespace het
+
+#endif  // HET_TF_CORE_WORKER_CACHE_H_
