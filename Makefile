@@ -1,0 +1,52 @@
+# `make test` and `make demo` set everything up on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+CC_SOURCES := $(shell find cc_ops -name '*.cc' -o -name '*.h')
+CORE_SOURCES := $(wildcard cc_ops/core/*.cc cc_ops/core/*.h)
+CORE_TEST_SOURCES := $(wildcard cc_ops/core/tests/*.cc cc_ops/core/tests/*.h)
+# Debian's bazel-bootstrap (4.2.3, offline) installs bazel-4; elsewhere
+# `bazel` is bazelisk, which reads .bazelversion.
+BAZEL ?= $(shell command -v bazel-4 || echo bazel)
+BAZEL_FLAGS := --repo_env=PYTHON_BIN_PATH=$(abspath $(PY))
+
+.PHONY: setup build test demo cc-test bazel-build clean
+
+setup: $(VENV)/.deps
+
+$(VENV)/.deps: requirements.txt tools/horovod_wheel.sh tools/system_deps.sh
+	bash tools/system_deps.sh
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q -r requirements.txt
+	bash tools/horovod_wheel.sh $(PY)
+	touch $@
+
+# The op library, compiled by setup.py against the venv's TensorFlow.
+het_tf/_het_ops.so: $(VENV)/.deps $(CC_SOURCES) setup.py
+	$(PIP) install -q --no-build-isolation --no-deps -e .
+	@test -f $@ || { echo "the build did not produce $@"; exit 1; }
+
+build: het_tf/_het_ops.so
+
+# The plain C++ core's own tests: no TensorFlow involved.
+build/core_tests: $(CORE_SOURCES) $(CORE_TEST_SOURCES)
+	@mkdir -p build
+	g++ -std=c++17 -O2 -g -Wall -Wextra -I. $(filter %.cc,$^) -o $@ -lpthread
+
+cc-test: build/core_tests
+	./build/core_tests
+
+bazel-build: $(VENV)/.deps
+	$(BAZEL) build $(BAZEL_FLAGS) //cc_ops:all
+
+test: build cc-test bazel-build
+	$(PY) -m pytest -q tests
+
+demo: build
+	$(PY) examples/table_and_cache.py
+
+clean:
+	rm -rf build het_tf/_het_ops.so *.egg-info
+	-$(BAZEL) clean

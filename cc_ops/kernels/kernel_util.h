@@ -1,0 +1,56 @@
+// Small helpers shared by the table and cache kernels.
+#ifndef HET_TF_KERNELS_KERNEL_UTIL_H_
+#define HET_TF_KERNELS_KERNEL_UTIL_H_
+
+#include <string>
+#include <vector>
+
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+
+namespace het {
+
+// Copies a vector into a new output: rank 1, or [size / dim, dim] when dim > 0.
+template <typename T>
+tensorflow::Status OutputVector(tensorflow::OpKernelContext* ctx, int index, const std::vector<T>& v,
+                                int64_t dim = 0) {
+  tensorflow::Tensor* out = nullptr;
+  const int64_t size = static_cast<int64_t>(v.size());
+  tensorflow::TensorShape shape = dim > 0 ? tensorflow::TensorShape({size / dim, dim})
+                                          : tensorflow::TensorShape({size});
+  TF_RETURN_IF_ERROR(ctx->allocate_output(index, shape, &out));
+  if (!v.empty()) std::copy(v.begin(), v.end(), out->flat<T>().data());
+  return tensorflow::OkStatus();
+}
+
+// Checks a tensor is [n] (when dim == 0) or [n, dim].
+inline tensorflow::Status CheckShape(const std::string& table, const char* what,
+                                     const tensorflow::Tensor& t, int64_t n, int64_t dim) {
+  const bool ok = dim == 0 ? (t.dims() == 1 && t.dim_size(0) == n)
+                           : (t.dims() == 2 && t.dim_size(0) == n && t.dim_size(1) == dim);
+  if (ok) return tensorflow::OkStatus();
+  return tensorflow::errors::InvalidArgument(
+      "table '", table, "': ", what, " must have shape ",
+      dim == 0 ? "[" + std::to_string(n) + "]"
+               : "[" + std::to_string(n) + ", " + std::to_string(dim) + "]",
+      ", got ", t.shape().DebugString());
+}
+
+// Stats as two outputs, names and values, so Python needs no fixed order.
+inline tensorflow::Status OutputStats(tensorflow::OpKernelContext* ctx,
+                                      const std::vector<std::pair<std::string, int64_t>>& stats) {
+  tensorflow::Tensor* names = nullptr;
+  tensorflow::Tensor* values = nullptr;
+  const int64_t n = static_cast<int64_t>(stats.size());
+  TF_RETURN_IF_ERROR(ctx->allocate_output(0, tensorflow::TensorShape({n}), &names));
+  TF_RETURN_IF_ERROR(ctx->allocate_output(1, tensorflow::TensorShape({n}), &values));
+  for (int64_t i = 0; i < n; ++i) {
+    names->flat<tensorflow::tstring>()(i) = stats[i].first;
+    values->flat<int64_t>()(i) = stats[i].second;
+  }
+  return tensorflow::OkStatus();
+}
+
+}  // namespace het
+
+#endif  // HET_TF_KERNELS_KERNEL_UTIL_H_

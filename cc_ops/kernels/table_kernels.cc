@@ -1,0 +1,320 @@
+// Thin adapters from the table ops to het::TableShard.
+#include <memory>
+#include <string>
+
+#include "cc_ops/core/hashing.h"
+#include "cc_ops/core/table_shard.h"
+#include "cc_ops/kernels/kernel_util.h"
+#include "cc_ops/kernels/tf_status.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/resource_op_kernel.h"
+#include "tensorflow/core/public/version.h"
+
+namespace het {
+
+using tensorflow::OpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Tensor;
+using tensorflow::TensorShape;
+
+class TableShardResource : public tensorflow::ResourceBase {
+ public:
+  explicit TableShardResource(std::unique_ptr<TableShard> table) : table_(std::move(table)) {}
+  TableShard& table() { return *table_; }
+  std::string DebugString() const override {
+    return "HetTableShard '" + table_->config().name + "'";
+  }
+  int64_t MemoryUsed() const override { return static_cast<int64_t>(table_->MemoryBytes()); }
+
+ private:
+  std::unique_ptr<TableShard> table_;
+};
+
+namespace {
+
+tensorflow::Status ParseTableConfig(OpKernelConstruction* ctx, TableConfig* c) {
+  std::string initializer, optimizer;
+  int64_t dim;
+  TF_RETURN_IF_ERROR(ctx->GetAttr("table_name", &c->name));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("dim", &dim));
+  c->dim = static_cast<int>(dim);
+  TF_RETURN_IF_ERROR(ctx->GetAttr("vocabulary_size", &c->vocabulary_size));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("initializer", &initializer));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("initializer_a", &c->initializer.a));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("initializer_b", &c->initializer.b));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("seed", &c->initializer.seed));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("optimizer", &optimizer));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("beta_1", &c->optimizer.beta_1));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("beta_2", &c->optimizer.beta_2));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("epsilon", &c->optimizer.epsilon));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("initial_accumulator_value", &c->optimizer.initial_accumulator));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("l1", &c->optimizer.l1));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("l2", &c->optimizer.l2));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("learning_rate_power", &c->optimizer.learning_rate_power));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("ftrl_beta", &c->optimizer.beta));
+  const std::string prefix = "table '" + c->name + "': ";
+  Status s = ParseInitializerKind(initializer, &c->initializer.kind);
+  if (s.ok()) s = ParseOptimizerKind(optimizer, &c->optimizer.kind);
+  if (!s.ok()) return tensorflow::errors::InvalidArgument(prefix, s.message());
+  return ToTf(ValidateTableConfig(*c));
+}
+
+tensorflow::Status GetTable(OpKernelContext* ctx, tensorflow::core::RefCountPtr<TableShardResource>* out) {
+  return tensorflow::LookupResource(ctx, tensorflow::HandleFromInput(ctx, 0), out);
+}
+
+tensorflow::Status CheckDim(const TableShard& table, int64_t dim) {
+  if (dim == table.dim()) return tensorflow::OkStatus();
+  return tensorflow::errors::InvalidArgument("table '", table.config().name, "' has dim ",
+                                             table.dim(), " but the op expects ", dim);
+}
+
+}  // namespace
+
+class HetTableShardOp : public tensorflow::ResourceOpKernel<TableShardResource> {
+ public:
+  explicit HetTableShardOp(OpKernelConstruction* ctx) : ResourceOpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ParseTableConfig(ctx, &config_));
+  }
+
+ private:
+  tensorflow::Status CreateResource(TableShardResource** resource) override {
+    std::unique_ptr<TableShard> table;
+    TF_RETURN_IF_ERROR(ToTf(TableShard::Create(config_, &table)));
+    *resource = new TableShardResource(std::move(table));
+    return tensorflow::OkStatus();
+  }
+
+  // A second layer asking for the same shared name must mean the same table.
+  tensorflow::Status VerifyResource(TableShardResource* resource) override {
+    const TableConfig& have = resource->table().config();
+    if (have.dim != config_.dim || have.vocabulary_size != config_.vocabulary_size ||
+        have.optimizer.kind != config_.optimizer.kind) {
+      return tensorflow::errors::InvalidArgument(
+          "table '", config_.name, "' already exists on this device with dim ", have.dim,
+          ", vocabulary size ", have.vocabulary_size,
+          " and another or the same optimizer; asked for dim ", config_.dim,
+          ", vocabulary size ", config_.vocabulary_size, ". Use a different table name.");
+    }
+    return tensorflow::OkStatus();
+  }
+
+  TableConfig config_;
+};
+
+class HetTableGatherOp : public OpKernel {
+ public:
+  explicit HetTableGatherOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
+  }
+  void Compute(OpKernelContext* ctx) override {
+    tensorflow::core::RefCountPtr<TableShardResource> res;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
+    TableShard& table = res->table();
+    OP_REQUIRES_OK(ctx, CheckDim(table, dim_));
+    const Tensor& keys = ctx->input(1);
+    const int64_t n = keys.NumElements();
+    Tensor* values = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, dim_}), &values));
+    OP_REQUIRES_OK(ctx, ToTf(table.Gather(keys.flat<int64_t>().data(), n, values->flat<float>().data())));
+  }
+
+ private:
+  int64_t dim_;
+};
+
+class HetTablePullOp : public OpKernel {
+ public:
+  explicit HetTablePullOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
+  }
+  void Compute(OpKernelContext* ctx) override {
+    tensorflow::core::RefCountPtr<TableShardResource> res;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
+    TableShard& table = res->table();
+    OP_REQUIRES_OK(ctx, CheckDim(table, dim_));
+    const Tensor& keys = ctx->input(1);
+    const int64_t n = keys.NumElements();
+    OP_REQUIRES_OK(ctx, CheckShape(table.config().name, "clocks", ctx->input(2), n, 0));
+    PulledRows pulled;
+    OP_REQUIRES_OK(ctx, ToTf(table.Pull(keys.flat<int64_t>().data(),
+                                        ctx->input(2).flat<int64_t>().data(), n,
+                                        ctx->input(3).scalar<int64_t>()(), &pulled)));
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 0, pulled.positions));
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 1, pulled.values, dim_));
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 2, pulled.clocks));
+  }
+
+ private:
+  int64_t dim_;
+};
+
+class HetTablePushOp : public OpKernel {
+ public:
+  explicit HetTablePushOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("return_rows", &return_rows_));
+  }
+  void Compute(OpKernelContext* ctx) override {
+    tensorflow::core::RefCountPtr<TableShardResource> res;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
+    TableShard& table = res->table();
+    OP_REQUIRES_OK(ctx, CheckDim(table, dim_));
+    const std::string& name = table.config().name;
+    const Tensor& keys = ctx->input(1);
+    const int64_t n = keys.NumElements();
+    OP_REQUIRES_OK(ctx, CheckShape(name, "gradients", ctx->input(2), n, dim_));
+    OP_REQUIRES_OK(ctx, CheckShape(name, "update counts", ctx->input(3), n, 0));
+    const int64_t out_rows = return_rows_ ? n : 0;
+    Tensor* values = nullptr;
+    Tensor* clocks = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({out_rows, dim_}), &values));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({out_rows}), &clocks));
+    OP_REQUIRES_OK(ctx, ToTf(table.Push(
+                            keys.flat<int64_t>().data(), ctx->input(2).flat<float>().data(),
+                            ctx->input(3).flat<int64_t>().data(), n, ctx->input(4).scalar<float>()(),
+                            return_rows_ ? values->flat<float>().data() : nullptr,
+                            return_rows_ ? clocks->flat<int64_t>().data() : nullptr)));
+  }
+
+ private:
+  int64_t dim_;
+  bool return_rows_;
+};
+
+class HetTableExportOp : public OpKernel {
+ public:
+  explicit HetTableExportOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_slots", &num_slots_));
+  }
+  void Compute(OpKernelContext* ctx) override {
+    tensorflow::core::RefCountPtr<TableShardResource> res;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
+    TableShard& table = res->table();
+    OP_REQUIRES_OK(ctx, CheckDim(table, dim_));
+    OP_REQUIRES(ctx, table.num_slots() == num_slots_,
+                tensorflow::errors::InvalidArgument("table '", table.config().name, "' has ",
+                                                    table.num_slots(), " optimizer slots, not ",
+                                                    num_slots_));
+    TableChunk chunk;
+    OP_REQUIRES_OK(ctx, ToTf(table.Export(ctx->input(1).scalar<int64_t>()(),
+                                          ctx->input(2).scalar<int64_t>()(), &chunk)));
+    const int64_t n = static_cast<int64_t>(chunk.keys.size());
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 0, chunk.keys));
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 1, chunk.values, dim_));
+    Tensor* slots = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({n, num_slots_, dim_}), &slots));
+    std::copy(chunk.slots.begin(), chunk.slots.end(), slots->flat<float>().data());
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 3, chunk.clocks));
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 4, chunk.steps));
+  }
+
+ private:
+  int64_t dim_, num_slots_;
+};
+
+class HetTableImportOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    tensorflow::core::RefCountPtr<TableShardResource> res;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
+    TableShard& table = res->table();
+    const std::string& name = table.config().name;
+    const Tensor& keys = ctx->input(1);
+    const int64_t n = keys.NumElements();
+    OP_REQUIRES_OK(ctx, CheckShape(name, "imported values", ctx->input(2), n, table.dim()));
+    const Tensor& slots = ctx->input(3);
+    OP_REQUIRES(ctx,
+                slots.dims() == 3 && slots.dim_size(0) == n &&
+                    slots.dim_size(1) == table.num_slots() && slots.dim_size(2) == table.dim(),
+                tensorflow::errors::InvalidArgument(
+                    "table '", name, "': imported slots must have shape [", n, ", ",
+                    table.num_slots(), ", ", table.dim(), "], got ", slots.shape().DebugString()));
+    OP_REQUIRES_OK(ctx, CheckShape(name, "imported clocks", ctx->input(4), n, 0));
+    OP_REQUIRES_OK(ctx, CheckShape(name, "imported steps", ctx->input(5), n, 0));
+    TableChunk chunk;
+    auto copy = [](const Tensor& t, auto* v) {
+      using T = typename std::remove_reference_t<decltype(*v)>::value_type;
+      auto flat = t.flat<T>();
+      v->assign(flat.data(), flat.data() + flat.size());
+    };
+    copy(keys, &chunk.keys);
+    copy(ctx->input(2), &chunk.values);
+    copy(slots, &chunk.slots);
+    copy(ctx->input(4), &chunk.clocks);
+    copy(ctx->input(5), &chunk.steps);
+    OP_REQUIRES_OK(ctx, ToTf(table.Import(chunk)));
+  }
+};
+
+class HetTableStatsOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    tensorflow::core::RefCountPtr<TableShardResource> res;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
+    TableShard& table = res->table();
+    const TableCounters c = table.Counters();
+    OP_REQUIRES_OK(ctx, OutputStats(ctx, {
+                                             {"rows", table.Size()},
+                                             {"bytes_per_row", int64_t(table.BytesPerRow())},
+                                             {"memory_bytes", int64_t(table.MemoryBytes())},
+                                             {"pull_requests", int64_t(c.pull_requests)},
+                                             {"keys_checked", int64_t(c.keys_checked)},
+                                             {"rows_sent", int64_t(c.rows_sent)},
+                                             {"push_requests", int64_t(c.push_requests)},
+                                             {"rows_pushed", int64_t(c.rows_pushed)},
+                                             {"updates_applied", int64_t(c.updates_applied)},
+                                             {"rows_created", int64_t(c.rows_created)},
+                                             {"bytes_received", int64_t(c.bytes_received)},
+                                             {"bytes_sent", int64_t(c.bytes_sent)},
+                                         }));
+  }
+};
+
+class HetShardIndexOp : public OpKernel {
+ public:
+  explicit HetShardIndexOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_shards", &num_shards_));
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& keys = ctx->input(0);
+    Tensor* shards = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, keys.shape(), &shards));
+    auto in = keys.flat<int64_t>();
+    auto out = shards->flat<int32_t>();
+    for (int64_t i = 0; i < in.size(); ++i) out(i) = ShardOf(in(i), static_cast<int>(num_shards_));
+  }
+
+ private:
+  int64_t num_shards_;
+};
+
+class HetBuildInfoOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
+    out->scalar<tensorflow::tstring>()() = TF_VERSION_STRING;
+  }
+};
+
+#define HET_CPU_KERNEL(name, cls) \
+  REGISTER_KERNEL_BUILDER(Name(name).Device(tensorflow::DEVICE_CPU), cls)
+
+HET_CPU_KERNEL("HetTableShard", HetTableShardOp);
+HET_CPU_KERNEL("HetTableGather", HetTableGatherOp);
+HET_CPU_KERNEL("HetTablePull", HetTablePullOp);
+HET_CPU_KERNEL("HetTablePush", HetTablePushOp);
+HET_CPU_KERNEL("HetTableExport", HetTableExportOp);
+HET_CPU_KERNEL("HetTableImport", HetTableImportOp);
+HET_CPU_KERNEL("HetTableStats", HetTableStatsOp);
+HET_CPU_KERNEL("HetShardIndex", HetShardIndexOp);
+HET_CPU_KERNEL("HetBuildInfo", HetBuildInfoOp);
+
+}  // namespace het

@@ -1,0 +1,185 @@
+// Ops on a table shard. The shard lives in the ResourceMgr of the device it
+// is created on, normally a parameter-server task, and is found there by its
+// shared name, so any client of that task reaches the same rows.
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace het {
+
+using tensorflow::shape_inference::DimensionHandle;
+using tensorflow::shape_inference::InferenceContext;
+using tensorflow::shape_inference::ShapeHandle;
+
+namespace {
+
+tensorflow::Status DimAttr(InferenceContext* c, const char* attr, DimensionHandle* out) {
+  int64_t dim = 0;
+  TF_RETURN_IF_ERROR(c->GetAttr(attr, &dim));
+  *out = c->MakeDim(dim);
+  return tensorflow::OkStatus();
+}
+
+}  // namespace
+
+REGISTER_OP("HetTableShard")
+    .Output("handle: resource")
+    .Attr("table_name: string")
+    .Attr("dim: int >= 1")
+    .Attr("vocabulary_size: int = -1")
+    .Attr("initializer: string = 'uniform'")
+    .Attr("initializer_a: float = -0.05")
+    .Attr("initializer_b: float = 0.05")
+    .Attr("seed: int = 0")
+    .Attr("optimizer: string = 'adagrad'")
+    .Attr("beta_1: float = 0.9")
+    .Attr("beta_2: float = 0.999")
+    .Attr("epsilon: float = 1e-7")
+    .Attr("initial_accumulator_value: float = 0.1")
+    .Attr("l1: float = 0.0")
+    .Attr("l2: float = 0.0")
+    .Attr("learning_rate_power: float = -0.5")
+    .Attr("ftrl_beta: float = 0.0")
+    .Attr("container: string = ''")
+    .Attr("shared_name: string = ''")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
+    .Doc(R"doc(
+Creates, or finds by shared_name on this device, one shard of an embedding
+table, which maps int64 keys to rows of `dim` floats made on first touch, with
+optimizer slots and a per-row clock of applied updates.
+)doc");
+
+REGISTER_OP("HetTableGather")
+    .Input("table: resource")
+    .Input("keys: int64")
+    .Output("values: float")
+    .Attr("dim: int >= 1")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle keys;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &keys));
+      DimensionHandle dim;
+      TF_RETURN_IF_ERROR(DimAttr(c, "dim", &dim));
+      c->set_output(0, c->Matrix(c->Dim(keys, 0), dim));
+      return tensorflow::OkStatus();
+    })
+    .Doc("Rows of `keys`, created on first touch: the no-cache read.");
+
+REGISTER_OP("HetTablePull")
+    .Input("table: resource")
+    .Input("keys: int64")
+    .Input("clocks: int64")
+    .Input("read_staleness: int64")
+    .Output("positions: int32")
+    .Output("values: float")
+    .Output("row_clocks: int64")
+    .Attr("dim: int >= 1")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle unused;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &unused));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 1, &unused));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 0, &unused));
+      DimensionHandle dim;
+      TF_RETURN_IF_ERROR(DimAttr(c, "dim", &dim));
+      c->set_output(0, c->Vector(c->UnknownDim()));
+      c->set_output(1, c->Matrix(c->UnknownDim(), dim));
+      c->set_output(2, c->Vector(c->UnknownDim()));
+      return tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+The clock-checked read. `clocks` holds the local clock of the caller's cached
+copy of each key, or -1 for none. Returns, at ascending positions, only the
+rows that are missing or whose server clock exceeds the caller's by more than
+read_staleness (negative: unbounded), with their server clocks.
+)doc");
+
+REGISTER_OP("HetTablePush")
+    .Input("table: resource")
+    .Input("keys: int64")
+    .Input("grads: float")
+    .Input("counts: int64")
+    .Input("learning_rate: float")
+    .Output("values: float")
+    .Output("row_clocks: int64")
+    .Attr("dim: int >= 1")
+    .Attr("return_rows: bool = true")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle keys, unused;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &keys));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 2, &unused));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 1, &unused));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(4), 0, &unused));
+      bool return_rows;
+      TF_RETURN_IF_ERROR(c->GetAttr("return_rows", &return_rows));
+      DimensionHandle dim;
+      TF_RETURN_IF_ERROR(DimAttr(c, "dim", &dim));
+      DimensionHandle n = return_rows ? c->Dim(keys, 0) : c->MakeDim(0);
+      c->set_output(0, c->Matrix(n, dim));
+      c->set_output(1, c->Vector(n));
+      return tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+Applies each key's gradient sum with the table's optimizer and advances its
+clock by the count. All keys are checked before any row changes. With
+return_rows the updated rows and clocks come back for the caller's cache.
+)doc");
+
+REGISTER_OP("HetTableExport")
+    .Input("table: resource")
+    .Input("offset: int64")
+    .Input("limit: int64")
+    .Output("keys: int64")
+    .Output("values: float")
+    .Output("slots: float")
+    .Output("row_clocks: int64")
+    .Output("steps: int64")
+    .Attr("dim: int >= 1")
+    .Attr("num_slots: int >= 0")
+    .SetShapeFn([](InferenceContext* c) {
+      DimensionHandle dim, slots;
+      TF_RETURN_IF_ERROR(DimAttr(c, "dim", &dim));
+      TF_RETURN_IF_ERROR(DimAttr(c, "num_slots", &slots));
+      DimensionHandle n = c->UnknownDim();
+      c->set_output(0, c->Vector(n));
+      c->set_output(1, c->Matrix(n, dim));
+      c->set_output(2, c->MakeShape({n, slots, dim}));
+      c->set_output(3, c->Vector(n));
+      c->set_output(4, c->Vector(n));
+      return tensorflow::OkStatus();
+    })
+    .Doc("Rows [offset, offset + limit) of the shard, for checkpoints of any size.");
+
+REGISTER_OP("HetTableImport")
+    .Input("table: resource")
+    .Input("keys: int64")
+    .Input("values: float")
+    .Input("slots: float")
+    .Input("row_clocks: int64")
+    .Input("steps: int64")
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc("Inserts or overwrites rows; nothing changes if any input is invalid.");
+
+REGISTER_OP("HetTableStats")
+    .Input("table: resource")
+    .Output("names: string")
+    .Output("values: int64")
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Vector(c->UnknownDim()));
+      c->set_output(1, c->Vector(c->UnknownDim()));
+      return tensorflow::OkStatus();
+    })
+    .Doc("Rows held, bytes per row, memory and traffic counters of the shard.");
+
+REGISTER_OP("HetShardIndex")
+    .Input("keys: int64")
+    .Output("shards: int32")
+    .Attr("num_shards: int >= 1")
+    .SetShapeFn(tensorflow::shape_inference::UnchangedShape)
+    .Doc("The shard of each key: a stable hash that depends on the key alone.");
+
+REGISTER_OP("HetBuildInfo")
+    .Output("tensorflow_version: string")
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
+    .Doc("The TensorFlow version this op library was compiled against.");
+
+}  // namespace het

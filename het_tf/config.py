@@ -1,0 +1,123 @@
+"""Validated settings of a table and of a worker cache.
+
+Everything a user can get wrong is checked here, in Python, so that errors
+name the table and say what would be right before any op runs.
+"""
+import dataclasses
+import re
+
+OPTIMIZERS = ("sgd", "adagrad", "adam", "ftrl")
+INITIALIZERS = ("uniform", "normal", "truncated_normal", "constant", "zeros")
+POLICIES = ("lru", "lfu", "lfu_opt")
+# Slots per row of each optimizer, as the C++ core keeps them.
+NUM_SLOTS = {"sgd": 0, "adagrad": 1, "adam": 2, "ftrl": 2}
+UNBOUNDED = -1
+
+_NAME = re.compile(r"^[A-Za-z0-9_.\-/]+$")
+
+
+def _fail(table, message):
+    raise ValueError(f"table '{table}': {message}")
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+    """A server-side sparse optimizer. The learning rate is not part of it:
+    it is fed at every push so that schedules work."""
+
+    name: str = "adagrad"
+    beta_1: float = 0.9
+    beta_2: float = 0.999
+    epsilon: float = 1e-7
+    initial_accumulator_value: float = 0.1
+    l1: float = 0.0
+    l2: float = 0.0
+    learning_rate_power: float = -0.5
+    ftrl_beta: float = 0.0
+
+    def op_attrs(self):
+        return dict(optimizer=self.name, beta_1=self.beta_1, beta_2=self.beta_2,
+                    epsilon=self.epsilon,
+                    initial_accumulator_value=self.initial_accumulator_value,
+                    l1=self.l1, l2=self.l2, learning_rate_power=self.learning_rate_power,
+                    ftrl_beta=self.ftrl_beta)
+
+
+@dataclasses.dataclass(frozen=True)
+class TableConfig:
+    name: str
+    dim: int
+    vocabulary_size: int = UNBOUNDED  # -1: dynamic int64 keys
+    initializer: str = "uniform"
+    initializer_a: float = -0.05  # uniform: low; normal: mean; constant: value
+    initializer_b: float = 0.05   # uniform: high; normal: stddev
+    seed: int = 0
+    optimizer: OptimizerConfig = OptimizerConfig()
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise ValueError(f"table name {self.name!r} must be a non-empty string of "
+                             "letters, digits and _ . - /")
+        if not _is_int(self.dim) or self.dim < 1:
+            _fail(self.name, f"output dimension must be a positive int, got {self.dim!r}")
+        if not _is_int(self.vocabulary_size) or (self.vocabulary_size < 1
+                                                  and self.vocabulary_size != UNBOUNDED):
+            _fail(self.name, "vocabulary size must be a positive int, or None for dynamic "
+                  f"int64 keys; got {self.vocabulary_size!r}")
+        if self.initializer not in INITIALIZERS:
+            _fail(self.name, f"unknown initializer {self.initializer!r}; expected one of "
+                  f"{', '.join(INITIALIZERS)}")
+        if self.optimizer.name not in OPTIMIZERS:
+            _fail(self.name, f"unknown optimizer {self.optimizer.name!r}; expected one of "
+                  f"{', '.join(OPTIMIZERS)}")
+        if not _is_int(self.seed):
+            _fail(self.name, f"seed must be an int, got {self.seed!r}")
+
+    @property
+    def fixed_vocabulary(self):
+        return self.vocabulary_size != UNBOUNDED
+
+    @property
+    def num_slots(self):
+        return NUM_SLOTS[self.optimizer.name]
+
+    def op_attrs(self):
+        return dict(table_name=self.name, dim=self.dim, vocabulary_size=self.vocabulary_size,
+                    initializer="constant" if self.initializer == "zeros" else self.initializer,
+                    initializer_a=0.0 if self.initializer == "zeros" else self.initializer_a,
+                    initializer_b=self.initializer_b, seed=self.seed,
+                    **self.optimizer.op_attrs())
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheConfig:
+    capacity: int  # rows
+    policy: str = "lfu"
+    read_staleness: int = 100   # -1: unbounded
+    write_staleness: int = 100  # -1: unbounded
+    pin_threshold: int = 100    # lfu_opt: touches after which a row is pinned
+
+    def validate(self, table):
+        if not _is_int(self.capacity) or self.capacity < 1:
+            _fail(table, f"cache capacity must be a positive number of rows, got {self.capacity!r}")
+        if self.policy not in POLICIES:
+            _fail(table, f"unknown cache policy {self.policy!r}; expected one of "
+                  f"{', '.join(POLICIES)}")
+        for field in ("read_staleness", "write_staleness"):
+            value = getattr(self, field)
+            if not _is_int(value) or value < UNBOUNDED:
+                _fail(table, f"{field} must be an int >= 0, or None for unbounded; got {value!r}")
+        if not _is_int(self.pin_threshold) or self.pin_threshold < 1:
+            _fail(table, f"pin_threshold must be a positive int, got {self.pin_threshold!r}")
+        return self
+
+
+def staleness_value(value):
+    """None and infinity mean unbounded, which the ops spell -1."""
+    if value is None or value == float("inf"):
+        return UNBOUNDED
+    return value
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -1,0 +1,124 @@
+"""A table split into shards, one per device, keyed by a stable hash.
+
+Each shard is a resource created on its own device (normally a parameter
+server task) and found there by shared name, so every client that names the
+same table reaches the same rows. These methods only route keys to shards
+and put the answers back in order; the shards do the work.
+"""
+import tensorflow as tf
+
+from het_tf import _op_library
+from het_tf.config import TableConfig
+
+
+class ShardedTable:
+    def __init__(self, config: TableConfig, devices=(None,)):
+        if not devices:
+            raise ValueError(f"table '{config.name}': needs at least one shard device")
+        self.config = config
+        self.devices = list(devices)
+        self._ops = _op_library.load()
+
+    @property
+    def num_shards(self):
+        return len(self.devices)
+
+    @property
+    def dim(self):
+        return self.config.dim
+
+    def shared_name(self, shard):
+        return f"het_table/{self.config.name}/{shard}_of_{self.num_shards}"
+
+    def handle(self, shard):
+        with tf.device(self.devices[shard]):
+            return self._ops.het_table_shard(shared_name=self.shared_name(shard),
+                                             **self.config.op_attrs())
+
+    def _partition(self, keys, *values):
+        """Splits keys (and rows that go with them) by shard; also returns
+        where each part came from, to put answers back in request order."""
+        shard_of = self._ops.het_shard_index(keys, num_shards=self.num_shards)
+        origin = tf.dynamic_partition(tf.range(tf.size(keys)), shard_of, self.num_shards)
+        parts = [tf.dynamic_partition(t, shard_of, self.num_shards) for t in (keys,) + values]
+        return origin, parts
+
+    def _on_shards(self, fn, keys, *values):
+        """Calls fn(shard, handle, keys_part, *value_parts) on every shard."""
+        if self.num_shards == 1:
+            return None, [fn(0, self.handle(0), keys, *values)]
+        origin, parts = self._partition(keys, *values)
+        results = []
+        for s in range(self.num_shards):
+            with tf.device(self.devices[s]):
+                results.append(fn(s, self.handle(s), *[p[s] for p in parts]))
+        return origin, results
+
+    def gather(self, keys):
+        """Rows of unique int64 `keys` (rank 1), created on first touch."""
+        origin, rows = self._on_shards(
+            lambda s, h, k: self._ops.het_table_gather(h, k, dim=self.dim), keys)
+        return rows[0] if origin is None else tf.dynamic_stitch(origin, rows)
+
+    def pull(self, keys, clocks, read_staleness):
+        """The clock-checked read: (positions, rows, clocks) of the keys
+        whose cached copy is missing or staler than the read bound."""
+        staleness = tf.constant(read_staleness, tf.int64)
+        origin, answers = self._on_shards(
+            lambda s, h, k, c: self._ops.het_table_pull(h, k, c, staleness, dim=self.dim),
+            keys, clocks)
+        if origin is None:
+            return tuple(answers[0])
+        positions = tf.concat([tf.gather(origin[s], a[0]) for s, a in enumerate(answers)], 0)
+        order = tf.argsort(positions)
+        return (tf.gather(positions, order),
+                tf.gather(tf.concat([a[1] for a in answers], 0), order),
+                tf.gather(tf.concat([a[2] for a in answers], 0), order))
+
+    def push(self, keys, grads, counts, learning_rate, return_rows=True):
+        """Applies gradient sums; with return_rows, the updated rows and
+        clocks come back in the order of `keys`."""
+        lr = tf.cast(learning_rate, tf.float32)
+        origin, answers = self._on_shards(
+            lambda s, h, k, g, c: self._ops.het_table_push(h, k, g, c, lr, dim=self.dim,
+                                                           return_rows=return_rows),
+            keys, grads, counts)
+        if origin is None:
+            return tuple(answers[0])
+        if not return_rows:
+            deps = [a[1] for a in answers]
+            with tf.control_dependencies(deps):
+                return tf.zeros([0, self.dim]), tf.zeros([0], tf.int64)
+        return (tf.dynamic_stitch(origin, [a[0] for a in answers]),
+                tf.dynamic_stitch(origin, [a[1] for a in answers]))
+
+    def export_shard(self, shard, offset, limit):
+        """(keys, values, slots, clocks, steps) of rows [offset, offset+limit)."""
+        with tf.device(self.devices[shard]):
+            return self._ops.het_table_export(self.handle(shard), offset, limit, dim=self.dim,
+                                              num_slots=self.config.num_slots)
+
+    def import_rows(self, keys, values, slots, clocks, steps):
+        """Writes rows to whichever shard owns them now, so rows exported
+        from any number of shards load onto any other number."""
+        return self._on_shards(
+            lambda s, h, k, v, sl, c, st: self._ops.het_table_import(h, k, v, sl, c, st),
+            keys, values, slots, clocks, steps)[1]
+
+    def shard_stats(self, shard):
+        with tf.device(self.devices[shard]):
+            names, values = self._ops.het_table_stats(self.handle(shard))
+        return names, values
+
+    def stats(self):
+        """Counters summed over shards, as a dict of Python ints (eager)."""
+        total = {}
+        for s in range(self.num_shards):
+            names, values = self.shard_stats(s)
+            for name, value in zip(names.numpy(), values.numpy()):
+                key = name.decode()
+                if key == "bytes_per_row":
+                    total[key] = int(value)
+                else:
+                    total[key] = total.get(key, 0) + int(value)
+        return total

@@ -1,0 +1,71 @@
+"""Builds het_tf: the Python packages plus the op library compiled from
+cc_ops/ with the installed TensorFlow's own compile and link flags."""
+import concurrent.futures
+import glob
+import os
+import subprocess
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+LIBRARY = "het_tf._het_ops"
+
+
+def _sources():
+    found = []
+    for sub in ("core", "kernels", "ops"):
+        found += sorted(glob.glob(os.path.join("cc_ops", sub, "*.cc")))
+    return found
+
+
+class BuildOpLibrary(build_ext):
+    """Compiles with g++ and TensorFlow's flags rather than distutils', which
+    know nothing of TensorFlow's headers, ABI flag and framework library."""
+
+    def build_extension(self, ext):
+        try:
+            import tensorflow as tf
+        except ImportError:
+            sys.exit("het_tf needs TensorFlow installed to build its ops: "
+                     "pip install tensorflow==2.16.2, then pip install --no-build-isolation .")
+        compile_flags = tf.sysconfig.get_compile_flags()
+        link_flags = tf.sysconfig.get_link_flags()
+        cxx = os.environ.get("CXX", "g++")
+        out = self.get_ext_fullpath(ext.name)
+        obj_dir = os.path.join(self.build_temp, "het_ops")
+        os.makedirs(obj_dir, exist_ok=True)
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+
+        def compile_one(src):
+            obj = os.path.join(obj_dir, src.replace(os.sep, "_") + ".o")
+            cmd = [cxx, "-c", "-fPIC", "-O2", "-Wall", "-I", ROOT, *compile_flags,
+                   os.path.join(ROOT, src), "-o", obj]
+            subprocess.run(cmd, check=True)
+            return obj
+
+        jobs = int(os.environ.get("HET_TF_BUILD_JOBS", os.cpu_count() or 1))
+        print(f"het_tf: compiling {len(ext.sources)} files with {jobs} jobs", flush=True)
+        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+            objects = list(pool.map(compile_one, ext.sources))
+        subprocess.run([cxx, "-shared", *objects, "-o", out, *link_flags], check=True)
+
+    def get_ext_filename(self, fullname):
+        # A TensorFlow op library, not a Python extension: no ABI suffix.
+        return os.path.join(*fullname.split(".")) + ".so"
+
+
+setup(
+    name="het_tf",
+    version="0.1.0",
+    description="HET-style cached embedding training for TensorFlow and Keras",
+    python_requires=">=3.9",
+    packages=["het_tf", "het_tf.keras_layers"],
+    package_dir={"het_tf": "het_tf", "het_tf.keras_layers": "keras_layers"},
+    ext_modules=[Extension(LIBRARY, sources=_sources())],
+    cmdclass={"build_ext": BuildOpLibrary},
+    install_requires=["tensorflow==2.16.2", "tf-keras==2.16.0", "numpy<2"],
+    entry_points={"console_scripts": ["het-tf=het_tf.cli:main"]},
+    zip_safe=False,
+)

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Debian packages the build needs beyond Python: Bazel for the Bazel build of
+# the op library (bazel-bootstrap works offline; bazelisk would download).
+set -euo pipefail
+needed=()
+command -v bazel >/dev/null 2>&1 || needed+=(bazel-bootstrap)
+[ -d /usr/share/bazel/rules/java ] || needed+=(bazel-rules-java)
+command -v g++ >/dev/null 2>&1 || needed+=(g++)
+[ ${#needed[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" != 0 ]; then
+  echo "het_tf setup: please install these Debian packages as root: ${needed[*]}" >&2
+  exit 1
+fi
+echo "het_tf setup: installing ${needed[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq "${needed[@]}" >/dev/null
