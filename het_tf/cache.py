@@ -41,6 +41,7 @@ class WorkerCache:
     def lookup(self, ids, training):
         """Rows of int64 `ids` (any shape) plus the batch's unique keys and
         the inverse map, for the gradient step."""
+        ids = self.table.check_ids(ids)
         with tf.device(self.device):
             unique, inverse, clocks = self._ops.het_cache_prepare(self.handle(), ids,
                                                                   training=training)
@@ -73,6 +74,7 @@ class WorkerCache:
 
 def lookup_without_cache(table: ShardedTable, ids):
     """The no-cache read: unique ids go to the shards, rows come back."""
+    ids = table.check_ids(ids)
     flat = tf.reshape(ids, [-1])
     unique, inverse = tf.unique(flat, out_idx=tf.int32)
     rows = table.gather(unique)

@@ -38,7 +38,10 @@ class ShardedTable:
     def _partition(self, keys, *values):
         """Splits keys (and rows that go with them) by shard; also returns
         where each part came from, to put answers back in request order."""
-        shard_of = self._ops.het_shard_index(keys, num_shards=self.num_shards)
+        # Checks every id first: a bad one must fail before any shard changes.
+        shard_of = self._ops.het_shard_index(keys, num_shards=self.num_shards,
+                                             vocabulary_size=self.config.vocabulary_size,
+                                             table_name=self.config.name)
         origin = tf.dynamic_partition(tf.range(tf.size(keys)), shard_of, self.num_shards)
         parts = [tf.dynamic_partition(t, shard_of, self.num_shards) for t in (keys,) + values]
         return origin, parts
@@ -53,6 +56,14 @@ class ShardedTable:
             with tf.device(self.devices[s]):
                 results.append(fn(s, self.handle(s), *[p[s] for p in parts]))
         return origin, results
+
+    def check_ids(self, ids, what="ids"):
+        """Integer ids as int64; anything else is refused naming the table."""
+        ids = tf.convert_to_tensor(ids) if not isinstance(ids, tf.Tensor) else ids
+        if ids.dtype not in (tf.int32, tf.int64):
+            raise ValueError(f"table '{self.config.name}': {what} must be int32 or int64, "
+                             f"got {ids.dtype.name}")
+        return tf.cast(ids, tf.int64)
 
     def gather(self, keys):
         """Rows of unique int64 `keys` (rank 1), created on first touch."""
@@ -79,6 +90,9 @@ class ShardedTable:
         """Applies gradient sums; with return_rows, the updated rows and
         clocks come back in the order of `keys`."""
         lr = tf.cast(learning_rate, tf.float32)
+        if self.num_shards > 1:  # one shard checks its whole push itself
+            grads = tf.debugging.check_numerics(
+                grads, f"table '{self.config.name}': non-finite gradient; nothing was applied")
         origin, answers = self._on_shards(
             lambda s, h, k, g, c: self._ops.het_table_push(h, k, g, c, lr, dim=self.dim,
                                                            return_rows=return_rows),

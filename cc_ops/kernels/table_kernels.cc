@@ -280,9 +280,13 @@ class HetShardIndexOp : public OpKernel {
  public:
   explicit HetShardIndexOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("num_shards", &num_shards_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("vocabulary_size", &vocabulary_size_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("table_name", &table_name_));
   }
   void Compute(OpKernelContext* ctx) override {
     const Tensor& keys = ctx->input(0);
+    OP_REQUIRES_OK(ctx, ToTf(CheckKeys(table_name_, vocabulary_size_, keys.flat<int64_t>().data(),
+                                       keys.NumElements())));
     Tensor* shards = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, keys.shape(), &shards));
     auto in = keys.flat<int64_t>();
@@ -291,7 +295,8 @@ class HetShardIndexOp : public OpKernel {
   }
 
  private:
-  int64_t num_shards_;
+  int64_t num_shards_, vocabulary_size_;
+  std::string table_name_;
 };
 
 class HetBuildInfoOp : public OpKernel {

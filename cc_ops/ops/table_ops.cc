@@ -174,8 +174,13 @@ REGISTER_OP("HetShardIndex")
     .Input("keys: int64")
     .Output("shards: int32")
     .Attr("num_shards: int >= 1")
+    .Attr("vocabulary_size: int = -1")
+    .Attr("table_name: string = ''")
     .SetShapeFn(tensorflow::shape_inference::UnchangedShape)
-    .Doc("The shard of each key: a stable hash that depends on the key alone.");
+    .Doc(R"doc(
+The shard of each key, a stable hash of the key alone. With a vocabulary size
+it first checks every key, so that a bad id fails before any shard is asked.
+)doc");
 
 REGISTER_OP("HetBuildInfo")
     .Output("tensorflow_version: string")

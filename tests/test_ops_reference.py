@@ -1,0 +1,126 @@
+"""The ops against the NumPy model of the table, cache and clock rules, on
+randomized key streams, one or two workers, one to three shards."""
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import het_tf
+from tests.reference import RefCache, RefTable, initial_row, shard_of
+
+LR = 0.05
+
+
+def grads_for(rows, step):
+    """A fake but deterministic gradient, as a model's would be."""
+    return (np.sin(rows * 7.0 + step) * 0.5).astype(np.float32)
+
+
+def export_all(table):
+    out = {}
+    for s in range(table.num_shards):
+        keys, values, _slots, clocks, _steps = table.export_shard(s, 0, 1 << 30)
+        for k, v, c in zip(keys.numpy(), values.numpy(), clocks.numpy()):
+            out[int(k)] = (v, int(c))
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    batches=st.lists(st.lists(st.integers(-6, 40), min_size=1, max_size=12), min_size=1, max_size=10),
+    capacity=st.integers(12, 30),
+    policy=st.sampled_from(["lru", "lfu", "lfu_opt"]),
+    read_staleness=st.sampled_from([0, 1, 3, -1]),
+    write_staleness=st.sampled_from([0, 2, 5, -1]),
+    shards=st.integers(1, 3),
+    workers=st.integers(1, 2),
+    optimizer=st.sampled_from(["sgd", "adagrad", "adam"]),
+    evaluate_every=st.sampled_from([0, 3]),
+)
+def test_cached_training_matches_reference(unique_name, batches, capacity, policy, read_staleness,
+                                           write_staleness, shards, workers, optimizer,
+                                           evaluate_every):
+    dim = 3
+    config = het_tf.TableConfig(unique_name(), dim, seed=5,
+                                optimizer=het_tf.OptimizerConfig(optimizer))
+    table = het_tf.ShardedTable(config, [None] * shards)
+    cache_config = het_tf.CacheConfig(capacity, policy, read_staleness, write_staleness,
+                                      pin_threshold=3)
+    caches = [het_tf.WorkerCache(table, cache_config) for _ in range(workers)]
+    ref_table = RefTable(dim, optimizer, seed=5)
+    ref_caches = [RefCache(ref_table, capacity, policy, read_staleness, write_staleness, 3)
+                  for _ in range(workers)]
+
+    for step, batch in enumerate(batches):
+        w = step % workers
+        training = not (evaluate_every and step % evaluate_every == evaluate_every - 1)
+        rows, unique, inverse = caches[w].lookup(tf.constant(batch, tf.int64), training)
+        ref_unique, ref_rows = ref_caches[w].lookup(batch, training)
+        assert unique.numpy().tolist() == ref_unique
+        np.testing.assert_array_equal(rows.numpy(), np.stack(ref_rows))
+        assert [ref_unique[i] for i in inverse.numpy()] == batch
+        if training:
+            grads = grads_for(rows.numpy(), step)
+            caches[w].apply_gradients(unique, tf.constant(grads), LR)
+            ref_caches[w].apply_gradients(ref_unique, grads, LR)
+
+    for cache, ref in zip(caches, ref_caches):
+        stats = cache.stats()
+        for name, value in ref.counters.items():
+            assert stats[name] == value, name
+        cache.flush(LR)
+        ref.flush(LR)
+
+    contents = export_all(table)
+    assert sorted(contents) == sorted(ref_table.rows)
+    for key, (values, clock) in contents.items():
+        np.testing.assert_array_equal(values, ref_table.rows[key]["w"])
+        assert clock == ref_table.rows[key]["clock"]
+    table_stats = table.stats()
+    assert table_stats["updates_applied"] == ref_table.updates_applied
+    assert table_stats["updates_applied"] == sum(c for _, c in contents.values())
+    assert table_stats["rows"] == len(ref_table.rows)
+
+
+def test_rows_and_shards_follow_the_documented_hashes(unique_name):
+    keys = [0, 1, -1, 2**40 + 3, -(2**63), 2**63 - 1]
+    config = het_tf.TableConfig(unique_name(), 4, seed=9)
+    table = het_tf.ShardedTable(config, [None] * 3)
+    rows = table.gather(tf.constant(keys, tf.int64)).numpy()
+    for key, row in zip(keys, rows):
+        np.testing.assert_array_equal(row, initial_row(key, 4, 9))
+    shards = het_tf.ops.het_shard_index(tf.constant(keys, tf.int64), num_shards=3).numpy()
+    assert shards.tolist() == [shard_of(k, 3) for k in keys]
+    for s in range(3):  # each row was created on the shard that owns it, and only there
+        got, *_ = table.export_shard(s, 0, 100)
+        assert sorted(got.numpy().tolist()) == sorted(k for k in keys if shard_of(k, 3) == s)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam"])
+def test_staleness_zero_equals_the_no_cache_path(unique_name, optimizer):
+    dim = 4
+    rng = np.random.default_rng(0)
+    cached = het_tf.ShardedTable(
+        het_tf.TableConfig(unique_name(), dim, optimizer=het_tf.OptimizerConfig(optimizer)),
+        [None, None])
+    direct = het_tf.ShardedTable(
+        het_tf.TableConfig(unique_name(), dim, optimizer=het_tf.OptimizerConfig(optimizer)),
+        [None, None])
+    cache = het_tf.WorkerCache(cached, het_tf.CacheConfig(40, "lfu", 0, 0))
+    for step in range(25):
+        ids = tf.constant((rng.zipf(1.3, size=(8, 3)) % 200).astype(np.int64))
+        rows_c, unique_c, inverse_c = cache.lookup(ids, True)
+        rows_d, unique_d, inverse_d = het_tf.lookup_without_cache(direct, ids)
+        np.testing.assert_array_equal(tf.gather(rows_c, inverse_c).numpy(),
+                                      tf.gather(rows_d, inverse_d).numpy())
+        grads = grads_for(rows_d.numpy(), step)
+        order = [unique_d.numpy().tolist().index(k) for k in unique_c.numpy()]
+        cache.apply_gradients(unique_c, tf.constant(grads[order]), LR)
+        het_tf.push_without_cache(direct, unique_d, tf.constant(grads), LR)
+    a, b = export_all(cached), export_all(direct)
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k][0], b[k][0])
+        assert a[k][1] == b[k][1]
+    assert cache.stats()["evictions"] > 0
