@@ -18,3 +18,7 @@ __all__ = [
     "CacheConfig", "OpLibraryError", "OptimizerConfig", "ShardedTable", "TableConfig",
     "WorkerCache", "lookup_without_cache", "ops", "push_without_cache",
 ]
+
+from het_tf.keras_layers import HetEmbedding  # noqa: E402  (needs the ops loaded above)
+
+__all__ += ["HetEmbedding"]

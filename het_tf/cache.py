@@ -38,6 +38,10 @@ class WorkerCache:
             names, values = self._ops.het_cache_stats(self.handle())
         return {n.decode(): int(v) for n, v in zip(names.numpy(), values.numpy())}
 
+    def clear(self):
+        with tf.device(self.device):
+            return self._ops.het_cache_clear(self.handle())
+
     def lookup(self, ids, training):
         """Rows of int64 `ids` (any shape) plus the batch's unique keys and
         the inverse map, for the gradient step."""

@@ -12,11 +12,16 @@ from het_tf.config import TableConfig
 
 
 class ShardedTable:
-    def __init__(self, config: TableConfig, devices=(None,)):
+    """`instance` tells apart tables that share a display name: shards are
+    found by (name, instance), so two layers called "embedding" in one
+    process get different rows unless they pass the same instance."""
+
+    def __init__(self, config: TableConfig, devices=(None,), instance=""):
         if not devices:
             raise ValueError(f"table '{config.name}': needs at least one shard device")
         self.config = config
         self.devices = list(devices)
+        self.instance = instance
         self._ops = _op_library.load()
 
     @property
@@ -28,7 +33,7 @@ class ShardedTable:
         return self.config.dim
 
     def shared_name(self, shard):
-        return f"het_table/{self.config.name}/{shard}_of_{self.num_shards}"
+        return f"het_table/{self.config.name}/{self.instance}/{shard}_of_{self.num_shards}"
 
     def handle(self, shard):
         with tf.device(self.devices[shard]):
@@ -118,6 +123,20 @@ class ShardedTable:
         return self._on_shards(
             lambda s, h, k, v, sl, c, st: self._ops.het_table_import(h, k, v, sl, c, st),
             keys, values, slots, clocks, steps)[1]
+
+    def clear(self):
+        """Drops every row on every shard."""
+        ops = []
+        for s in range(self.num_shards):
+            with tf.device(self.devices[s]):
+                ops.append(self._ops.het_table_clear(self.handle(s)))
+        return ops
+
+    def export_all(self):
+        """Every row of every shard, concatenated: one logical table whatever
+        the number of shards, so it restores onto any other number."""
+        parts = [self.export_shard(s, 0, tf.int64.max) for s in range(self.num_shards)]
+        return tuple(tf.concat([p[i] for p in parts], 0) for i in range(5))
 
     def shard_stats(self, shard):
         with tf.device(self.devices[shard]):

@@ -1,1 +1,4 @@
-"""Keras layers of het_tf, importable as het_tf.keras_layers."""
+"""Keras (tf_keras) layers of het_tf, importable as het_tf.keras_layers."""
+from het_tf.keras_layers.het_embedding import HetEmbedding
+
+__all__ = ["HetEmbedding"]

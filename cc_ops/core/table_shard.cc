@@ -323,4 +323,14 @@ Status TableShard::Import(const TableChunk& chunk) {
   return Status::Ok();
 }
 
+void TableShard::Clear() {
+  for (Stripe& stripe : stripes_) {
+    std::lock_guard<std::mutex> lock(stripe.mu);
+    stripe.index = KeyIndex();
+    stripe.blocks.clear();
+    stripe.keys.clear();
+    stripe.rows = 0;
+  }
+}
+
 }  // namespace het

@@ -101,6 +101,8 @@ class TableShard {
   Status Export(int64_t offset, int64_t limit, TableChunk* out) const;
   // Inserts or overwrites rows; all-or-nothing on validation errors.
   Status Import(const TableChunk& chunk);
+  // Drops every row, as before a restore.
+  void Clear();
 
  private:
   struct Stripe {

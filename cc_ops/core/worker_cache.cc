@@ -337,4 +337,15 @@ void WorkerCache::Flush(Pushes* out) {
   }
 }
 
+void WorkerCache::Clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  index_.Clear();
+  for (size_t slot = 0; slot < keys_.size(); ++slot) {
+    if (order_.attached(static_cast<int32_t>(slot))) order_.Detach(static_cast<int32_t>(slot));
+  }
+  free_slots_.clear();
+  for (int64_t s = config_.capacity - 1; s >= 0; --s) free_slots_.push_back(static_cast<int32_t>(s));
+  outbox_ = Pushes();
+}
+
 }  // namespace het

@@ -106,6 +106,10 @@ class WorkerCache {
   // entries stay pending until their push is acknowledged.
   void Flush(Pushes* out);
 
+  // Drops every entry and pending update: after a restore the cached copies
+  // and their pending updates belong to an abandoned timeline.
+  void Clear();
+
  private:
   explicit WorkerCache(const CacheConfig& config);
   std::string Name() const { return "table '" + config_.table_name + "'"; }

@@ -205,6 +205,16 @@ class HetCacheFlushOp : public OpKernel {
   int64_t dim_;
 };
 
+class HetCacheClearOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    tensorflow::core::RefCountPtr<WorkerCacheResource> res;
+    OP_REQUIRES_OK(ctx, GetCache(ctx, &res));
+    res->cache().Clear();
+  }
+};
+
 class HetCacheStatsOp : public OpKernel {
  public:
   using OpKernel::OpKernel;
@@ -241,6 +251,7 @@ HET_CPU_KERNEL("HetCacheComplete", HetCacheCompleteOp);
 HET_CPU_KERNEL("HetCacheAccumulate", HetCacheAccumulateOp);
 HET_CPU_KERNEL("HetCacheAckPush", HetCacheAckPushOp);
 HET_CPU_KERNEL("HetCacheFlush", HetCacheFlushOp);
+HET_CPU_KERNEL("HetCacheClear", HetCacheClearOp);
 HET_CPU_KERNEL("HetCacheStats", HetCacheStatsOp);
 
 }  // namespace het

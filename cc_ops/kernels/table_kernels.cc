@@ -251,6 +251,16 @@ class HetTableImportOp : public OpKernel {
   }
 };
 
+class HetTableClearOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    tensorflow::core::RefCountPtr<TableShardResource> res;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
+    res->table().Clear();
+  }
+};
+
 class HetTableStatsOp : public OpKernel {
  public:
   using OpKernel::OpKernel;
@@ -318,6 +328,7 @@ HET_CPU_KERNEL("HetTablePull", HetTablePullOp);
 HET_CPU_KERNEL("HetTablePush", HetTablePushOp);
 HET_CPU_KERNEL("HetTableExport", HetTableExportOp);
 HET_CPU_KERNEL("HetTableImport", HetTableImportOp);
+HET_CPU_KERNEL("HetTableClear", HetTableClearOp);
 HET_CPU_KERNEL("HetTableStats", HetTableStatsOp);
 HET_CPU_KERNEL("HetShardIndex", HetShardIndexOp);
 HET_CPU_KERNEL("HetBuildInfo", HetBuildInfoOp);

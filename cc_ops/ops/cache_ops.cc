@@ -125,6 +125,11 @@ REGISTER_OP("HetCacheFlush")
     .SetShapeFn(PushListShape)
     .Doc("Every pending update, to push before a checkpoint, an export or the end.");
 
+REGISTER_OP("HetCacheClear")
+    .Input("cache: resource")
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc("Drops every entry and pending update, as after restoring a checkpoint.");
+
 REGISTER_OP("HetCacheStats")
     .Input("cache: resource")
     .Output("names: string")

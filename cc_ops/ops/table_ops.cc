@@ -159,6 +159,11 @@ REGISTER_OP("HetTableImport")
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
     .Doc("Inserts or overwrites rows; nothing changes if any input is invalid.");
 
+REGISTER_OP("HetTableClear")
+    .Input("table: resource")
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc("Drops every row of the shard, as before restoring a checkpoint.");
+
 REGISTER_OP("HetTableStats")
     .Input("table: resource")
     .Output("names: string")

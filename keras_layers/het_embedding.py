@@ -1,0 +1,418 @@
+"""HetEmbedding: a drop-in for tf_keras.layers.Embedding whose table lives on
+parameter-server shards behind a per-worker cache with bounded staleness.
+
+The layer's gradient never reaches the compiled optimizer: the lookup is a
+custom gradient whose backward pass applies the embedding update to the
+cache (and through it to the table's server-side optimizer) as a side
+effect. A trainable scalar anchor carries that gradient path, so the layer
+drops into any model and `model.fit` with no subclassing.
+"""
+import math
+import zlib
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from het_tf.cache import WorkerCache, lookup_without_cache, push_without_cache
+from het_tf.checkpoint import TableCheckpoint
+from het_tf.config import UNBOUNDED, CacheConfig, TableConfig
+from het_tf.keras_layers import server_optimizer
+from het_tf.table import ShardedTable
+
+COMBINERS = ("sum", "mean", "sqrtn")
+# Tables up to this many values may take an arbitrary Keras initializer,
+# which is evaluated once and written into the table.
+MATERIALIZE_LIMIT = 1 << 27
+
+_KERAS3_HINT = ("HetEmbedding is a tf_keras (Keras 2) layer: Keras 3 has no "
+                "ParameterServerStrategy support. Build the model with `import tf_keras` "
+                "or set TF_USE_LEGACY_KERAS=1 before importing TensorFlow.")
+
+
+def _is_keras3(value):
+    module = type(value).__module__
+    return module.startswith("keras.") or module == "keras"
+
+
+def _staleness(value, owner, what):
+    if value is None or (isinstance(value, float) and math.isinf(value) and value > 0):
+        return UNBOUNDED
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"{owner}: {what} must be an int >= 0, or None / math.inf for "
+                         f"unbounded; got {value!r}")
+    return int(value)
+
+
+class HetEmbedding(tf_keras.layers.Layer):
+    """Turns int ids into dense vectors, like `tf_keras.layers.Embedding`.
+
+    Args:
+      input_dim: vocabulary size (ids checked to lie in [0, input_dim)), or
+        None for dynamic int64 keys where every int64 value has its own row.
+      output_dim: size of each vector.
+      embeddings_initializer: "uniform" (Keras' default, U(-0.05, 0.05)),
+        "normal", "truncated_normal", "zeros", "ones", or a tf_keras
+        initializer. RandomUniform, RandomNormal, TruncatedNormal, Zeros,
+        Ones and scalar Constant run on the shards, row by row and
+        deterministically from the seed; any other initializer needs a fixed
+        vocabulary and is evaluated once at build.
+      combiner: None, or "sum", "mean" or "sqrtn" to reduce multi-hot ids
+        (the last axis of a dense input, the rows of a ragged or sparse one).
+      optimizer: the table's server-side optimizer: a tf_keras SGD, Adagrad,
+        Adam or Ftrl instance or name. Its learning rate may be a schedule,
+        stepped once per embedding update.
+      cache_capacity: rows each worker caches: a float in (0, 1) is a fraction
+        of input_dim, an int a row count; 0 turns the cache off.
+      cache_policy: "lfu", "lru" or "lfu_opt" (rows touched pin_threshold
+        times stay cached).
+      staleness: the bound on both reads and writes, in updates; None or
+        math.inf is unbounded. read_staleness / write_staleness override it.
+      seed: seeds the initializer; None derives one from the layer name, so
+        a model rebuilt in another process gets the same rows.
+      pin_threshold: touches after which lfu_opt pins a row.
+    """
+
+    def __init__(self, input_dim, output_dim, embeddings_initializer="uniform", combiner=None,
+                 optimizer="adagrad", cache_capacity=0.1, cache_policy="lfu", staleness=100,
+                 read_staleness=None, write_staleness=None, seed=None, name=None,
+                 pin_threshold=100, **kwargs):
+        kwargs.setdefault("autocast", False)  # ids must stay ints
+        super().__init__(name=name, **kwargs)
+        owner = f"HetEmbedding '{self.name}'"
+        self._owner = owner
+        if input_dim is not None and (isinstance(input_dim, bool)
+                                      or not isinstance(input_dim, (int, np.integer))
+                                      or input_dim < 1):
+            raise ValueError(f"{owner}: input_dim must be a positive int, or None for dynamic "
+                             f"int64 keys; got {input_dim!r}")
+        if isinstance(output_dim, bool) or not isinstance(output_dim, (int, np.integer)) \
+                or output_dim < 1:
+            raise ValueError(f"{owner}: output_dim must be a positive int, got {output_dim!r}")
+        if combiner is not None and combiner not in COMBINERS:
+            raise ValueError(f"{owner}: combiner must be None or one of {', '.join(COMBINERS)}; "
+                             f"got {combiner!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+            raise ValueError(f"{owner}: seed must be an int or None, got {seed!r}")
+        self.input_dim = None if input_dim is None else int(input_dim)
+        self.output_dim = int(output_dim)
+        self.combiner = combiner
+        self.seed = seed
+        self.cache_capacity = cache_capacity
+        self.cache_policy = cache_policy
+        self.staleness = staleness
+        self.read_staleness = read_staleness
+        self.write_staleness = write_staleness
+        self.pin_threshold = pin_threshold
+        self.embeddings_initializer = (embeddings_initializer
+                                       if isinstance(embeddings_initializer, str)
+                                       else tf_keras.initializers.get(embeddings_initializer))
+        self._initializer = self._resolve_initializer(embeddings_initializer)
+        (self._optimizer_config, self._learning_rate,
+         self._optimizer_serialized) = server_optimizer.resolve(optimizer, owner)
+        self.optimizer = optimizer
+        self._cache_config = self._resolve_cache(cache_capacity, cache_policy, staleness,
+                                                 read_staleness, write_staleness, pin_threshold)
+        # Validates name, dims and optimizer now rather than at build.
+        self._table_config = self._make_table_config()
+        self._table = None
+        self._cache = None
+        self.supports_masking = False
+
+    # ----- settings -----
+
+    def _resolve_initializer(self, init):
+        """(kind, a, b) for the shards, or ("materialize", initializer)."""
+        simple = {"uniform": ("uniform", -0.05, 0.05), "random_uniform": ("uniform", -0.05, 0.05),
+                  "normal": ("normal", 0.0, 0.05), "random_normal": ("normal", 0.0, 0.05),
+                  "truncated_normal": ("truncated_normal", 0.0, 0.05),
+                  "zeros": ("constant", 0.0, 0.0), "ones": ("constant", 1.0, 0.0)}
+        if isinstance(init, str):
+            if init in simple:
+                return simple[init]
+            try:
+                init = tf_keras.initializers.get(init)
+            except ValueError as e:
+                raise ValueError(f"{self._owner}: unknown embeddings_initializer {init!r}") from e
+        inits = tf_keras.initializers
+        cfg = init.get_config() if hasattr(init, "get_config") else {}
+        if isinstance(init, inits.RandomUniform):
+            return ("uniform", float(cfg["minval"]), float(cfg["maxval"]))
+        if isinstance(init, inits.TruncatedNormal):
+            return ("truncated_normal", float(cfg["mean"]), float(cfg["stddev"]))
+        if isinstance(init, inits.RandomNormal):
+            return ("normal", float(cfg["mean"]), float(cfg["stddev"]))
+        if isinstance(init, inits.Zeros):
+            return ("constant", 0.0, 0.0)
+        if isinstance(init, inits.Ones):
+            return ("constant", 1.0, 0.0)
+        if isinstance(init, inits.Constant) and np.ndim(cfg.get("value", None)) == 0:
+            return ("constant", float(cfg["value"]), 0.0)
+        if not callable(init):
+            raise ValueError(f"{self._owner}: embeddings_initializer must be a name or a tf_keras "
+                             f"initializer, got {init!r}")
+        if self.input_dim is None:
+            raise ValueError(f"{self._owner}: {type(init).__name__} cannot run row by row on the "
+                             "shards; with input_dim=None use uniform, normal, truncated_normal, "
+                             "zeros, ones or a scalar Constant")
+        if self.input_dim * self.output_dim > MATERIALIZE_LIMIT:
+            raise ValueError(f"{self._owner}: {type(init).__name__} would be evaluated for all "
+                             f"{self.input_dim} rows at once; use an initializer the shards run "
+                             "row by row (uniform, normal, truncated_normal, zeros, ones)")
+        return ("materialize", init)
+
+    def _resolve_cache(self, capacity, policy, staleness, read_staleness, write_staleness,
+                       pin_threshold):
+        owner = self._owner
+        if isinstance(capacity, bool) or not isinstance(capacity, (int, float, np.integer)) \
+                or capacity < 0:
+            raise ValueError(f"{owner}: cache_capacity must be a fraction in (0, 1), a row "
+                             f"count, or 0 for no cache; got {capacity!r}")
+        if isinstance(capacity, float) and 0 < capacity < 1:
+            if self.input_dim is None:
+                raise ValueError(f"{owner}: cache_capacity={capacity} is a fraction of "
+                                 "input_dim, but input_dim is None (dynamic keys); give a row "
+                                 "count instead")
+            rows = max(1, int(round(capacity * self.input_dim)))
+        elif float(capacity).is_integer():
+            rows = int(capacity)
+        else:
+            raise ValueError(f"{owner}: cache_capacity must be a fraction in (0, 1) or a whole "
+                             f"number of rows; got {capacity!r}")
+        if rows == 0:
+            return None
+        both = _staleness(staleness, owner, "staleness")
+        read = both if read_staleness is None else _staleness(read_staleness, owner,
+                                                              "read_staleness")
+        write = both if write_staleness is None else _staleness(write_staleness, owner,
+                                                                "write_staleness")
+        config = CacheConfig(rows, policy if isinstance(policy, str) else repr(policy),
+                             read, write, pin_threshold)
+        try:
+            return config.validate(self.name)
+        except ValueError as e:
+            raise ValueError(f"{owner}: {str(e).split(': ', 1)[-1]}") from None
+
+    def _make_table_config(self):
+        kind = self._initializer[0]
+        a, b = (0.0, 0.0) if kind == "materialize" else self._initializer[1:]
+        seed = self.seed if self.seed is not None else zlib.crc32(self.name.encode())
+        try:
+            return TableConfig(self.name, self.output_dim,
+                               UNBOUNDED if self.input_dim is None else self.input_dim,
+                               "constant" if kind == "materialize" else kind, a, b, int(seed),
+                               self._optimizer_config)
+        except ValueError as e:
+            raise ValueError(f"{self._owner}: {str(e).split(': ', 1)[-1]}") from None
+
+    # ----- building -----
+
+    def _shard_devices(self):
+        return [None]
+
+    def build(self, input_shape):
+        # The anchor only carries the gradient path to the embedding update.
+        self._anchor = self.add_weight("het_anchor", shape=(), initializer="zeros",
+                                       trainable=True)
+        self._updates = self.add_weight("het_updates", shape=(), dtype=tf.int64,
+                                        initializer="zeros", trainable=False)
+        # A process-unique instance: tables are found by name, and a second
+        # model with a layer of the same name must not see these rows.
+        instance = f"{id(self):x}"
+        self._table = ShardedTable(self._table_config, self._shard_devices(), instance)
+        if self._cache_config is not None:
+            self._cache = WorkerCache(self._table, self._cache_config)
+        self._table_checkpoint = TableCheckpoint(self._table, self._flush_ops, self._clear_cache)
+        if self._initializer[0] == "materialize":
+            with tf.init_scope():
+                self._write_initial_rows()
+        super().build(input_shape)
+
+    def _write_initial_rows(self):
+        values = tf.cast(self._initializer[1](shape=(self.input_dim, self.output_dim),
+                                              dtype=tf.float32), tf.float32)
+        n, dim, slots = self.input_dim, self.output_dim, self._table_config.num_slots
+        fill = self._optimizer_config.initial_accumulator_value
+        slot_values = np.zeros((n, slots, dim), np.float32)
+        if self._optimizer_config.name in ("adagrad", "ftrl"):
+            slot_values[:, 0, :] = fill
+        self._table.import_rows(tf.range(n, dtype=tf.int64), values, slot_values,
+                                tf.zeros([n], tf.int64), tf.zeros([n], tf.int64))
+
+    # ----- the lookup -----
+
+    def __call__(self, inputs, *args, **kwargs):
+        if _is_keras3(inputs) or any(_is_keras3(x) for x in tf.nest.flatten(inputs)):
+            raise TypeError(f"{self._owner}: got a Keras 3 {type(inputs).__name__}. {_KERAS3_HINT}")
+        return super().__call__(inputs, *args, **kwargs)
+
+    def _check_ids(self, ids):
+        if not ids.dtype.is_integer or ids.dtype not in (tf.int32, tf.int64):
+            raise ValueError(f"{self._owner}: ids must be int32 or int64, got {ids.dtype.name}; "
+                             "declare the input as tf_keras.Input(..., dtype='int64')")
+        ids = tf.cast(ids, tf.int64)
+        with tf.control_dependencies([tf.debugging.assert_positive(
+                tf.size(ids, out_type=tf.int64) + tf.cast(tf.rank(ids) == 0, tf.int64),
+                message=f"{self._owner}: empty batch of ids")]):
+            return tf.identity(ids)
+
+    def _current_learning_rate(self):
+        lr = self._learning_rate
+        if isinstance(lr, tf_keras.optimizers.schedules.LearningRateSchedule):
+            return lr(self._updates)
+        return tf.constant(lr, tf.float32)
+
+    def _embed(self, ids, training):
+        """Rows of `ids` (any shape) with the update on the gradient path."""
+        table, cache, dim, owner = self._table, self._cache, self.output_dim, self._owner
+
+        @tf.custom_gradient
+        def lookup(anchor):
+            if cache is not None:
+                rows, unique, inverse = cache.lookup(ids, training)
+            else:
+                rows, unique, inverse = lookup_without_cache(table, ids)
+            out = tf.gather(rows, inverse)
+
+            def grad(dy):
+                if not training:
+                    raise ValueError(f"{owner}: a gradient was asked of a lookup made with "
+                                     "training=False; call the model with training=True "
+                                     "inside GradientTape")
+                dy = tf.convert_to_tensor(dy)
+                unique_grads = tf.math.unsorted_segment_sum(
+                    tf.reshape(dy, [-1, dim]), tf.reshape(inverse, [-1]), tf.size(unique))
+                lr = self._current_learning_rate()
+                if cache is not None:
+                    update = cache.apply_gradients(unique, unique_grads, lr)
+                else:
+                    update = push_without_cache(table, unique, unique_grads, lr)
+                with tf.control_dependencies(tf.nest.flatten(update)):
+                    step = self._updates.assign_add(1)
+                with tf.control_dependencies([step]):
+                    return tf.zeros_like(anchor)
+
+            return out, grad
+
+        return lookup(self._anchor)
+
+    def _combine(self, summed, counts):
+        if self.combiner == "mean":
+            return summed / tf.maximum(counts, 1.0)
+        if self.combiner == "sqrtn":
+            return summed / tf.sqrt(tf.maximum(counts, 1.0))
+        return summed
+
+    def call(self, inputs, training=None):
+        # Keras passes a Python bool; an unknown symbolic value counts as inference.
+        training = bool(tf.get_static_value(training) if tf.is_tensor(training) else training)
+        if isinstance(inputs, tf.RaggedTensor):
+            if self.combiner is None:
+                raise ValueError(f"{self._owner}: a ragged input needs a combiner "
+                                 "(sum, mean or sqrtn)")
+            emb = inputs.with_flat_values(self._embed(self._check_ids(inputs.flat_values),
+                                                      training))
+            counts = tf.reduce_sum(tf.ones_like(inputs, tf.float32), axis=-1)[..., tf.newaxis]
+            return self._combine(tf.reduce_sum(emb, axis=-2), counts)
+        if isinstance(inputs, tf.SparseTensor):
+            if self.combiner is None:
+                raise ValueError(f"{self._owner}: a sparse input needs a combiner "
+                                 "(sum, mean or sqrtn)")
+            shape = tf.shape(inputs, out_type=tf.int64)
+            flat = tf.sparse.reshape(inputs, tf.stack([-1, shape[-1]]))
+            rows = flat.indices[:, 0]
+            nrows = tf.shape(flat, out_type=tf.int64)[0]
+            emb = self._embed(self._check_ids(flat.values), training)
+            summed = tf.math.unsorted_segment_sum(emb, rows, nrows)
+            counts = tf.math.unsorted_segment_sum(tf.ones_like(rows, tf.float32), rows,
+                                                  nrows)[:, tf.newaxis]
+            out = self._combine(summed, counts)
+            return tf.reshape(out, tf.concat([shape[:-1], [self.output_dim]], 0))
+        inputs = tf.convert_to_tensor(inputs)
+        emb = self._embed(self._check_ids(inputs), training)
+        if self.combiner is None:
+            return emb
+        counts = tf.cast(tf.shape(inputs)[-1], tf.float32)
+        return self._combine(tf.reduce_sum(emb, axis=-2), counts)
+
+    def compute_output_shape(self, input_shape):
+        shape = tf.TensorShape(input_shape)
+        if self.combiner is not None:
+            shape = shape[:-1]
+        return shape.concatenate([self.output_dim])
+
+    # ----- state -----
+
+    def _flush_ops(self):
+        if self._cache is None:
+            return []
+        return tf.nest.flatten(self._cache.flush(self._current_learning_rate()))
+
+    def _clear_cache(self):
+        if self._cache is not None:
+            self._cache.clear()
+
+    def flush(self):
+        """Pushes every pending cache update to the table (eager)."""
+        self._flush_ops()
+
+    @property
+    def table(self):
+        """The ShardedTable behind this layer (after build)."""
+        return self._table
+
+    @property
+    def cache(self):
+        """This worker's WorkerCache, or None when the cache is off."""
+        return self._cache
+
+    def het_stats(self):
+        """Counters of the cache and the table, with hit rate and traffic per id."""
+        if self._table is None:
+            return {}
+        with tf.init_scope():
+            stats = {f"table_{k}": v for k, v in self._table.stats().items()}
+            if self._cache is not None:
+                stats.update({f"cache_{k}": v for k, v in self._cache.stats().items()})
+        lookups = stats.get("cache_lookups", 0)
+        if self._cache is not None:
+            unique = max(stats["cache_unique_keys"], 1)
+            stats["hit_rate"] = stats["cache_hits"] / unique
+            traffic = stats["cache_bytes_sent"] + stats["cache_bytes_received"]
+        else:
+            lookups = stats["table_keys_checked"]
+            traffic = stats["table_bytes_sent"] + stats["table_bytes_received"]
+        stats["embedding_bytes"] = traffic
+        stats["bytes_per_id"] = traffic / max(lookups, 1)
+        return stats
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("autocast", None)
+        initializer = self.embeddings_initializer
+        config.update({
+            "input_dim": self.input_dim,
+            "output_dim": self.output_dim,
+            "embeddings_initializer": (initializer if isinstance(initializer, str)
+                                       else tf_keras.initializers.serialize(initializer)),
+            "combiner": self.combiner,
+            "optimizer": self._optimizer_serialized,
+            "cache_capacity": self.cache_capacity,
+            "cache_policy": self.cache_policy,
+            "staleness": self.staleness,
+            "read_staleness": self.read_staleness,
+            "write_staleness": self.write_staleness,
+            "seed": self.seed,
+            "pin_threshold": self.pin_threshold,
+        })
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("optimizer"), dict):
+            config["optimizer"] = tf_keras.optimizers.deserialize(config["optimizer"])
+        if isinstance(config.get("embeddings_initializer"), dict):
+            config["embeddings_initializer"] = tf_keras.initializers.deserialize(
+                config["embeddings_initializer"])
+        return cls(**config)
