@@ -19,6 +19,7 @@ __all__ = [
     "WorkerCache", "lookup_without_cache", "ops", "push_without_cache",
 ]
 
+from het_tf.export import export_saved_model  # noqa: E402
 from het_tf.keras_layers import HetEmbedding  # noqa: E402  (needs the ops loaded above)
 
-__all__ += ["HetEmbedding"]
+__all__ += ["HetEmbedding", "export_saved_model"]

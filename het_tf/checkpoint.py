@@ -2,21 +2,22 @@
 
 A table is saved as one logical table (keys, values, slots, clocks, steps),
 whatever its number of shards, so it restores onto any number of shards.
-Saving flushes the caches first; restoring replaces every row and empties the
-caches, whose copies and pending updates belong to the abandoned run.
+Saving flushes the caches, exports, then empties the caches; restoring
+replaces every row and empties the caches, whose copies and pending updates
+belong to the abandoned run. Both leave a cold cache, so a run resumed from a
+checkpoint continues exactly as the run that wrote it.
 """
 import tensorflow as tf
 from tensorflow.python.training.saving import saveable_object
 
-# The rows restored per import op: bounds the size of any one op's inputs.
-RESTORE_CHUNK_ROWS = 1 << 20
 _FIELDS = ("keys", "values", "slots", "clocks", "steps")
 _DTYPES = (tf.int64, tf.float32, tf.float32, tf.int64, tf.int64)
 
 
 class TableCheckpoint(tf.__internal__.tracking.Trackable):
     def __init__(self, table, flush, clear_caches):
-        """`flush()` pushes pending cache updates; `clear_caches()` empties them."""
+        """`flush()` and `clear_caches()` return the ops that push pending
+        cache updates and that empty the caches."""
         self._table = table
         self._flush = flush
         self._clear_caches = clear_caches
@@ -27,7 +28,13 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
         # serves all five.
         if not self._exported:
             with tf.control_dependencies(self._flush()):
-                self._exported = dict(zip(_FIELDS, self._table.export_all()))
+                exported = self._table.export_all()
+            # Empty the caches too, so that training after a save goes on
+            # exactly as training after a restore of that save would.
+            with tf.control_dependencies(exported):
+                cleared = tf.nest.flatten(self._clear_caches())
+            with tf.control_dependencies(cleared):
+                self._exported = {f: tf.identity(t) for f, t in zip(_FIELDS, exported)}
         return self._exported.pop(field)
 
     def _serialize_to_tensors(self):
@@ -41,17 +48,11 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
         }
 
     def _restore_from_tensors(self, restored_tensors):
-        if tf.executing_eagerly():
-            return self.restore_rows(*(restored_tensors[f] for f in _FIELDS))
-        raise NotImplementedError("het_tf tables restore eagerly (tf.train.Checkpoint.restore "
-                                  "or model.load_weights outside tf.function)")
+        return self.restore_rows(*(restored_tensors[f] for f in _FIELDS))
 
     def restore_rows(self, keys, values, slots, clocks, steps):
-        self._clear_caches()
-        self._table.clear()
-        total = int(keys.shape[0])
-        for start in range(0, max(total, 1), RESTORE_CHUNK_ROWS):
-            end = min(start + RESTORE_CHUNK_ROWS, total)
-            self._table.import_rows(keys[start:end], values[start:end], slots[start:end],
-                                    clocks[start:end], steps[start:end])
-        return tf.no_op()
+        """Replaces the table's rows; works eagerly and inside the
+        tf.function that TensorFlow's restore runs."""
+        cleared = tf.nest.flatten(self._clear_caches()) + self._table.clear()
+        with tf.control_dependencies(cleared):
+            return tf.group(self._table.import_rows(keys, values, slots, clocks, steps))

@@ -7,6 +7,7 @@ cache (and through it to the table's server-side optimizer) as a side
 effect. A trainable scalar anchor carries that gradient path, so the layer
 drops into any model and `model.fit` with no subclassing.
 """
+import copy
 import math
 import zlib
 
@@ -117,6 +118,7 @@ class HetEmbedding(tf_keras.layers.Layer):
         self._table_config = self._make_table_config()
         self._table = None
         self._cache = None
+        self._serving_lookup = None  # set by het_tf.export_saved_model while it traces
         self.supports_masking = False
 
     # ----- settings -----
@@ -216,6 +218,9 @@ class HetEmbedding(tf_keras.layers.Layer):
                                        trainable=True)
         self._updates = self.add_weight("het_updates", shape=(), dtype=tf.int64,
                                         initializer="zeros", trainable=False)
+        # Samples seen in training, for per-sample traffic figures.
+        self._samples = self.add_weight("het_samples", shape=(), dtype=tf.int64,
+                                        initializer="zeros", trainable=False)
         # A process-unique instance: tables are found by name, and a second
         # model with a layer of the same name must not see these rows.
         instance = f"{id(self):x}"
@@ -264,6 +269,8 @@ class HetEmbedding(tf_keras.layers.Layer):
 
     def _embed(self, ids, training):
         """Rows of `ids` (any shape) with the update on the gradient path."""
+        if self._serving_lookup is not None:
+            return self._serving_lookup(ids)
         table, cache, dim, owner = self._table, self._cache, self.output_dim, self._owner
 
         @tf.custom_gradient
@@ -306,6 +313,10 @@ class HetEmbedding(tf_keras.layers.Layer):
     def call(self, inputs, training=None):
         # Keras passes a Python bool; an unknown symbolic value counts as inference.
         training = bool(tf.get_static_value(training) if tf.is_tensor(training) else training)
+        if training and self._serving_lookup is None:
+            batch = (inputs.nrows() if isinstance(inputs, tf.RaggedTensor)
+                     else tf.shape(inputs, out_type=tf.int64)[0])
+            self._samples.assign_add(tf.cast(batch, tf.int64))
         if isinstance(inputs, tf.RaggedTensor):
             if self.combiner is None:
                 raise ValueError(f"{self._owner}: a ragged input needs a combiner "
@@ -349,8 +360,7 @@ class HetEmbedding(tf_keras.layers.Layer):
         return tf.nest.flatten(self._cache.flush(self._current_learning_rate()))
 
     def _clear_cache(self):
-        if self._cache is not None:
-            self._cache.clear()
+        return [] if self._cache is None else [self._cache.clear()]
 
     def flush(self):
         """Pushes every pending cache update to the table (eager)."""
@@ -382,6 +392,7 @@ class HetEmbedding(tf_keras.layers.Layer):
         else:
             lookups = stats["table_keys_checked"]
             traffic = stats["table_bytes_sent"] + stats["table_bytes_received"]
+        stats["samples"] = int(self._samples.numpy()) if tf.executing_eagerly() else 0
         stats["embedding_bytes"] = traffic
         stats["bytes_per_id"] = traffic / max(lookups, 1)
         return stats
@@ -396,7 +407,8 @@ class HetEmbedding(tf_keras.layers.Layer):
             "embeddings_initializer": (initializer if isinstance(initializer, str)
                                        else tf_keras.initializers.serialize(initializer)),
             "combiner": self.combiner,
-            "optimizer": self._optimizer_serialized,
+            "optimizer": {"class_name": self._optimizer_serialized["class_name"],
+                          "config": dict(self._optimizer_serialized["config"])},
             "cache_capacity": self.cache_capacity,
             "cache_policy": self.cache_policy,
             "staleness": self.staleness,
@@ -409,9 +421,9 @@ class HetEmbedding(tf_keras.layers.Layer):
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
+        config = copy.deepcopy(dict(config))  # Keras' deserializers edit what they are given
         if isinstance(config.get("optimizer"), dict):
-            config["optimizer"] = tf_keras.optimizers.deserialize(config["optimizer"])
+            config["optimizer"] = tf_keras.optimizers.get(config["optimizer"])
         if isinstance(config.get("embeddings_initializer"), dict):
             config["embeddings_initializer"] = tf_keras.initializers.deserialize(
                 config["embeddings_initializer"])

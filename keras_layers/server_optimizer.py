@@ -43,5 +43,7 @@ def resolve(optimizer, owner):
     learning_rate = config["learning_rate"]
     if isinstance(learning_rate, dict):  # a serialized schedule
         learning_rate = tf_keras.optimizers.schedules.deserialize(learning_rate)
-    return (OptimizerConfig(name, **values), learning_rate,
-            tf_keras.optimizers.serialize(optimizer))
+    # A plain, stable form for get_config: serialize() names classes
+    # differently once an optimizer has been through deserialize().
+    serialized = {"class_name": kind, "config": {k: v for k, v in config.items()}}
+    return OptimizerConfig(name, **values), learning_rate, serialized

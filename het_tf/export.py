@@ -1,0 +1,110 @@
+"""Exports a model with HetEmbedding layers as a SavedModel that stock
+TensorFlow Serving loads: no het_tf op is in it.
+
+Each table becomes a plain variable. A fixed vocabulary of up to
+MATERIALIZE_LIMIT values exports every row, so every id serves exactly as in
+training. A dynamic table (input_dim=None), or a larger one, exports the rows
+it holds plus a tf.lookup.StaticHashTable from key to row; ids it does not
+hold get a zero vector.
+"""
+import contextlib
+
+import tensorflow as tf
+
+# Fixed vocabularies up to this many floats export every row.
+MATERIALIZE_LIMIT = 1 << 27
+
+
+class ServingLookup(tf.Module):
+    """A table's rows as stock TensorFlow state."""
+
+    def __init__(self, layer):
+        super().__init__(name=f"{layer.name}_serving")
+        table, dim = layer.table, layer.output_dim
+        if layer.input_dim is not None and layer.input_dim * dim <= MATERIALIZE_LIMIT:
+            keys = tf.range(layer.input_dim, dtype=tf.int64)
+            self.values = tf.Variable(table.gather(keys), trainable=False, name="embeddings")
+            self.index = None
+        else:
+            keys, values, _, _, _ = table.export_all()
+            # One zero row at the end serves every unknown key.
+            self.values = tf.Variable(tf.concat([values, tf.zeros([1, dim])], 0),
+                                      trainable=False, name="embeddings")
+            self.index = tf.lookup.StaticHashTable(
+                tf.lookup.KeyValueTensorInitializer(keys, tf.range(tf.size(keys, tf.int64),
+                                                                   dtype=tf.int64)),
+                default_value=tf.size(keys, tf.int64))
+
+    def __call__(self, ids):
+        ids = tf.cast(ids, tf.int64)
+        if self.index is not None:
+            ids = self.index.lookup(ids)
+        return tf.gather(self.values, ids)
+
+
+@contextlib.contextmanager
+def _serving_lookups(layers):
+    lookups = []
+    try:
+        for layer in layers:
+            layer.flush()
+            layer._serving_lookup = ServingLookup(layer)
+            lookups.append(layer._serving_lookup)
+        yield lookups
+    finally:
+        for layer in layers:
+            layer._serving_lookup = None
+
+
+def _het_layers(model):
+    from het_tf.keras_layers import HetEmbedding
+
+    found = []
+    for layer in model._flatten_layers(include_self=False, recursive=True):
+        if isinstance(layer, HetEmbedding):
+            if layer.table is None:
+                raise ValueError(f"HetEmbedding '{layer.name}' is not built: call or fit the "
+                                 "model before exporting it")
+            found.append(layer)
+    return found
+
+
+def _input_signature(model):
+    inputs = getattr(model, "inputs", None)
+    if not inputs:
+        raise ValueError("export_saved_model needs a model with known inputs (a functional or "
+                         "Sequential model built on tf_keras.Input)")
+    specs = []
+    for t in inputs:
+        if isinstance(t.type_spec, (tf.RaggedTensorSpec, tf.SparseTensorSpec)):
+            raise ValueError(f"input '{t.name}' is {type(t.type_spec).__name__}: serving "
+                             "signatures take dense tensors; export a model with dense inputs")
+        specs.append(tf.TensorSpec(t.shape, t.dtype, name=t.name.split(":")[0]))
+    return specs
+
+
+def export_saved_model(model, path):
+    """Writes `model` to `path` as a SavedModel with a `serving_default`
+    signature of stock TensorFlow ops; returns `path`."""
+    specs = _input_signature(model)
+    layers = _het_layers(model)
+    with _serving_lookups(layers) as lookups:
+        single = len(specs) == 1
+
+        def serve(*args):
+            outputs = model(args[0] if single else list(args), training=False)
+            if isinstance(outputs, dict):
+                return outputs
+            names = list(getattr(model, "output_names", None) or [])
+            flat = tf.nest.flatten(outputs)
+            if len(names) != len(flat):
+                names = [f"output_{i}" for i in range(len(flat))]
+            return dict(zip(names, flat))
+
+        concrete = tf.function(serve).get_concrete_function(*specs)
+    root = tf.Module()
+    root.lookups = lookups
+    root.model_variables = list(model.variables)
+    root.serve = concrete
+    tf.saved_model.save(root, path, signatures={"serving_default": concrete})
+    return path

@@ -1,0 +1,64 @@
+"""Logs each HetEmbedding layer's cache and traffic figures once an epoch."""
+import tensorflow as tf
+import tf_keras
+
+# Counters reported as per-epoch differences.
+_PER_EPOCH = ("cache_unique_keys", "cache_hits", "cache_evictions", "cache_rows_pulled",
+              "cache_rows_pushed", "embedding_bytes", "samples", "table_rows_sent",
+              "table_rows_pushed")
+
+
+class HetMetricsCallback(tf_keras.callbacks.Callback):
+    """Adds `<layer>/hit_rate`, `rows_pulled_per_sample`,
+    `rows_pushed_per_sample`, `bytes_per_sample` and `evictions` for the
+    epoch to the logs (so History keeps them), prints them when verbose, and
+    writes them as TensorBoard scalars when `log_dir` is given."""
+
+    def __init__(self, log_dir=None, verbose=1):
+        super().__init__()
+        self.log_dir = log_dir
+        self.verbose = verbose
+        self._last = {}
+        self._writer = None
+
+    def _layers(self):
+        from het_tf.keras_layers import HetEmbedding
+
+        return [layer for layer in self.model._flatten_layers(include_self=False, recursive=True)
+                if isinstance(layer, HetEmbedding) and layer.table is not None]
+
+    def on_train_begin(self, logs=None):
+        self._last = {layer.name: layer.het_stats() for layer in self._layers()}
+        if self.log_dir and self._writer is None:
+            self._writer = tf.summary.create_file_writer(self.log_dir)
+
+    def epoch_figures(self, layer):
+        now = layer.het_stats()
+        before = self._last.get(layer.name, {})
+        self._last[layer.name] = now
+        delta = {k: now.get(k, 0) - before.get(k, 0) for k in _PER_EPOCH}
+        samples = max(delta["samples"], 1)
+        cached = layer.cache is not None
+        pulled = delta["cache_rows_pulled"] if cached else delta["table_rows_sent"]
+        pushed = delta["cache_rows_pushed"] if cached else delta["table_rows_pushed"]
+        return {
+            "hit_rate": delta["cache_hits"] / max(delta["cache_unique_keys"], 1) if cached else 0.0,
+            "rows_pulled_per_sample": pulled / samples,
+            "rows_pushed_per_sample": pushed / samples,
+            "bytes_per_sample": delta["embedding_bytes"] / samples,
+            "evictions": float(delta["cache_evictions"]),
+        }
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs if logs is not None else {}
+        for layer in self._layers():
+            figures = self.epoch_figures(layer)
+            for name, value in figures.items():
+                logs[f"{layer.name}/{name}"] = value
+            if self.verbose:
+                print(f"{layer.name}: " + ", ".join(f"{k} {v:.4g}" for k, v in figures.items()))
+            if self._writer is not None:
+                with self._writer.as_default():
+                    for name, value in figures.items():
+                        tf.summary.scalar(f"{layer.name}/{name}", value, step=epoch)
+                self._writer.flush()

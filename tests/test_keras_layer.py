@@ -1,0 +1,237 @@
+"""HetEmbedding in tf_keras models: fit, evaluate, predict, equivalence with
+tf_keras.layers.Embedding, multi-hot inputs, config, bad input, metrics."""
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+import het_tf
+from het_tf.keras_layers import HetEmbedding, HetMetricsCallback
+
+VOCAB, DIM, FIELDS = 200, 4, 3
+
+
+def parity_data(n=512, seed=0):
+    """Labels depend on the ids alone, so only the embeddings can learn them."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, VOCAB, size=(n, FIELDS)).astype(np.int64)
+    return x, (x[:, 0] % 2).astype(np.float32)
+
+
+def functional_model(layer, fields=FIELDS):
+    inp = tf_keras.Input(shape=(fields,), dtype="int64")
+    hidden = tf_keras.layers.Flatten()(layer(inp))
+    out = tf_keras.layers.Dense(1, activation="sigmoid", kernel_initializer="ones")(hidden)
+    return tf_keras.Model(inp, out)
+
+
+@pytest.mark.parametrize("build", ["functional", "sequential"])
+def test_fit_learns_and_evaluation_never_pushes(build):
+    layer = HetEmbedding(VOCAB, DIM, optimizer=tf_keras.optimizers.Adagrad(0.5),
+                         cache_capacity=120, staleness=10)
+    if build == "functional":
+        model = functional_model(layer)
+    else:
+        model = tf_keras.Sequential([tf_keras.Input(shape=(FIELDS,), dtype="int64"), layer,
+                                     tf_keras.layers.Flatten(),
+                                     tf_keras.layers.Dense(1, activation="sigmoid")])
+    model.compile(tf_keras.optimizers.Adam(0.05), "binary_crossentropy")
+    x, y = parity_data()
+    history = model.fit(x, y, batch_size=32, epochs=4, verbose=0)
+    assert history.history["loss"][-1] < 0.8 * history.history["loss"][0]
+    trained = layer.het_stats()
+    assert trained["cache_hits"] > 0 and trained["table_updates_applied"] > 0
+    assert trained["samples"] == 4 * 512
+
+    model.evaluate(x, y, batch_size=32, verbose=0)
+    predictions = model.predict(x, batch_size=64, verbose=0)
+    after = layer.het_stats()
+    assert after["cache_lookups"] > trained["cache_lookups"]  # it did look up
+    for counter in ("table_updates_applied", "table_push_requests", "cache_rows_pushed",
+                    "cache_evictions", "samples"):
+        assert after[counter] == trained[counter], counter
+    accuracy = np.mean((predictions.ravel() > 0.5) == y)
+    assert accuracy > 0.9
+
+
+def embedding_pair(cache_capacity, staleness, seed=1):
+    """The same model twice: with tf_keras Embedding and with HetEmbedding,
+    both starting from the same rows and dense weights, both with SGD."""
+    rows = np.random.default_rng(seed).uniform(-0.5, 0.5, (VOCAB, DIM)).astype(np.float32)
+    keras_model = functional_model(tf_keras.layers.Embedding(
+        VOCAB, DIM, embeddings_initializer=tf_keras.initializers.Constant(rows)))
+    het_model = functional_model(HetEmbedding(
+        VOCAB, DIM, embeddings_initializer=tf_keras.initializers.Constant(rows),
+        optimizer=tf_keras.optimizers.SGD(0.3), cache_capacity=cache_capacity,
+        staleness=staleness))
+    het_model.layers[-1].set_weights(keras_model.layers[-1].get_weights())
+    keras_model.compile(tf_keras.optimizers.SGD(0.3), "binary_crossentropy")
+    het_model.compile(tf_keras.optimizers.SGD(0.3), "binary_crossentropy")
+    return keras_model, het_model
+
+
+@pytest.mark.parametrize("cache_capacity,staleness", [(0, 100), (100, 0)],
+                         ids=["cache-off", "staleness-0"])
+def test_same_numbers_as_keras_embedding_with_sgd(cache_capacity, staleness):
+    keras_model, het_model = embedding_pair(cache_capacity, staleness)
+    x, y = parity_data(384, seed=3)
+    h_keras = keras_model.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
+    h_het = het_model.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
+    np.testing.assert_allclose(h_het.history["loss"], h_keras.history["loss"], atol=1e-5)
+    for a, b in zip(het_model.layers[-1].get_weights(), keras_model.layers[-1].get_weights()):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    het_layer, keras_layer = het_model.layers[1], keras_model.layers[1]
+    het_layer.flush()
+    rows = het_layer.table.gather(tf.range(VOCAB, dtype=tf.int64)).numpy()
+    np.testing.assert_allclose(rows, keras_layer.get_weights()[0], atol=1e-5)
+    assert not np.allclose(rows, embedding_pair(0, 0)[0].layers[1].get_weights()[0])
+
+
+def test_multi_hot_inputs_with_combiners():
+    rows = np.random.default_rng(2).normal(size=(VOCAB, DIM)).astype(np.float32)
+    init = tf_keras.initializers.Constant(rows)
+    ragged = tf.ragged.constant([[1, 2, 3], [], [7], [4, 4]], dtype=tf.int64)
+    expected = {
+        "sum": [rows[[1, 2, 3]].sum(0), np.zeros(DIM), rows[7], 2 * rows[4]],
+        "mean": [rows[[1, 2, 3]].mean(0), np.zeros(DIM), rows[7], rows[4]],
+        "sqrtn": [rows[[1, 2, 3]].sum(0) / math.sqrt(3), np.zeros(DIM), rows[7],
+                  2 * rows[4] / math.sqrt(2)],
+    }
+    for combiner, want in expected.items():
+        layer = HetEmbedding(VOCAB, DIM, embeddings_initializer=init, combiner=combiner,
+                             cache_capacity=50)
+        np.testing.assert_allclose(layer(ragged).numpy(), np.stack(want), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(layer(ragged.to_sparse()).numpy(), np.stack(want),
+                                   rtol=1e-6, atol=1e-6)
+    dense = HetEmbedding(VOCAB, DIM, embeddings_initializer=init, combiner="mean",
+                         cache_capacity=0)(tf.constant([[1, 2, 3]], tf.int64))
+    np.testing.assert_allclose(dense.numpy()[0], rows[[1, 2, 3]].mean(0), rtol=1e-6)
+    plain = HetEmbedding(VOCAB, DIM, embeddings_initializer=init)(tf.constant([[[5, 6]]]))
+    assert plain.shape == (1, 1, 2, DIM)
+    np.testing.assert_allclose(plain.numpy()[0, 0], rows[[5, 6]])
+
+
+def test_ragged_model_trains_with_fit():
+    inp = tf_keras.Input(shape=(None,), dtype="int64", ragged=True)
+    out = tf_keras.layers.Dense(1, activation="sigmoid")(
+        HetEmbedding(VOCAB, DIM, combiner="mean", cache_capacity=150,
+                     optimizer=tf_keras.optimizers.Adagrad(0.5))(inp))
+    model = tf_keras.Model(inp, out)
+    model.compile("adam", "binary_crossentropy")
+    rng = np.random.default_rng(4)
+    lengths = rng.integers(1, 4, size=256)
+    ids = tf.RaggedTensor.from_row_lengths(rng.integers(0, VOCAB, lengths.sum()), lengths)
+    y = (ids.values.numpy()[ids.row_starts().numpy()] % 2).astype(np.float32)
+    history = model.fit(ids, y, batch_size=32, epochs=3, verbose=0)
+    assert history.history["loss"][-1] < history.history["loss"][0]
+
+
+def test_dynamic_keys_take_any_int64():
+    layer = HetEmbedding(None, DIM, cache_capacity=64)
+    ids = tf.constant([[-2**63, 2**63 - 1, 0, 2**40]], tf.int64)
+    out = layer(ids, training=True)
+    assert out.shape == (1, 4, DIM)
+    assert len({tuple(r) for r in out.numpy()[0]}) == 4  # four keys, four rows
+    assert layer.het_stats()["table_rows"] == 4
+
+
+def test_config_round_trip_and_summary(capsys):
+    layer = HetEmbedding(1000, 8, embeddings_initializer="truncated_normal", combiner="sqrtn",
+                         optimizer=tf_keras.optimizers.Adam(0.01, beta_1=0.8),
+                         cache_capacity=0.25, cache_policy="lfu_opt", staleness=10,
+                         read_staleness=math.inf, write_staleness=3, seed=7, name="items")
+    config = layer.get_config()
+    clone = HetEmbedding.from_config(config)
+    assert clone.get_config() == config
+    assert clone._cache_config.capacity == 250
+    assert clone._cache_config.read_staleness == -1 and clone._cache_config.write_staleness == 3
+    assert clone._optimizer_config.name == "adam" and clone._optimizer_config.beta_1 == 0.8
+    model = functional_model(HetEmbedding(VOCAB, DIM, name="summarized"))
+    model.summary()
+    assert "summarized (HetEmbedding)" in capsys.readouterr().out
+    restored = tf_keras.Model.from_config(model.get_config(),
+                                          custom_objects={"HetEmbedding": HetEmbedding})
+    assert isinstance(restored.layers[1], HetEmbedding)
+
+
+def test_a_keras3_tensor_is_refused_with_a_hint():
+    import keras  # Keras 3, the default tf.keras of TensorFlow 2.16
+
+    with pytest.raises(TypeError, match="TF_USE_LEGACY_KERAS=1"):
+        HetEmbedding(VOCAB, DIM)(keras.Input(shape=(3,), dtype="int64"))
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(input_dim=0), "input_dim must be a positive int"),
+    (dict(output_dim=-1), "output_dim must be a positive int"),
+    (dict(combiner="max"), "combiner must be None or one of"),
+    (dict(optimizer="rmsprop"), "Adagrad, Adam, Ftrl; RMSprop is not supported"),
+    (dict(optimizer=42), "optimizer must be a tf_keras optimizer"),
+    (dict(cache_policy="fifo"), "unknown cache policy 'fifo'"),
+    (dict(cache_capacity=-3), "cache_capacity must be"),
+    (dict(input_dim=None, cache_capacity=0.1), "is a fraction of input_dim, but input_dim is None"),
+    (dict(staleness=-2), "staleness must be an int >= 0"),
+    (dict(embeddings_initializer="no_such_init"), "unknown embeddings_initializer"),
+    (dict(input_dim=None, cache_capacity=10,
+          embeddings_initializer=tf_keras.initializers.Orthogonal()), "cannot run row by row"),
+])
+def test_bad_settings_name_the_layer(kwargs, message):
+    settings = dict(input_dim=VOCAB, output_dim=DIM, name="bad_layer") | kwargs
+    with pytest.raises(ValueError, match="HetEmbedding 'bad_layer'") as info:
+        HetEmbedding(**settings)
+    assert message in str(info.value)
+
+
+def test_bad_inputs_name_the_layer_and_change_nothing():
+    layer = HetEmbedding(VOCAB, DIM, cache_capacity=40, name="guarded")
+    layer(tf.constant([[1, 2]], tf.int64), training=True)
+    before = layer.het_stats()
+    with pytest.raises(tf.errors.InvalidArgumentError, match="'guarded': id 200 is outside"):
+        layer(tf.constant([[1, 200]], tf.int64), training=True)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="'guarded': id -1 is outside"):
+        layer(tf.constant([[-1]], tf.int64), training=True)
+    with pytest.raises(ValueError, match="HetEmbedding 'guarded': ids must be int32 or int64, got float32"):
+        layer(tf.constant([[1.0, 2.0]]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="HetEmbedding 'guarded': empty batch"):
+        layer(tf.zeros([0, 2], tf.int64))
+    with pytest.raises(ValueError, match="HetEmbedding 'guarded': a ragged input needs a combiner"):
+        layer(tf.ragged.constant([[1], [2, 3]], dtype=tf.int64))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="'guarded': a batch has 41 unique ids"):
+        layer(tf.range(41, dtype=tf.int64), training=True)
+    after = layer.het_stats()
+    for counter in ("table_rows", "table_updates_applied", "cache_rows", "cache_unique_keys"):
+        assert after[counter] == before[counter], counter
+
+
+def test_metrics_callback_logs_and_writes_tensorboard(tmp_path, capsys):
+    layer = HetEmbedding(VOCAB, DIM, cache_capacity=120, staleness=5, name="tracked")
+    model = functional_model(layer)
+    model.compile("adam", "binary_crossentropy")
+    x, y = parity_data(256)
+    history = model.fit(x, y, batch_size=32, epochs=2, verbose=0,
+                        callbacks=[HetMetricsCallback(log_dir=str(tmp_path))])
+    hit_rates = history.history["tracked/hit_rate"]
+    assert len(hit_rates) == 2 and 0 < hit_rates[0] < hit_rates[1] <= 1
+    per_sample = history.history["tracked/rows_pulled_per_sample"]
+    assert 0 < per_sample[1] < per_sample[0] <= FIELDS
+    assert history.history["tracked/bytes_per_sample"][0] > 0
+    assert "tracked: hit_rate" in capsys.readouterr().out
+    events = list(tmp_path.glob("events.out.tfevents.*"))
+    assert events
+    tags = {v.tag for e in tf.compat.v1.train.summary_iterator(str(events[0]))
+            for v in e.summary.value}
+    assert "tracked/hit_rate" in tags and "tracked/bytes_per_sample" in tags
+
+
+def test_layers_of_the_same_name_do_not_share_rows():
+    ids = tf.constant([[1, 2]], tf.int64)
+    a = HetEmbedding(VOCAB, DIM, name="twin", optimizer="sgd")
+    b = HetEmbedding(VOCAB, DIM, name="twin", optimizer="sgd")
+    first = a(ids, training=True)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(a(ids, training=True))
+    tape.gradient(loss, a.trainable_variables)
+    np.testing.assert_array_equal(b(ids).numpy(), first.numpy())  # same seed, untouched rows
+    assert not np.array_equal(a(ids).numpy(), first.numpy())
