@@ -35,8 +35,9 @@ class ServingLookup(tf.Module):
                                                                    dtype=tf.int64)),
                 default_value=tf.size(keys, tf.int64))
 
+    # Saved with the model, so a loaded SavedModel can look rows up too.
+    @tf.function(input_signature=[tf.TensorSpec(None, tf.int64)])
     def __call__(self, ids):
-        ids = tf.cast(ids, tf.int64)
         if self.index is not None:
             ids = self.index.lookup(ids)
         return tf.gather(self.values, ids)

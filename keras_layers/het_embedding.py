@@ -270,7 +270,7 @@ class HetEmbedding(tf_keras.layers.Layer):
     def _embed(self, ids, training):
         """Rows of `ids` (any shape) with the update on the gradient path."""
         if self._serving_lookup is not None:
-            return self._serving_lookup(ids)
+            return self._serving_lookup(tf.cast(ids, tf.int64))
         table, cache, dim, owner = self._table, self._cache, self.output_dim, self._owner
 
         @tf.custom_gradient

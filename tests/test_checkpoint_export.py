@@ -1,0 +1,192 @@
+"""Checkpoints (rows, slots, clocks; exact resume) and SavedModel export that
+loads without het_tf."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+import het_tf
+from het_tf.checkpoint import TableCheckpoint
+from het_tf.keras_layers import HetEmbedding
+
+VOCAB, DIM = 300, 4
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def make_model(input_dim=VOCAB, **layer_kwargs):
+    settings = dict(optimizer=tf_keras.optimizers.Adagrad(0.3), cache_capacity=150,
+                    staleness=5, name="items") | layer_kwargs
+    inp = tf_keras.Input(shape=(3,), dtype="int64", name="ids")
+    x = tf_keras.layers.Flatten()(HetEmbedding(input_dim, DIM, **settings)(inp))
+    x = tf_keras.layers.Dense(8, activation="relu")(x)
+    out = tf_keras.layers.Dense(1, activation="sigmoid", name="score")(x)
+    model = tf_keras.Model(inp, out)
+    model.compile(tf_keras.optimizers.Adam(0.01), "binary_crossentropy")
+    return model
+
+
+def data(n=320, seed=0, high=VOCAB):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, high, size=(n, 3)).astype(np.int64)
+    return x, ((x[:, 0] + x[:, 1]) % 2).astype(np.float32)
+
+
+def table_rows(layer):
+    keys, values, slots, clocks, steps = (t.numpy() for t in layer.table.export_all())
+    order = np.argsort(keys)
+    return keys[order], values[order], slots[order], clocks[order], steps[order]
+
+
+def assert_same_rows(a, b):
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_resumed_training_continues_exactly(tmp_path):
+    x, y = data()
+    first = make_model()
+    first.fit(x, y, batch_size=32, epochs=1, shuffle=False, verbose=0)
+    first.save_weights(str(tmp_path / "ckpt"))
+    saved_rows = table_rows(first.layers[1])
+    after_save = first.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
+
+    resumed = make_model()
+    resumed.load_weights(str(tmp_path / "ckpt"))
+    assert_same_rows(table_rows(resumed.layers[1]), saved_rows)
+    after_restore = resumed.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
+
+    assert after_restore.history["loss"] == after_save.history["loss"]
+    for a, b in zip(resumed.get_weights(), first.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    first.layers[1].flush()
+    resumed.layers[1].flush()
+    assert_same_rows(table_rows(resumed.layers[1]), table_rows(first.layers[1]))
+
+
+def test_pending_updates_are_flushed_into_the_checkpoint(tmp_path):
+    x, y = data(128)
+    model = make_model(staleness=None, cache_capacity=VOCAB)  # nothing is pushed in training
+    model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+    stats = model.layers[1].het_stats()
+    assert stats["table_updates_applied"] == 0 and stats["cache_rows"] > 0
+    checkpoint = tf.train.Checkpoint(model=model)
+    path = checkpoint.save(str(tmp_path / "ckpt"))
+    stats = model.layers[1].het_stats()
+    assert stats["table_updates_applied"] == stats["cache_updates_pushed"] > 0
+    assert stats["cache_rows"] == 0  # saving leaves a cold cache
+
+    restored = make_model(staleness=None, cache_capacity=VOCAB)
+    tf.train.Checkpoint(model=restored).restore(path).assert_existing_objects_matched()
+    keys, _, _, clocks, _ = table_rows(restored.layers[1])
+    assert clocks.sum() == stats["table_updates_applied"] > 0
+
+
+def test_restore_rolls_back_rows_created_after_the_save(tmp_path):
+    x, y = data(160, high=100)
+    model = make_model()
+    model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+    checkpoint = tf.train.Checkpoint(model=model)
+    path = checkpoint.save(str(tmp_path / "ckpt"))
+    saved = table_rows(model.layers[1])
+    x2, y2 = data(160, seed=1)  # ids up to 300: new rows appear
+    model.fit(x2, y2, batch_size=32, epochs=1, verbose=0)
+    assert len(table_rows(model.layers[1])[0]) > len(saved[0])
+    checkpoint.restore(path)
+    assert_same_rows(table_rows(model.layers[1]), saved)
+    assert model.layers[1].het_stats()["cache_rows"] == 0
+
+
+def test_a_table_restores_onto_another_number_of_shards(tmp_path, unique_name):
+    config = het_tf.TableConfig(unique_name(), 3, optimizer=het_tf.OptimizerConfig("adam"))
+    source = het_tf.ShardedTable(config, [None, None])
+    keys = tf.constant(np.arange(-50, 50) * 7919, tf.int64)
+    source.push(keys, tf.ones([100, 3]), tf.fill([100], tf.constant(2, tf.int64)), 0.1)
+    saver = tf.train.Checkpoint(table=TableCheckpoint(source, lambda: [], lambda: []))
+    path = saver.save(str(tmp_path / "table"))
+    target = het_tf.ShardedTable(config, [None, None, None], instance="three")
+    tf.train.Checkpoint(table=TableCheckpoint(target, lambda: [], lambda: [])).restore(path)
+    want = sorted(zip(*(t.numpy().tolist() for t in source.export_all())))
+    got = sorted(zip(*(t.numpy().tolist() for t in target.export_all())))
+    assert got == want
+    for shard in range(3):  # each row sits on the shard that owns it now
+        shard_keys = target.export_shard(shard, 0, 1000)[0]
+        owners = het_tf.ops.het_shard_index(shard_keys, num_shards=3).numpy()
+        assert (owners == shard).all() and len(owners) > 0
+
+
+LOAD_WITHOUT_HET_TF = r"""
+import json, sys
+import numpy as np, tensorflow as tf
+from tensorflow.python.framework import op_def_registry
+from tensorflow.core.protobuf import saved_model_pb2
+path, inputs = sys.argv[1], np.array(json.loads(sys.argv[2]), np.int64)
+loaded = tf.saved_model.load(path)
+outputs = loaded.signatures["serving_default"](ids=tf.constant(inputs))
+proto = saved_model_pb2.SavedModel()
+proto.ParseFromString(open(path + "/saved_model.pb", "rb").read())
+graph = proto.meta_graphs[0].graph_def
+ops = {n.op for n in graph.node} | {n.op for f in graph.library.function for n in f.node_def}
+functions = {f.signature.name for f in graph.library.function}
+unknown = sorted(op for op in ops if op not in functions and op_def_registry.get(op) is None)
+print(json.dumps({"het_tf_imported": "het_tf" in sys.modules, "unknown_ops": unknown,
+                  "het_ops": sorted(op for op in ops if op.startswith("Het")),
+                  "score": outputs["score"].numpy().ravel().tolist()}))
+"""
+
+
+def load_elsewhere(path, inputs):
+    result = subprocess.run(
+        [sys.executable, "-c", LOAD_WITHOUT_HET_TF, str(path), json.dumps(inputs.tolist())],
+        capture_output=True, text=True, timeout=180, cwd="/",
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=""))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("input_dim", [VOCAB, None], ids=["fixed", "dynamic"])
+def test_export_serves_the_same_predictions_without_het_tf(tmp_path, input_dim):
+    x, y = data()
+    model = make_model(input_dim, cache_capacity=150)
+    model.fit(x, y, batch_size=32, epochs=2, verbose=0)
+    path = het_tf.export_saved_model(model, str(tmp_path / "export"))
+    probe = x[:16]
+    loaded = load_elsewhere(path, probe)
+    assert not loaded["het_tf_imported"]
+    assert loaded["unknown_ops"] == [] and loaded["het_ops"] == []
+    np.testing.assert_allclose(loaded["score"], model.predict(probe, verbose=0).ravel(),
+                               rtol=1e-6, atol=1e-7)
+    cli = subprocess.run([os.path.join(os.path.dirname(sys.executable), "saved_model_cli"),
+                          "show", "--dir", path, "--all"], capture_output=True, text=True,
+                         timeout=180, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert cli.returncode == 0, cli.stderr[-2000:]
+    assert "signature_def['serving_default']" in cli.stdout
+    assert "inputs['ids']" in cli.stdout and "outputs['score']" in cli.stdout
+
+
+def test_dynamic_export_serves_zeros_for_unknown_keys(tmp_path):
+    model = make_model(None, cache_capacity=128)
+    x, y = data(64)
+    model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+    path = het_tf.export_saved_model(model, str(tmp_path / "export"))
+    loaded = tf.saved_model.load(path)
+    lookup = loaded.lookups[0]
+    seen = int(x[0, 0])
+    rows = lookup(tf.constant([seen, 10**12, -5], tf.int64)).numpy()
+    np.testing.assert_array_equal(rows[1:], np.zeros((2, DIM)))
+    np.testing.assert_allclose(rows[0], model.layers[1].table.gather(
+        tf.constant([seen], tf.int64)).numpy()[0])
+
+
+def test_export_refuses_unbuilt_models_and_ragged_inputs(tmp_path):
+    inp = tf_keras.Input(shape=(None,), dtype="int64", ragged=True)
+    ragged = tf_keras.Model(inp, HetEmbedding(VOCAB, DIM, combiner="sum")(inp))
+    with pytest.raises(ValueError, match="serving signatures take dense tensors"):
+        het_tf.export_saved_model(ragged, str(tmp_path / "ragged"))
+    with pytest.raises(ValueError, match="needs a model with known inputs"):
+        het_tf.export_saved_model(tf_keras.Sequential([HetEmbedding(VOCAB, DIM)]),
+                                  str(tmp_path / "unbuilt"))
