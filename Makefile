@@ -45,7 +45,7 @@ test: build cc-test bazel-build
 	$(PY) -m pytest -q tests
 
 demo: build
-	$(PY) examples/table_and_cache.py
+	$(PY) examples/keras_quickstart.py $(CURDIR)/build/demo
 
 clean:
 	rm -rf build het_tf/_het_ops.so *.egg-info

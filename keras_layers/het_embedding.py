@@ -310,6 +310,8 @@ class HetEmbedding(tf_keras.layers.Layer):
             return summed / tf.sqrt(tf.maximum(counts, 1.0))
         return summed
 
+    # Only static Python control flow: nothing for autograph to convert.
+    @tf.autograph.experimental.do_not_convert
     def call(self, inputs, training=None):
         # Keras passes a Python bool; an unknown symbolic value counts as inference.
         training = bool(tf.get_static_value(training) if tf.is_tensor(training) else training)
