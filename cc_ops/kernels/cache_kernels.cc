@@ -31,15 +31,29 @@ class WorkerCacheResource : public tensorflow::ResourceBase {
 
 namespace {
 
-tensorflow::Status GetCache(OpKernelContext* ctx, tensorflow::core::RefCountPtr<WorkerCacheResource>* out) {
-  return tensorflow::LookupResource(ctx, tensorflow::HandleFromInput(ctx, 0), out);
-}
-
 tensorflow::Status OutputPushes(OpKernelContext* ctx, const Pushes& p, int64_t dim) {
   TF_RETURN_IF_ERROR(OutputVector(ctx, 0, p.keys));
   TF_RETURN_IF_ERROR(OutputVector(ctx, 1, p.grads, dim));
   return OutputVector(ctx, 2, p.counts);
 }
+
+// The cache ops' kernels: Run() gets the cache, its dim already checked
+// against the op's `dim` attr (when the op has one).
+class CacheKernel : public ResourceKernel<WorkerCacheResource> {
+ public:
+  using ResourceKernel::ResourceKernel;
+
+ protected:
+  void Run(OpKernelContext* ctx, WorkerCacheResource& resource) final {
+    WorkerCache& cache = resource.cache();
+    OP_REQUIRES(ctx, dim_ == 0 || dim_ == cache.config().dim,
+                tensorflow::errors::InvalidArgument("table '", cache.config().table_name,
+                                                    "': the cache has dim ", cache.config().dim,
+                                                    " but the op expects ", dim_));
+    RunOnCache(ctx, cache);
+  }
+  virtual void RunOnCache(OpKernelContext* ctx, WorkerCache& cache) = 0;
+};
 
 }  // namespace
 
@@ -85,17 +99,15 @@ class HetCacheOp : public tensorflow::ResourceOpKernel<WorkerCacheResource> {
   CacheConfig config_;
 };
 
-class HetCachePrepareOp : public OpKernel {
+class HetCachePrepareOp : public CacheKernel {
  public:
-  explicit HetCachePrepareOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+  explicit HetCachePrepareOp(OpKernelConstruction* ctx) : CacheKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("training", &training_));
   }
-  void Compute(OpKernelContext* ctx) override {
-    tensorflow::core::RefCountPtr<WorkerCacheResource> res;
-    OP_REQUIRES_OK(ctx, GetCache(ctx, &res));
+  void RunOnCache(OpKernelContext* ctx, WorkerCache& cache) override {
     const Tensor& ids = ctx->input(1);
     LookupPlan plan;
-    OP_REQUIRES_OK(ctx, ToTf(res->cache().Prepare(ids.flat<int64_t>().data(), ids.NumElements(),
+    OP_REQUIRES_OK(ctx, ToTf(cache.Prepare(ids.flat<int64_t>().data(), ids.NumElements(),
                                                   training_, &plan)));
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 0, plan.unique_keys));
     Tensor* inverse = nullptr;
@@ -108,20 +120,13 @@ class HetCachePrepareOp : public OpKernel {
   bool training_;
 };
 
-class HetCacheCompleteOp : public OpKernel {
+class HetCacheCompleteOp : public CacheKernel {
  public:
-  explicit HetCacheCompleteOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
+  explicit HetCacheCompleteOp(OpKernelConstruction* ctx) : CacheKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("training", &training_));
   }
-  void Compute(OpKernelContext* ctx) override {
-    tensorflow::core::RefCountPtr<WorkerCacheResource> res;
-    OP_REQUIRES_OK(ctx, GetCache(ctx, &res));
-    WorkerCache& cache = res->cache();
+  void RunOnCache(OpKernelContext* ctx, WorkerCache& cache) override {
     const std::string& name = cache.config().table_name;
-    OP_REQUIRES(ctx, cache.config().dim == dim_,
-                tensorflow::errors::InvalidArgument("table '", name, "': cache has dim ",
-                                                    cache.config().dim, ", op expects ", dim_));
     const Tensor& keys = ctx->input(1);
     const int64_t u = keys.NumElements();
     const int64_t m = ctx->input(2).NumElements();
@@ -138,19 +143,13 @@ class HetCacheCompleteOp : public OpKernel {
   }
 
  private:
-  int64_t dim_;
   bool training_;
 };
 
-class HetCacheAccumulateOp : public OpKernel {
+class HetCacheAccumulateOp : public CacheKernel {
  public:
-  explicit HetCacheAccumulateOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
-  }
-  void Compute(OpKernelContext* ctx) override {
-    tensorflow::core::RefCountPtr<WorkerCacheResource> res;
-    OP_REQUIRES_OK(ctx, GetCache(ctx, &res));
-    WorkerCache& cache = res->cache();
+  using CacheKernel::CacheKernel;
+  void RunOnCache(OpKernelContext* ctx, WorkerCache& cache) override {
     const Tensor& keys = ctx->input(1);
     const int64_t n = keys.NumElements();
     OP_REQUIRES_OK(ctx, CheckShape(cache.config().table_name, "gradients", ctx->input(2), n,
@@ -161,18 +160,12 @@ class HetCacheAccumulateOp : public OpKernel {
                                               ctx->input(3).scalar<float>()(), &due)));
     OP_REQUIRES_OK(ctx, OutputPushes(ctx, due, dim_));
   }
-
- private:
-  int64_t dim_;
 };
 
-class HetCacheAckPushOp : public OpKernel {
+class HetCacheAckPushOp : public CacheKernel {
  public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    tensorflow::core::RefCountPtr<WorkerCacheResource> res;
-    OP_REQUIRES_OK(ctx, GetCache(ctx, &res));
-    WorkerCache& cache = res->cache();
+  using CacheKernel::CacheKernel;
+  void RunOnCache(OpKernelContext* ctx, WorkerCache& cache) override {
     const std::string& name = cache.config().table_name;
     const int64_t n = ctx->input(1).NumElements();
     OP_REQUIRES_OK(ctx, CheckShape(name, "pushed counts", ctx->input(2), n, 0));
@@ -188,40 +181,26 @@ class HetCacheAckPushOp : public OpKernel {
   }
 };
 
-class HetCacheFlushOp : public OpKernel {
+class HetCacheFlushOp : public CacheKernel {
  public:
-  explicit HetCacheFlushOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
-  }
-  void Compute(OpKernelContext* ctx) override {
-    tensorflow::core::RefCountPtr<WorkerCacheResource> res;
-    OP_REQUIRES_OK(ctx, GetCache(ctx, &res));
+  using CacheKernel::CacheKernel;
+  void RunOnCache(OpKernelContext* ctx, WorkerCache& cache) override {
     Pushes pending;
-    res->cache().Flush(&pending);
+    cache.Flush(&pending);
     OP_REQUIRES_OK(ctx, OutputPushes(ctx, pending, dim_));
   }
-
- private:
-  int64_t dim_;
 };
 
-class HetCacheClearOp : public OpKernel {
+class HetCacheClearOp : public CacheKernel {
  public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    tensorflow::core::RefCountPtr<WorkerCacheResource> res;
-    OP_REQUIRES_OK(ctx, GetCache(ctx, &res));
-    res->cache().Clear();
-  }
+  using CacheKernel::CacheKernel;
+  void RunOnCache(OpKernelContext*, WorkerCache& cache) override { cache.Clear(); }
 };
 
-class HetCacheStatsOp : public OpKernel {
+class HetCacheStatsOp : public CacheKernel {
  public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    tensorflow::core::RefCountPtr<WorkerCacheResource> res;
-    OP_REQUIRES_OK(ctx, GetCache(ctx, &res));
-    const WorkerCache& cache = res->cache();
+  using CacheKernel::CacheKernel;
+  void RunOnCache(OpKernelContext* ctx, WorkerCache& cache) override {
     const CacheCounters c = cache.Counters();
     OP_REQUIRES_OK(ctx, OutputStats(ctx, {
                                              {"capacity", cache.config().capacity},

@@ -5,7 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "tensorflow/core/framework/node_def_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_mgr.h"
 #include "tensorflow/core/framework/tensor.h"
 
 namespace het {
@@ -50,6 +52,29 @@ inline tensorflow::Status OutputStats(tensorflow::OpKernelContext* ctx,
   }
   return tensorflow::OkStatus();
 }
+
+// A kernel whose first input is a het resource: looks the resource up and
+// hands it to Run(). Reads the op's `dim` attr, when it has one, into dim_.
+template <typename Resource>
+class ResourceKernel : public tensorflow::OpKernel {
+ public:
+  explicit ResourceKernel(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {
+    if (tensorflow::HasNodeAttr(ctx->def(), "dim")) {
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
+    }
+  }
+
+  void Compute(tensorflow::OpKernelContext* ctx) final {
+    tensorflow::core::RefCountPtr<Resource> resource;
+    OP_REQUIRES_OK(ctx, tensorflow::LookupResource(ctx, tensorflow::HandleFromInput(ctx, 0),
+                                                   &resource));
+    Run(ctx, *resource);
+  }
+
+ protected:
+  virtual void Run(tensorflow::OpKernelContext* ctx, Resource& resource) = 0;
+  int64_t dim_ = 0;
+};
 
 }  // namespace het
 

@@ -61,15 +61,22 @@ tensorflow::Status ParseTableConfig(OpKernelConstruction* ctx, TableConfig* c) {
   return ToTf(ValidateTableConfig(*c));
 }
 
-tensorflow::Status GetTable(OpKernelContext* ctx, tensorflow::core::RefCountPtr<TableShardResource>* out) {
-  return tensorflow::LookupResource(ctx, tensorflow::HandleFromInput(ctx, 0), out);
-}
+// The table ops' kernels: Run() gets the shard, its dim already checked
+// against the op's `dim` attr (when the op has one).
+class TableKernel : public ResourceKernel<TableShardResource> {
+ public:
+  using ResourceKernel::ResourceKernel;
 
-tensorflow::Status CheckDim(const TableShard& table, int64_t dim) {
-  if (dim == table.dim()) return tensorflow::OkStatus();
-  return tensorflow::errors::InvalidArgument("table '", table.config().name, "' has dim ",
-                                             table.dim(), " but the op expects ", dim);
-}
+ protected:
+  void Run(OpKernelContext* ctx, TableShardResource& resource) final {
+    TableShard& table = resource.table();
+    OP_REQUIRES(ctx, dim_ == 0 || dim_ == table.dim(),
+                tensorflow::errors::InvalidArgument("table '", table.config().name, "' has dim ",
+                                                    table.dim(), " but the op expects ", dim_));
+    RunOnTable(ctx, table);
+  }
+  virtual void RunOnTable(OpKernelContext* ctx, TableShard& table) = 0;
+};
 
 }  // namespace
 
@@ -104,37 +111,22 @@ class HetTableShardOp : public tensorflow::ResourceOpKernel<TableShardResource> 
   TableConfig config_;
 };
 
-class HetTableGatherOp : public OpKernel {
+class HetTableGatherOp : public TableKernel {
  public:
-  explicit HetTableGatherOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
-  }
-  void Compute(OpKernelContext* ctx) override {
-    tensorflow::core::RefCountPtr<TableShardResource> res;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
-    TableShard& table = res->table();
-    OP_REQUIRES_OK(ctx, CheckDim(table, dim_));
+  using TableKernel::TableKernel;
+  void RunOnTable(OpKernelContext* ctx, TableShard& table) override {
     const Tensor& keys = ctx->input(1);
     const int64_t n = keys.NumElements();
     Tensor* values = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, dim_}), &values));
     OP_REQUIRES_OK(ctx, ToTf(table.Gather(keys.flat<int64_t>().data(), n, values->flat<float>().data())));
   }
-
- private:
-  int64_t dim_;
 };
 
-class HetTablePullOp : public OpKernel {
+class HetTablePullOp : public TableKernel {
  public:
-  explicit HetTablePullOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
-  }
-  void Compute(OpKernelContext* ctx) override {
-    tensorflow::core::RefCountPtr<TableShardResource> res;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
-    TableShard& table = res->table();
-    OP_REQUIRES_OK(ctx, CheckDim(table, dim_));
+  using TableKernel::TableKernel;
+  void RunOnTable(OpKernelContext* ctx, TableShard& table) override {
     const Tensor& keys = ctx->input(1);
     const int64_t n = keys.NumElements();
     OP_REQUIRES_OK(ctx, CheckShape(table.config().name, "clocks", ctx->input(2), n, 0));
@@ -146,22 +138,14 @@ class HetTablePullOp : public OpKernel {
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 1, pulled.values, dim_));
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 2, pulled.clocks));
   }
-
- private:
-  int64_t dim_;
 };
 
-class HetTablePushOp : public OpKernel {
+class HetTablePushOp : public TableKernel {
  public:
-  explicit HetTablePushOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
+  explicit HetTablePushOp(OpKernelConstruction* ctx) : TableKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("return_rows", &return_rows_));
   }
-  void Compute(OpKernelContext* ctx) override {
-    tensorflow::core::RefCountPtr<TableShardResource> res;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
-    TableShard& table = res->table();
-    OP_REQUIRES_OK(ctx, CheckDim(table, dim_));
+  void RunOnTable(OpKernelContext* ctx, TableShard& table) override {
     const std::string& name = table.config().name;
     const Tensor& keys = ctx->input(1);
     const int64_t n = keys.NumElements();
@@ -180,21 +164,15 @@ class HetTablePushOp : public OpKernel {
   }
 
  private:
-  int64_t dim_;
   bool return_rows_;
 };
 
-class HetTableExportOp : public OpKernel {
+class HetTableExportOp : public TableKernel {
  public:
-  explicit HetTableExportOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
+  explicit HetTableExportOp(OpKernelConstruction* ctx) : TableKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("num_slots", &num_slots_));
   }
-  void Compute(OpKernelContext* ctx) override {
-    tensorflow::core::RefCountPtr<TableShardResource> res;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
-    TableShard& table = res->table();
-    OP_REQUIRES_OK(ctx, CheckDim(table, dim_));
+  void RunOnTable(OpKernelContext* ctx, TableShard& table) override {
     OP_REQUIRES(ctx, table.num_slots() == num_slots_,
                 tensorflow::errors::InvalidArgument("table '", table.config().name, "' has ",
                                                     table.num_slots(), " optimizer slots, not ",
@@ -213,16 +191,13 @@ class HetTableExportOp : public OpKernel {
   }
 
  private:
-  int64_t dim_, num_slots_;
+  int64_t num_slots_;
 };
 
-class HetTableImportOp : public OpKernel {
+class HetTableImportOp : public TableKernel {
  public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    tensorflow::core::RefCountPtr<TableShardResource> res;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
-    TableShard& table = res->table();
+  using TableKernel::TableKernel;
+  void RunOnTable(OpKernelContext* ctx, TableShard& table) override {
     const std::string& name = table.config().name;
     const Tensor& keys = ctx->input(1);
     const int64_t n = keys.NumElements();
@@ -251,23 +226,16 @@ class HetTableImportOp : public OpKernel {
   }
 };
 
-class HetTableClearOp : public OpKernel {
+class HetTableClearOp : public TableKernel {
  public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    tensorflow::core::RefCountPtr<TableShardResource> res;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
-    res->table().Clear();
-  }
+  using TableKernel::TableKernel;
+  void RunOnTable(OpKernelContext*, TableShard& table) override { table.Clear(); }
 };
 
-class HetTableStatsOp : public OpKernel {
+class HetTableStatsOp : public TableKernel {
  public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    tensorflow::core::RefCountPtr<TableShardResource> res;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
-    TableShard& table = res->table();
+  using TableKernel::TableKernel;
+  void RunOnTable(OpKernelContext* ctx, TableShard& table) override {
     const TableCounters c = table.Counters();
     OP_REQUIRES_OK(ctx, OutputStats(ctx, {
                                              {"rows", table.Size()},

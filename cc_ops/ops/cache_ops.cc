@@ -1,6 +1,7 @@
 // Ops on a worker's row cache. A cache lives on the worker's own device; the
 // tensors that pass between these ops and the table ops are the only
 // traffic between a worker and the parameter servers.
+#include "cc_ops/ops/shape_fns.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -14,11 +15,11 @@ using tensorflow::shape_inference::ShapeHandle;
 namespace {
 
 tensorflow::Status PushListShape(InferenceContext* c) {
-  int64_t dim = 0;
-  TF_RETURN_IF_ERROR(c->GetAttr("dim", &dim));
+  DimensionHandle dim;
+  TF_RETURN_IF_ERROR(DimAttr(c, "dim", &dim));
   DimensionHandle n = c->UnknownDim();
   c->set_output(0, c->Vector(n));
-  c->set_output(1, c->Matrix(n, c->MakeDim(dim)));
+  c->set_output(1, c->Matrix(n, dim));
   c->set_output(2, c->Vector(n));
   return tensorflow::OkStatus();
 }
@@ -76,9 +77,9 @@ REGISTER_OP("HetCacheComplete")
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle keys;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &keys));
-      int64_t dim = 0;
-      TF_RETURN_IF_ERROR(c->GetAttr("dim", &dim));
-      c->set_output(0, c->Matrix(c->Dim(keys, 0), c->MakeDim(dim)));
+      DimensionHandle dim;
+      TF_RETURN_IF_ERROR(DimAttr(c, "dim", &dim));
+      c->set_output(0, c->Matrix(c->Dim(keys, 0), dim));
       return tensorflow::OkStatus();
     })
     .Doc(R"doc(
@@ -134,11 +135,7 @@ REGISTER_OP("HetCacheStats")
     .Input("cache: resource")
     .Output("names: string")
     .Output("values: int64")
-    .SetShapeFn([](InferenceContext* c) {
-      c->set_output(0, c->Vector(c->UnknownDim()));
-      c->set_output(1, c->Vector(c->UnknownDim()));
-      return tensorflow::OkStatus();
-    })
+    .SetShapeFn(StatsShape)
     .Doc("Lookup, hit, miss, eviction and traffic counters of the cache.");
 
 }  // namespace het

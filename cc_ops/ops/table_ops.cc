@@ -1,6 +1,7 @@
 // Ops on a table shard. The shard lives in the ResourceMgr of the device it
 // is created on, normally a parameter-server task, and is found there by its
 // shared name, so any client of that task reaches the same rows.
+#include "cc_ops/ops/shape_fns.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -10,17 +11,6 @@ namespace het {
 using tensorflow::shape_inference::DimensionHandle;
 using tensorflow::shape_inference::InferenceContext;
 using tensorflow::shape_inference::ShapeHandle;
-
-namespace {
-
-tensorflow::Status DimAttr(InferenceContext* c, const char* attr, DimensionHandle* out) {
-  int64_t dim = 0;
-  TF_RETURN_IF_ERROR(c->GetAttr(attr, &dim));
-  *out = c->MakeDim(dim);
-  return tensorflow::OkStatus();
-}
-
-}  // namespace
 
 REGISTER_OP("HetTableShard")
     .Output("handle: resource")
@@ -168,11 +158,7 @@ REGISTER_OP("HetTableStats")
     .Input("table: resource")
     .Output("names: string")
     .Output("values: int64")
-    .SetShapeFn([](InferenceContext* c) {
-      c->set_output(0, c->Vector(c->UnknownDim()));
-      c->set_output(1, c->Vector(c->UnknownDim()));
-      return tensorflow::OkStatus();
-    })
+    .SetShapeFn(StatsShape)
     .Doc("Rows held, bytes per row, memory and traffic counters of the shard.");
 
 REGISTER_OP("HetShardIndex")
