@@ -71,6 +71,7 @@ class TableShard {
   static Status Create(const TableConfig& config, std::unique_ptr<TableShard>* out);
 
   const TableConfig& config() const { return config_; }
+  const std::string& table_name() const { return config_.name; }
   int dim() const { return config_.dim; }
   int num_slots() const { return num_slots_; }
 

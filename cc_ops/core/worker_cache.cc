@@ -63,6 +63,14 @@ WorkerCache::WorkerCache(const CacheConfig& config)
   for (int64_t s = config.capacity - 1; s >= 0; --s) free_slots_.push_back(static_cast<int32_t>(s));
 }
 
+size_t WorkerCache::MemoryBytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sizeof(*this) + index_.MemoryBytes() +
+         keys_.capacity() * sizeof(int64_t) * 3 +  // keys and both clocks
+         (rows_.capacity() + pending_grad_.capacity() + pending_delta_.capacity()) * sizeof(float) +
+         free_slots_.capacity() * sizeof(int32_t);
+}
+
 int64_t WorkerCache::size() const {
   std::lock_guard<std::mutex> lock(mu_);
   return static_cast<int64_t>(index_.size());

@@ -73,6 +73,9 @@ class WorkerCache {
   static Status Create(const CacheConfig& config, std::unique_ptr<WorkerCache>* out);
 
   const CacheConfig& config() const { return config_; }
+  const std::string& table_name() const { return config_.table_name; }
+  int dim() const { return config_.dim; }
+  size_t MemoryBytes() const;
   int64_t size() const;
   CacheCounters Counters() const;
 

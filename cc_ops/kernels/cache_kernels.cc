@@ -17,17 +17,8 @@ using tensorflow::OpKernelContext;
 using tensorflow::Tensor;
 using tensorflow::TensorShape;
 
-class WorkerCacheResource : public tensorflow::ResourceBase {
- public:
-  explicit WorkerCacheResource(std::unique_ptr<WorkerCache> cache) : cache_(std::move(cache)) {}
-  WorkerCache& cache() { return *cache_; }
-  std::string DebugString() const override {
-    return "HetCache of table '" + cache_->config().table_name + "'";
-  }
-
- private:
-  std::unique_ptr<WorkerCache> cache_;
-};
+using WorkerCacheResource = CoreResource<WorkerCache>;
+using CacheKernel = CoreKernel<WorkerCache>;
 
 namespace {
 
@@ -36,24 +27,6 @@ tensorflow::Status OutputPushes(OpKernelContext* ctx, const Pushes& p, int64_t d
   TF_RETURN_IF_ERROR(OutputVector(ctx, 1, p.grads, dim));
   return OutputVector(ctx, 2, p.counts);
 }
-
-// The cache ops' kernels: Run() gets the cache, its dim already checked
-// against the op's `dim` attr (when the op has one).
-class CacheKernel : public ResourceKernel<WorkerCacheResource> {
- public:
-  using ResourceKernel::ResourceKernel;
-
- protected:
-  void Run(OpKernelContext* ctx, WorkerCacheResource& resource) final {
-    WorkerCache& cache = resource.cache();
-    OP_REQUIRES(ctx, dim_ == 0 || dim_ == cache.config().dim,
-                tensorflow::errors::InvalidArgument("table '", cache.config().table_name,
-                                                    "': the cache has dim ", cache.config().dim,
-                                                    " but the op expects ", dim_));
-    RunOnCache(ctx, cache);
-  }
-  virtual void RunOnCache(OpKernelContext* ctx, WorkerCache& cache) = 0;
-};
 
 }  // namespace
 
@@ -86,7 +59,7 @@ class HetCacheOp : public tensorflow::ResourceOpKernel<WorkerCacheResource> {
   }
 
   tensorflow::Status VerifyResource(WorkerCacheResource* resource) override {
-    const CacheConfig& have = resource->cache().config();
+    const CacheConfig& have = resource->core().config();
     if (have.dim != config_.dim || have.capacity != config_.capacity) {
       return tensorflow::errors::InvalidArgument(
           "the cache of table '", config_.table_name, "' already exists on this device with dim ",
@@ -104,7 +77,7 @@ class HetCachePrepareOp : public CacheKernel {
   explicit HetCachePrepareOp(OpKernelConstruction* ctx) : CacheKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("training", &training_));
   }
-  void RunOnCache(OpKernelContext* ctx, WorkerCache& cache) override {
+  void Run(OpKernelContext* ctx, WorkerCache& cache) override {
     const Tensor& ids = ctx->input(1);
     LookupPlan plan;
     OP_REQUIRES_OK(ctx, ToTf(cache.Prepare(ids.flat<int64_t>().data(), ids.NumElements(),
@@ -125,7 +98,7 @@ class HetCacheCompleteOp : public CacheKernel {
   explicit HetCacheCompleteOp(OpKernelConstruction* ctx) : CacheKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("training", &training_));
   }
-  void RunOnCache(OpKernelContext* ctx, WorkerCache& cache) override {
+  void Run(OpKernelContext* ctx, WorkerCache& cache) override {
     const std::string& name = cache.config().table_name;
     const Tensor& keys = ctx->input(1);
     const int64_t u = keys.NumElements();
@@ -149,7 +122,7 @@ class HetCacheCompleteOp : public CacheKernel {
 class HetCacheAccumulateOp : public CacheKernel {
  public:
   using CacheKernel::CacheKernel;
-  void RunOnCache(OpKernelContext* ctx, WorkerCache& cache) override {
+  void Run(OpKernelContext* ctx, WorkerCache& cache) override {
     const Tensor& keys = ctx->input(1);
     const int64_t n = keys.NumElements();
     OP_REQUIRES_OK(ctx, CheckShape(cache.config().table_name, "gradients", ctx->input(2), n,
@@ -165,7 +138,7 @@ class HetCacheAccumulateOp : public CacheKernel {
 class HetCacheAckPushOp : public CacheKernel {
  public:
   using CacheKernel::CacheKernel;
-  void RunOnCache(OpKernelContext* ctx, WorkerCache& cache) override {
+  void Run(OpKernelContext* ctx, WorkerCache& cache) override {
     const std::string& name = cache.config().table_name;
     const int64_t n = ctx->input(1).NumElements();
     OP_REQUIRES_OK(ctx, CheckShape(name, "pushed counts", ctx->input(2), n, 0));
@@ -184,7 +157,7 @@ class HetCacheAckPushOp : public CacheKernel {
 class HetCacheFlushOp : public CacheKernel {
  public:
   using CacheKernel::CacheKernel;
-  void RunOnCache(OpKernelContext* ctx, WorkerCache& cache) override {
+  void Run(OpKernelContext* ctx, WorkerCache& cache) override {
     Pushes pending;
     cache.Flush(&pending);
     OP_REQUIRES_OK(ctx, OutputPushes(ctx, pending, dim_));
@@ -194,13 +167,13 @@ class HetCacheFlushOp : public CacheKernel {
 class HetCacheClearOp : public CacheKernel {
  public:
   using CacheKernel::CacheKernel;
-  void RunOnCache(OpKernelContext*, WorkerCache& cache) override { cache.Clear(); }
+  void Run(OpKernelContext*, WorkerCache& cache) override { cache.Clear(); }
 };
 
 class HetCacheStatsOp : public CacheKernel {
  public:
   using CacheKernel::CacheKernel;
-  void RunOnCache(OpKernelContext* ctx, WorkerCache& cache) override {
+  void Run(OpKernelContext* ctx, WorkerCache& cache) override {
     const CacheCounters c = cache.Counters();
     OP_REQUIRES_OK(ctx, OutputStats(ctx, {
                                              {"capacity", cache.config().capacity},

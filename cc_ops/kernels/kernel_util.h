@@ -2,6 +2,7 @@
 #ifndef HET_TF_KERNELS_KERNEL_UTIL_H_
 #define HET_TF_KERNELS_KERNEL_UTIL_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -53,26 +54,45 @@ inline tensorflow::Status OutputStats(tensorflow::OpKernelContext* ctx,
   return tensorflow::OkStatus();
 }
 
-// A kernel whose first input is a het resource: looks the resource up and
-// hands it to Run(). Reads the op's `dim` attr, when it has one, into dim_.
-template <typename Resource>
-class ResourceKernel : public tensorflow::OpKernel {
+// The ResourceBase that owns one core object: a TableShard or a WorkerCache.
+template <typename Core>
+class CoreResource : public tensorflow::ResourceBase {
  public:
-  explicit ResourceKernel(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {
+  explicit CoreResource(std::unique_ptr<Core> core) : core_(std::move(core)) {}
+  Core& core() { return *core_; }
+  std::string DebugString() const override {
+    return "het resource of table '" + core_->table_name() + "'";
+  }
+  int64_t MemoryUsed() const override { return static_cast<int64_t>(core_->MemoryBytes()); }
+
+ private:
+  std::unique_ptr<Core> core_;
+};
+
+// A kernel whose first input is a het resource: looks it up, checks its dim
+// against the op's `dim` attr when the op has one, and hands it to Run().
+template <typename Core>
+class CoreKernel : public tensorflow::OpKernel {
+ public:
+  explicit CoreKernel(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {
     if (tensorflow::HasNodeAttr(ctx->def(), "dim")) {
       OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
     }
   }
 
   void Compute(tensorflow::OpKernelContext* ctx) final {
-    tensorflow::core::RefCountPtr<Resource> resource;
+    tensorflow::core::RefCountPtr<CoreResource<Core>> resource;
     OP_REQUIRES_OK(ctx, tensorflow::LookupResource(ctx, tensorflow::HandleFromInput(ctx, 0),
                                                    &resource));
-    Run(ctx, *resource);
+    Core& core = resource->core();
+    OP_REQUIRES(ctx, dim_ == 0 || dim_ == core.dim(),
+                tensorflow::errors::InvalidArgument("table '", core.table_name(), "' has dim ",
+                                                    core.dim(), " but the op expects ", dim_));
+    Run(ctx, core);
   }
 
  protected:
-  virtual void Run(tensorflow::OpKernelContext* ctx, Resource& resource) = 0;
+  virtual void Run(tensorflow::OpKernelContext* ctx, Core& core) = 0;
   int64_t dim_ = 0;
 };
 

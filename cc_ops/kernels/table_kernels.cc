@@ -19,18 +19,8 @@ using tensorflow::OpKernelContext;
 using tensorflow::Tensor;
 using tensorflow::TensorShape;
 
-class TableShardResource : public tensorflow::ResourceBase {
- public:
-  explicit TableShardResource(std::unique_ptr<TableShard> table) : table_(std::move(table)) {}
-  TableShard& table() { return *table_; }
-  std::string DebugString() const override {
-    return "HetTableShard '" + table_->config().name + "'";
-  }
-  int64_t MemoryUsed() const override { return static_cast<int64_t>(table_->MemoryBytes()); }
-
- private:
-  std::unique_ptr<TableShard> table_;
-};
+using TableShardResource = CoreResource<TableShard>;
+using TableKernel = CoreKernel<TableShard>;
 
 namespace {
 
@@ -61,23 +51,6 @@ tensorflow::Status ParseTableConfig(OpKernelConstruction* ctx, TableConfig* c) {
   return ToTf(ValidateTableConfig(*c));
 }
 
-// The table ops' kernels: Run() gets the shard, its dim already checked
-// against the op's `dim` attr (when the op has one).
-class TableKernel : public ResourceKernel<TableShardResource> {
- public:
-  using ResourceKernel::ResourceKernel;
-
- protected:
-  void Run(OpKernelContext* ctx, TableShardResource& resource) final {
-    TableShard& table = resource.table();
-    OP_REQUIRES(ctx, dim_ == 0 || dim_ == table.dim(),
-                tensorflow::errors::InvalidArgument("table '", table.config().name, "' has dim ",
-                                                    table.dim(), " but the op expects ", dim_));
-    RunOnTable(ctx, table);
-  }
-  virtual void RunOnTable(OpKernelContext* ctx, TableShard& table) = 0;
-};
-
 }  // namespace
 
 class HetTableShardOp : public tensorflow::ResourceOpKernel<TableShardResource> {
@@ -96,7 +69,7 @@ class HetTableShardOp : public tensorflow::ResourceOpKernel<TableShardResource> 
 
   // A second layer asking for the same shared name must mean the same table.
   tensorflow::Status VerifyResource(TableShardResource* resource) override {
-    const TableConfig& have = resource->table().config();
+    const TableConfig& have = resource->core().config();
     if (have.dim != config_.dim || have.vocabulary_size != config_.vocabulary_size ||
         have.optimizer.kind != config_.optimizer.kind) {
       return tensorflow::errors::InvalidArgument(
@@ -114,7 +87,7 @@ class HetTableShardOp : public tensorflow::ResourceOpKernel<TableShardResource> 
 class HetTableGatherOp : public TableKernel {
  public:
   using TableKernel::TableKernel;
-  void RunOnTable(OpKernelContext* ctx, TableShard& table) override {
+  void Run(OpKernelContext* ctx, TableShard& table) override {
     const Tensor& keys = ctx->input(1);
     const int64_t n = keys.NumElements();
     Tensor* values = nullptr;
@@ -126,7 +99,7 @@ class HetTableGatherOp : public TableKernel {
 class HetTablePullOp : public TableKernel {
  public:
   using TableKernel::TableKernel;
-  void RunOnTable(OpKernelContext* ctx, TableShard& table) override {
+  void Run(OpKernelContext* ctx, TableShard& table) override {
     const Tensor& keys = ctx->input(1);
     const int64_t n = keys.NumElements();
     OP_REQUIRES_OK(ctx, CheckShape(table.config().name, "clocks", ctx->input(2), n, 0));
@@ -145,7 +118,7 @@ class HetTablePushOp : public TableKernel {
   explicit HetTablePushOp(OpKernelConstruction* ctx) : TableKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("return_rows", &return_rows_));
   }
-  void RunOnTable(OpKernelContext* ctx, TableShard& table) override {
+  void Run(OpKernelContext* ctx, TableShard& table) override {
     const std::string& name = table.config().name;
     const Tensor& keys = ctx->input(1);
     const int64_t n = keys.NumElements();
@@ -172,7 +145,7 @@ class HetTableExportOp : public TableKernel {
   explicit HetTableExportOp(OpKernelConstruction* ctx) : TableKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("num_slots", &num_slots_));
   }
-  void RunOnTable(OpKernelContext* ctx, TableShard& table) override {
+  void Run(OpKernelContext* ctx, TableShard& table) override {
     OP_REQUIRES(ctx, table.num_slots() == num_slots_,
                 tensorflow::errors::InvalidArgument("table '", table.config().name, "' has ",
                                                     table.num_slots(), " optimizer slots, not ",
@@ -197,7 +170,7 @@ class HetTableExportOp : public TableKernel {
 class HetTableImportOp : public TableKernel {
  public:
   using TableKernel::TableKernel;
-  void RunOnTable(OpKernelContext* ctx, TableShard& table) override {
+  void Run(OpKernelContext* ctx, TableShard& table) override {
     const std::string& name = table.config().name;
     const Tensor& keys = ctx->input(1);
     const int64_t n = keys.NumElements();
@@ -229,13 +202,13 @@ class HetTableImportOp : public TableKernel {
 class HetTableClearOp : public TableKernel {
  public:
   using TableKernel::TableKernel;
-  void RunOnTable(OpKernelContext*, TableShard& table) override { table.Clear(); }
+  void Run(OpKernelContext*, TableShard& table) override { table.Clear(); }
 };
 
 class HetTableStatsOp : public TableKernel {
  public:
   using TableKernel::TableKernel;
-  void RunOnTable(OpKernelContext* ctx, TableShard& table) override {
+  void Run(OpKernelContext* ctx, TableShard& table) override {
     const TableCounters c = table.Counters();
     OP_REQUIRES_OK(ctx, OutputStats(ctx, {
                                              {"rows", table.Size()},
