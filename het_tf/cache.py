@@ -1,5 +1,6 @@
 """A worker's cache of one table, and the lookup and update steps that keep
 it consistent with the table's shards under HET's clock rules."""
+import contextlib
 import itertools
 
 import tensorflow as tf
@@ -12,21 +13,31 @@ _instance = itertools.count()
 
 
 class WorkerCache:
-    def __init__(self, table: ShardedTable, config: CacheConfig, device=None, shared_name=None):
+    """`device` None means the device the calling function runs on: under
+    ParameterServerStrategy each worker then has its own cache of the same
+    name. `worker_devices` lists those devices, for the flush, clear and
+    stats that the chief runs on every worker's cache."""
+
+    def __init__(self, table: ShardedTable, config: CacheConfig, device=None, shared_name=None,
+                 worker_devices=None):
         self.table = table
         self.config = config.validate(table.config.name)
         self.device = device
+        self.worker_devices = list(worker_devices) if worker_devices else [device]
         # Caches are private to the process that makes them unless named.
         self.shared_name = shared_name or f"het_cache/{table.config.name}/{next(_instance)}"
         self._ops = _op_library.load()
+
+    def _placed(self, device):
+        return contextlib.nullcontext() if device is None else tf.device(device)
 
     @property
     def dim(self):
         return self.table.dim
 
-    def handle(self):
+    def handle(self, device=None):
         c = self.config
-        with tf.device(self.device):
+        with self._placed(device or self.device):
             return self._ops.het_cache(
                 table_name=self.table.config.name, dim=self.dim, capacity=c.capacity,
                 vocabulary_size=self.table.config.vocabulary_size, policy=c.policy,
@@ -34,46 +45,61 @@ class WorkerCache:
                 write_staleness=c.write_staleness, shared_name=self.shared_name)
 
     def stats(self):
-        with tf.device(self.device):
-            names, values = self._ops.het_cache_stats(self.handle())
-        return {n.decode(): int(v) for n, v in zip(names.numpy(), values.numpy())}
+        """Counters summed over every worker's cache (eager)."""
+        total = {}
+        for device in self.worker_devices:
+            with self._placed(device):
+                names, values = self._ops.het_cache_stats(self.handle(device))
+            for n, v in zip(names.numpy(), values.numpy()):
+                key = n.decode()
+                total[key] = total.get(key, 0) + int(v)
+        return total
 
     def clear(self):
-        with tf.device(self.device):
-            return self._ops.het_cache_clear(self.handle())
+        """Empties every worker's cache."""
+        ops = []
+        for device in self.worker_devices:
+            with self._placed(device):
+                ops.append(self._ops.het_cache_clear(self.handle(device)))
+        return ops
 
     def lookup(self, ids, training):
         """Rows of int64 `ids` (any shape) plus the batch's unique keys and
         the inverse map, for the gradient step."""
         ids = self.table.check_ids(ids)
-        with tf.device(self.device):
+        with self._placed(self.device):
             unique, inverse, clocks = self._ops.het_cache_prepare(self.handle(), ids,
                                                                   training=training)
         positions, values, row_clocks = self.table.pull(unique, clocks,
                                                         self.config.read_staleness)
-        with tf.device(self.device):
+        with self._placed(self.device):
             rows = self._ops.het_cache_complete(self.handle(), unique, positions, values,
                                                 row_clocks, dim=self.dim, training=training)
         return rows, unique, inverse
 
     def apply_gradients(self, unique_keys, unique_grads, learning_rate):
         """One local update per unique key; pushes whatever is due."""
-        with tf.device(self.device):
+        with self._placed(self.device):
             keys, grads, counts = self._ops.het_cache_accumulate(
                 self.handle(), unique_keys, unique_grads, tf.cast(learning_rate, tf.float32),
                 dim=self.dim)
         return self._push_and_ack(keys, grads, counts, learning_rate)
 
     def flush(self, learning_rate):
-        """Pushes every pending update; returns the op that acknowledges them."""
-        with tf.device(self.device):
-            keys, grads, counts = self._ops.het_cache_flush(self.handle(), dim=self.dim)
-        return self._push_and_ack(keys, grads, counts, learning_rate)
+        """Pushes every pending update of every worker's cache; returns the
+        ops that acknowledge them."""
+        acks = []
+        for device in self.worker_devices:
+            with self._placed(device):
+                keys, grads, counts = self._ops.het_cache_flush(self.handle(device), dim=self.dim)
+            acks.append(self._push_and_ack(keys, grads, counts, learning_rate, device))
+        return acks
 
-    def _push_and_ack(self, keys, grads, counts, learning_rate):
+    def _push_and_ack(self, keys, grads, counts, learning_rate, device=None):
         values, clocks = self.table.push(keys, grads, counts, learning_rate, return_rows=True)
-        with tf.device(self.device):
-            return self._ops.het_cache_ack_push(self.handle(), keys, counts, values, clocks)
+        with self._placed(device or self.device):
+            return self._ops.het_cache_ack_push(self.handle(device), keys, counts, values,
+                                                clocks)
 
 
 def lookup_without_cache(table: ShardedTable, ids):

@@ -1,4 +1,4 @@
-"""The het-tf command."""
+"""The het-tf command: info, server, launch."""
 import argparse
 import json
 import sys
@@ -9,8 +9,7 @@ def _info(_args):
 
     from het_tf import _op_library
 
-    lib = _op_library.library_path()
-    report = {"tensorflow": tf.__version__, "op_library": lib}
+    report = {"tensorflow": tf.__version__, "op_library": _op_library.library_path()}
     try:
         ops = _op_library.load()
         report["op_library_built_for"] = ops.het_build_info().numpy().decode()
@@ -21,13 +20,43 @@ def _info(_args):
     return 1 if "error" in report else 0
 
 
+def _server(_args):
+    from het_tf import cluster
+
+    return cluster.serve()
+
+
+def _launch(args):
+    from het_tf import cluster
+
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        print("het-tf launch: give the chief's command after --", file=sys.stderr)
+        return 2
+    return cluster.launch(args.ps, args.workers, command, evaluator=args.evaluator)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="het-tf", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command_name", required=True)
     sub.add_parser("info", help="show versions and whether the op library loads").set_defaults(
         run=_info)
+    sub.add_parser("server", help="run the ps or worker task that TF_CONFIG names, until "
+                   "SIGTERM").set_defaults(run=_server)
+    launch = sub.add_parser("launch", help="start a local cluster on 127.0.0.1 and run a "
+                            "command as its chief")
+    launch.add_argument("--ps", type=int, default=1, help="parameter-server tasks (default 1)")
+    launch.add_argument("--workers", type=int, default=2, help="worker tasks (default 2)")
+    launch.add_argument("--evaluator", action="store_true",
+                        help="also run the command as an evaluator task")
+    launch.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
+    launch.set_defaults(run=_launch)
     args = parser.parse_args(argv)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except ValueError as e:  # bad TF_CONFIG or arguments: say so, no traceback
+        print(f"het-tf {args.command_name}: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

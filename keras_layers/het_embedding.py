@@ -209,8 +209,21 @@ class HetEmbedding(tf_keras.layers.Layer):
 
     # ----- building -----
 
-    def _shard_devices(self):
-        return [None]
+    def _placement(self):
+        """(table shard devices, worker devices, instance) for the current
+        strategy: with ParameterServerStrategy one shard per PS task and a
+        cache on every worker; otherwise one in-process shard and cache."""
+        strategy = tf.distribute.get_strategy()
+        if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
+            extended = strategy.extended
+            return ([f"/job:ps/replica:0/task:{i}/device:CPU:0" for i in range(extended._num_ps)],
+                    [f"/job:worker/replica:0/task:{i}/device:CPU:0"
+                     for i in range(extended._num_workers)],
+                    # Named for the cluster: a restarted chief finds the same rows.
+                    "cluster")
+        # A process-unique instance: tables are found by name, and a second
+        # model with a layer of the same name must not see these rows.
+        return [None], None, f"{id(self):x}"
 
     def build(self, input_shape):
         # The anchor only carries the gradient path to the embedding update.
@@ -221,12 +234,12 @@ class HetEmbedding(tf_keras.layers.Layer):
         # Samples seen in training, for per-sample traffic figures.
         self._samples = self.add_weight("het_samples", shape=(), dtype=tf.int64,
                                         initializer="zeros", trainable=False)
-        # A process-unique instance: tables are found by name, and a second
-        # model with a layer of the same name must not see these rows.
-        instance = f"{id(self):x}"
-        self._table = ShardedTable(self._table_config, self._shard_devices(), instance)
+        shard_devices, worker_devices, instance = self._placement()
+        self._table = ShardedTable(self._table_config, shard_devices, instance)
         if self._cache_config is not None:
-            self._cache = WorkerCache(self._table, self._cache_config)
+            self._cache = WorkerCache(self._table, self._cache_config,
+                                      shared_name=f"het_cache/{self.name}/{instance}",
+                                      worker_devices=worker_devices)
         self._table_checkpoint = TableCheckpoint(self._table, self._flush_ops, self._clear_cache)
         if self._initializer[0] == "materialize":
             with tf.init_scope():

@@ -1,0 +1,247 @@
+"""Clusters from TF_CONFIG: task servers with the op library loaded, a local
+launcher, and the ParameterServerStrategy a training script runs under."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import tensorflow as tf
+
+# Jobs whose tasks are plain servers; the chief and an evaluator run scripts.
+SERVER_JOBS = ("ps", "worker")
+
+
+def tf_config():
+    """The parsed TF_CONFIG, with a clear error when it is missing or bad."""
+    raw = os.environ.get("TF_CONFIG")
+    if not raw:
+        raise ValueError("TF_CONFIG is not set: it names the cluster and this task, e.g. "
+                         '{"cluster": {"chief": [...], "worker": [...], "ps": [...]}, '
+                         '"task": {"type": "ps", "index": 0}}')
+    try:
+        config = json.loads(raw)
+        cluster, task = config["cluster"], config["task"]
+        task_type, index = task["type"], int(task["index"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"TF_CONFIG is not valid: {e}; got {raw[:200]}") from e
+    if task_type not in cluster and task_type != "evaluator":
+        raise ValueError(f"TF_CONFIG's task type {task_type!r} is not a job of its cluster "
+                         f"({', '.join(cluster)})")
+    if task_type in cluster and not 0 <= index < len(cluster[task_type]):
+        raise ValueError(f"TF_CONFIG's task index {index} is out of range for job "
+                         f"{task_type!r} of {len(cluster[task_type])} tasks")
+    return config
+
+
+def server_config(num_workers):
+    """Thread pools large enough that a 2-core machine does not deadlock: a
+    ParameterServerStrategy task needs an inter-op thread per concurrent
+    worker closure, plus one."""
+    config = tf.compat.v1.ConfigProto()
+    config.inter_op_parallelism_threads = max(4, num_workers + 2)
+    return config
+
+
+def serve(stop_after=None):
+    """Runs the tf.distribute.Server for the task TF_CONFIG names, with the
+    op library loaded, until SIGTERM or SIGINT."""
+    import het_tf  # noqa: F401  (registers the ops this server must run)
+
+    config = tf_config()
+    task_type, index = config["task"]["type"], int(config["task"]["index"])
+    if task_type not in SERVER_JOBS:
+        raise ValueError(f"het-tf server runs ps and worker tasks; TF_CONFIG names a "
+                         f"{task_type!r} task, which runs the training (or evaluation) script")
+    cluster = tf.train.ClusterSpec(config["cluster"])
+    num_workers = len(config["cluster"].get("worker", []))
+    server = tf.distribute.Server(cluster, job_name=task_type, task_index=index,
+                                  protocol="grpc", config=server_config(num_workers), start=True)
+    stopped = threading.Event()
+
+    def stop(signum, _frame):
+        print(f"het-tf server {task_type}:{index}: stopping on signal {signum}", flush=True)
+        stopped.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print(f"het-tf server {task_type}:{index}: serving {server.target}", flush=True)
+    deadline = None if stop_after is None else time.monotonic() + stop_after
+    while not stopped.wait(0.5):
+        if deadline is not None and time.monotonic() > deadline:
+            break
+    return 0
+
+
+def free_ports(count, host="127.0.0.1"):
+    """Ports free right now on host, all different."""
+    sockets, ports = [], []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind((host, 0))
+            sockets.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in sockets:
+            s.close()
+    return ports
+
+
+def local_cluster_spec(num_ps, num_workers, host="127.0.0.1"):
+    ports = free_ports(1 + num_ps + num_workers, host)
+    addresses = [f"{host}:{p}" for p in ports]
+    return {"chief": addresses[:1], "ps": addresses[1:1 + num_ps],
+            "worker": addresses[1 + num_ps:]}
+
+
+def _prefix_lines(stream, name, out):
+    for line in iter(stream.readline, b""):
+        out.write(f"[{name}] {line.decode(errors='replace')}")
+        out.flush()
+    stream.close()
+
+
+class LocalCluster:
+    """One process per task on 127.0.0.1, each with its own TF_CONFIG.
+
+    Task logs are prefixed with the task's name. Every process is started
+    in its own session and killed on close, so nothing outlives the cluster.
+    """
+
+    def __init__(self, num_ps, num_workers, evaluator=False, env=None, host="127.0.0.1",
+                 out=None):
+        if num_ps < 1 or num_workers < 1:
+            raise ValueError(f"a cluster needs at least 1 ps and 1 worker, got {num_ps} ps "
+                             f"and {num_workers} workers")
+        self.cluster = local_cluster_spec(num_ps, num_workers, host)
+        self.evaluator = evaluator
+        self.env = dict(os.environ if env is None else env)
+        self.out = out or sys.stdout
+        self.tasks = {}  # "ps:0" -> Popen
+        self._threads = []
+
+    def task_env(self, task_type, index):
+        config = {"cluster": self.cluster, "task": {"type": task_type, "index": index}}
+        return dict(self.env, TF_CONFIG=json.dumps(config))
+
+    def _spawn(self, name, argv, env):
+        process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        thread = threading.Thread(target=_prefix_lines, args=(process.stdout, name, self.out),
+                                  daemon=True)
+        thread.start()
+        self._threads.append(thread)
+        self.tasks[name] = process
+        return process
+
+    def start_task(self, task_type, index):
+        argv = [sys.executable, "-m", "het_tf.cli", "server"]
+        return self._spawn(f"{task_type}:{index}", argv, self.task_env(task_type, index))
+
+    def start(self):
+        for job in ("ps", "worker"):
+            for index in range(len(self.cluster[job])):
+                self.start_task(job, index)
+        self.wait_until_serving()
+        return self
+
+    def wait_until_serving(self, timeout=120):
+        """Waits for every server's port to accept connections."""
+        deadline = time.monotonic() + timeout
+        for job in ("ps", "worker"):
+            for index, address in enumerate(self.cluster[job]):
+                host, port = address.rsplit(":", 1)
+                while True:
+                    process = self.tasks.get(f"{job}:{index}")
+                    if process is not None and process.poll() is not None:
+                        raise RuntimeError(f"task {job}:{index} exited with code "
+                                           f"{process.returncode} while starting")
+                    try:
+                        socket.create_connection((host, int(port)), timeout=1).close()
+                        break
+                    except OSError:
+                        if time.monotonic() > deadline:
+                            raise TimeoutError(f"task {job}:{index} is not serving on "
+                                               f"{address} after {timeout} s")
+                        time.sleep(0.2)
+
+    def run_chief(self, command, timeout=None):
+        """Runs command as the chief; returns its exit code."""
+        process = self._spawn("chief:0", list(command), self.task_env("chief", 0))
+        if self.evaluator:
+            self._spawn("evaluator:0", list(command), self.task_env("evaluator", 0))
+        try:
+            return process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return 124
+
+    def kill_task(self, name, sig=signal.SIGKILL):
+        process = self.tasks[name]
+        if process.poll() is None:
+            os.killpg(process.pid, sig)
+        process.wait(timeout=30)
+
+    def close(self):
+        for name, process in self.tasks.items():
+            if process.poll() is None:
+                try:
+                    os.killpg(process.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 10
+        for process in self.tasks.values():
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                process.wait()
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def launch(num_ps, num_workers, command, evaluator=False):
+    """`het-tf launch`: a local cluster around one chief command."""
+    print(f"het-tf launch: {num_ps} ps and {num_workers} workers on 127.0.0.1; tasks listen on "
+          "all interfaces of their ports (TensorFlow's gRPC servers cannot bind to one "
+          "address): keep this machine's ports closed to other hosts", flush=True)
+    cluster = LocalCluster(num_ps, num_workers, evaluator=evaluator)
+    interrupted = []
+
+    def on_signal(signum, _frame):
+        interrupted.append(signum)
+        cluster.close()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        cluster.start()
+        code = cluster.run_chief(command)
+    finally:
+        cluster.close()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return 130 if interrupted else code
+
+
+def parameter_server_strategy(variable_partitioner=None):
+    """The ParameterServerStrategy for the cluster in TF_CONFIG, to be created
+    by the chief. Connects to every task, so they must all be serving."""
+    config = tf_config()
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    num_workers = len(config["cluster"].get("worker", []))
+    # The coordinator runs a closure per worker at once: size its pools too.
+    tf.config.threading.set_inter_op_parallelism_threads(max(4, num_workers + 2))
+    return tf.distribute.experimental.ParameterServerStrategy(
+        resolver, variable_partitioner=variable_partitioner)
