@@ -2,6 +2,7 @@
 it consistent with the table's shards under HET's clock rules."""
 import contextlib
 import itertools
+import logging
 
 import tensorflow as tf
 
@@ -10,6 +11,9 @@ from het_tf.config import CacheConfig
 from het_tf.table import ShardedTable
 
 _instance = itertools.count()
+# What a worker that is gone raises when the chief runs an op on it.
+_WORKER_GONE = (tf.errors.UnavailableError, tf.errors.CancelledError, tf.errors.AbortedError,
+                tf.errors.DeadlineExceededError)
 
 
 class WorkerCache:
@@ -31,6 +35,22 @@ class WorkerCache:
     def _placed(self, device):
         return contextlib.nullcontext() if device is None else tf.device(device)
 
+    def _on_every_worker(self, fn):
+        """fn(device) for each worker's cache. Eagerly, a worker that is gone
+        is skipped with a warning: its cache went with it."""
+        results = []
+        for device in self.worker_devices:
+            if not tf.executing_eagerly():
+                results.append(fn(device))
+                continue
+            try:
+                results.append(fn(device))
+            except _WORKER_GONE as e:
+                logging.getLogger("het_tf").warning(
+                    "table '%s': the cache on %s is unreachable (%s); skipping it",
+                    self.table.config.name, device, type(e).__name__)
+        return results
+
     @property
     def dim(self):
         return self.table.dim
@@ -46,22 +66,24 @@ class WorkerCache:
 
     def stats(self):
         """Counters summed over every worker's cache (eager)."""
-        total = {}
-        for device in self.worker_devices:
+        def one(device):
             with self._placed(device):
                 names, values = self._ops.het_cache_stats(self.handle(device))
-            for n, v in zip(names.numpy(), values.numpy()):
-                key = n.decode()
-                total[key] = total.get(key, 0) + int(v)
+            return {n.decode(): int(v) for n, v in zip(names.numpy(), values.numpy())}
+
+        total = {}
+        for stats in self._on_every_worker(one):
+            for key, value in stats.items():
+                total[key] = total.get(key, 0) + value
         return total
 
     def clear(self):
         """Empties every worker's cache."""
-        ops = []
-        for device in self.worker_devices:
+        def one(device):
             with self._placed(device):
-                ops.append(self._ops.het_cache_clear(self.handle(device)))
-        return ops
+                return self._ops.het_cache_clear(self.handle(device))
+
+        return self._on_every_worker(one)
 
     def lookup(self, ids, training):
         """Rows of int64 `ids` (any shape) plus the batch's unique keys and
@@ -88,12 +110,12 @@ class WorkerCache:
     def flush(self, learning_rate):
         """Pushes every pending update of every worker's cache; returns the
         ops that acknowledge them."""
-        acks = []
-        for device in self.worker_devices:
+        def one(device):
             with self._placed(device):
                 keys, grads, counts = self._ops.het_cache_flush(self.handle(device), dim=self.dim)
-            acks.append(self._push_and_ack(keys, grads, counts, learning_rate, device))
-        return acks
+            return self._push_and_ack(keys, grads, counts, learning_rate, device)
+
+        return self._on_every_worker(one)
 
     def _push_and_ack(self, keys, grads, counts, learning_rate, device=None):
         values, clocks = self.table.push(keys, grads, counts, learning_rate, return_rows=True)

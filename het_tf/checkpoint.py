@@ -23,26 +23,35 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
         self._clear_caches = clear_caches
         self._exported = {}
 
-    def _export_field(self, field):
+    def _export_field(self, field, flushed):
         # TensorFlow asks for each field separately; one flush and export
         # serves all five.
         if not self._exported:
-            with tf.control_dependencies(self._flush()):
+            with tf.control_dependencies([] if flushed else self._flush()):
                 exported = self._table.export_all()
             # Empty the caches too, so that training after a save goes on
             # exactly as training after a restore of that save would.
-            with tf.control_dependencies(exported):
-                cleared = tf.nest.flatten(self._clear_caches())
-            with tf.control_dependencies(cleared):
-                self._exported = {f: tf.identity(t) for f, t in zip(_FIELDS, exported)}
+            if not flushed:
+                with tf.control_dependencies(exported):
+                    cleared = tf.nest.flatten(self._clear_caches())
+                with tf.control_dependencies(cleared):
+                    exported = [tf.identity(t) for t in exported]
+            self._exported = dict(zip(_FIELDS, exported))
         return self._exported.pop(field)
 
     def _serialize_to_tensors(self):
-        # Callables: restore only needs names and dtypes, and must not flush
-        # or export the whole table to learn them.
+        # Eagerly (TensorFlow asks here before it traces a multi-device save),
+        # flush and empty the caches now, worker by worker, so that a worker
+        # that died only costs its own pending updates.
+        flushed = tf.executing_eagerly()
+        if flushed:
+            self._flush()
+            self._clear_caches()
+        # Callables: restore only needs names and dtypes, and must not
+        # export the whole table to learn them.
         return {
             field: saveable_object.SaveSpec(
-                lambda field=field: self._export_field(field), "", field, dtype=dtype,
+                lambda field=field: self._export_field(field, flushed), "", field, dtype=dtype,
                 device="/cpu:0")
             for field, dtype in zip(_FIELDS, _DTYPES)
         }

@@ -169,11 +169,16 @@ class LocalCluster:
                                                f"{address} after {timeout} s")
                         time.sleep(0.2)
 
-    def run_chief(self, command, timeout=None):
-        """Runs command as the chief; returns its exit code."""
+    def start_chief(self, command):
+        """Starts command as the chief (and as the evaluator, if asked)."""
         process = self._spawn("chief:0", list(command), self.task_env("chief", 0))
         if self.evaluator:
             self._spawn("evaluator:0", list(command), self.task_env("evaluator", 0))
+        return process
+
+    def run_chief(self, command, timeout=None):
+        """Runs command as the chief; returns its exit code (124 on timeout)."""
+        process = self.start_chief(command)
         try:
             return process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -1,0 +1,173 @@
+"""Real multi-process clusters on 127.0.0.1: ParameterServerStrategy
+training, counters, checkpoints restored onto other PS counts, export, and
+the loss of a worker or of a PS task."""
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from het_tf.cluster import LocalCluster
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "examples", "cluster_train.py")
+CHIEF_TIMEOUT = 300
+
+
+class Log(io.TextIOBase):
+    """Collects task output (for assertions and for failure reports)."""
+
+    def __init__(self):
+        self.lines, self._lock = [], threading.Lock()
+
+    def write(self, text):
+        with self._lock:
+            self.lines.append(text)
+        return len(text)
+
+    def text(self):
+        with self._lock:
+            return "".join(self.lines)
+
+
+def assert_all_gone(cluster):
+    for name, process in cluster.tasks.items():
+        assert process.poll() is not None, f"{name} still running"
+        with pytest.raises(ProcessLookupError):
+            os.killpg(process.pid, 0)
+
+
+def run_training(tmp_path, name, ps, workers=2, extra=(), during=None):
+    """Runs examples/cluster_train.py as the chief of a fresh local cluster;
+    `during(cluster, chief, log)` may act while it runs. Returns (exit code,
+    result dict or None, log text)."""
+    result_path = tmp_path / f"{name}.json"
+    log = Log()
+    cluster = LocalCluster(ps, workers, out=log)
+    try:
+        cluster.start()
+        chief = cluster.start_chief([sys.executable, SCRIPT, "--result-json", str(result_path),
+                                     *extra])
+        if during is not None:
+            during(cluster, chief, log)
+        try:
+            code = chief.wait(timeout=CHIEF_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            code = 124
+    finally:
+        cluster.close()
+    assert_all_gone(cluster)
+    result = json.loads(result_path.read_text()) if result_path.exists() else None
+    return code, result, log.text()
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cluster")
+    code, result, log = run_training(
+        tmp, "train", ps=2, extra=["--epochs", "3", "--checkpoint-dir", str(tmp / "ckpt"),
+                                   "--export-dir", str(tmp / "export")])
+    assert code == 0, log[-5000:]
+    return tmp, result
+
+
+def test_training_shards_rows_caches_hits_and_counts_add_up(trained):
+    _, result = trained
+    losses = result["losses"]
+    assert len(losses) == 3 and losses[-1] < losses[0] - 0.02
+    assert result["num_ps"] == 2
+    assert all(rows > 0 for rows in result["shard_rows"])
+    stats = result["stats"]
+    assert stats["cache_hits"] > 0 and stats["hit_rate"] > 0.2
+    assert stats["cache_capacity"] == 2 * 400  # one cache on each worker
+    # Every update a worker made reached a shard, and shows in the clocks.
+    assert stats["cache_updates_pushed"] == stats["table_updates_applied"] == result["clock_sum"]
+    assert stats["samples"] == 3 * 40 * 32
+    assert sum(result["shard_rows"]) == stats["table_rows"] == len(result["table"][0])
+
+
+def test_export_from_the_cluster_loads_without_het_tf(trained):
+    tmp, result = trained
+    code = (
+        "import json, sys, numpy as np, tensorflow as tf\n"
+        f"m = tf.saved_model.load({str(tmp / 'export')!r})\n"
+        f"probe = tf.constant({result['export_probe']!r}, tf.int64)\n"
+        "out = m.signatures['serving_default'](ids=probe)['score'].numpy().ravel()\n"
+        "print(json.dumps({'scores': out.tolist(), 'het_tf': 'het_tf' in sys.modules}))\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=180, cwd="/", env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    loaded = json.loads(run.stdout.strip().splitlines()[-1])
+    assert not loaded["het_tf"]
+    np.testing.assert_allclose(loaded["scores"], result["export_scores"], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("ps", [1, 3])
+def test_checkpoint_restores_onto_another_number_of_ps_tasks(trained, ps):
+    tmp, trained_result = trained
+    code, result, log = run_training(
+        tmp, f"restore{ps}", ps=ps, workers=1,
+        extra=["--epochs", "0", "--checkpoint-dir", str(tmp / "ckpt")])
+    assert code == 0, log[-5000:]
+    assert result["num_ps"] == ps and "resumed_from" in result
+    assert all(rows > 0 for rows in result["shard_rows"])
+    keys, values, clocks = result["table"]
+    want_keys, want_values, want_clocks = trained_result["table"]
+    assert keys == want_keys and clocks == want_clocks
+    np.testing.assert_array_equal(np.array(values), np.array(want_values))
+
+
+def wait_for(log, text, timeout=CHIEF_TIMEOUT):
+    deadline = time.monotonic() + timeout
+    while text not in log.text():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"never saw {text!r}")
+        time.sleep(0.2)
+
+
+def test_training_finishes_when_a_worker_dies(tmp_path):
+    def kill_worker(cluster, chief, log):
+        wait_for(log, "Epoch 2/")
+        cluster.kill_task("worker:1")
+
+    code, result, log = run_training(
+        tmp_path, "worker_dies", ps=1, extra=["--epochs", "4", "--steps-per-epoch", "30"],
+        during=kill_worker)
+    assert code == 0, log[-5000:]
+    assert len(result["losses"]) == 4
+    assert "is unreachable" in log  # the dead worker's cache was skipped, not waited for
+    # Updates that reached the shard are all in its clocks.
+    assert result["stats"]["table_updates_applied"] == result["clock_sum"]
+
+
+def test_a_lost_ps_task_fails_the_chief_and_a_relaunch_resumes(tmp_path):
+    ckpt = tmp_path / "ckpt"
+
+    def kill_ps(cluster, chief, log):
+        wait_for(log, "Epoch 3/")  # two checkpoints written by now
+        cluster.kill_task("ps:0")
+
+    code, _, log = run_training(
+        tmp_path, "ps_dies", ps=2,
+        extra=["--epochs", "50", "--steps-per-epoch", "20", "--checkpoint-dir", str(ckpt)],
+        during=kill_ps)
+    assert code not in (0, 124), log[-3000:]
+    chief = "\n".join(line for line in log.splitlines() if line.startswith("[chief:0]"))
+    with open(tmp_path / "ps_dies.log", "w") as f:
+        f.write(chief)
+    # The chief says which task went away.
+    assert "UnavailableError" in chief and "/job:ps/replica:0/task:0" in chief, chief[-3000:]
+
+    code, result, log = run_training(
+        tmp_path, "resumed", ps=2,
+        extra=["--epochs", "1", "--steps-per-epoch", "10", "--checkpoint-dir", str(ckpt)])
+    assert code == 0, log[-5000:]
+    assert result["resumed_from"].startswith(str(ckpt))
+    assert result["restored_rows"] > 0
+    assert result["stats"]["table_updates_applied"] >= 0 and len(result["losses"]) == 1
