@@ -36,6 +36,8 @@ def parse_args():
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--cache-capacity", type=int, default=400)
     p.add_argument("--staleness", type=int, default=10)
+    p.add_argument("--evaluate-steps", type=int, default=0,
+                   help="evaluate on this many batches after training")
     p.add_argument("--checkpoint-dir")
     p.add_argument("--export-dir")
     p.add_argument("--result-json")
@@ -64,7 +66,11 @@ def build_model(args):
     x = tf_keras.layers.Dense(16, activation="relu")(x)
     outputs = tf_keras.layers.Dense(1, activation="sigmoid", name="score")(x)
     model = tf_keras.Model(inputs, outputs)
-    model.compile(tf_keras.optimizers.Adam(0.01), "binary_crossentropy", steps_per_execution=4)
+    # Inline evaluation through the coordinator; pss_evaluation_shards="auto"
+    # (exact visitation) hangs with DatasetCreator inputs here.
+    model.compile(tf_keras.optimizers.Adam(0.01), "binary_crossentropy",
+                  metrics=[tf_keras.metrics.AUC(name="auc")], steps_per_execution=4,
+                  pss_evaluation_shards=0)
     return model, layer
 
 
@@ -90,6 +96,12 @@ def main():
         history = model.fit(tf_keras.utils.experimental.DatasetCreator(dataset_fn(args)),
                             epochs=args.epochs, steps_per_epoch=args.steps_per_epoch, verbose=2,
                             callbacks=[HetMetricsCallback()] + save_each_epoch).history
+    if args.evaluate_steps:
+        pushed = layer.het_stats()["table_updates_applied"]
+        result["evaluation"] = model.evaluate(
+            tf_keras.utils.experimental.DatasetCreator(dataset_fn(args)),
+            steps=args.evaluate_steps, return_dict=True, verbose=2)
+        result["pushed_during_evaluation"] = layer.het_stats()["table_updates_applied"] - pushed
     layer.flush()
     stats = layer.het_stats()
     keys, values, _, clocks, _ = (t.numpy() for t in layer.table.export_all())

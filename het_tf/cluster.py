@@ -184,6 +184,15 @@ class LocalCluster:
         except subprocess.TimeoutExpired:
             return 124
 
+    def signal_all(self, sig=signal.SIGTERM):
+        """Signals every running task without waiting: safe in a signal handler."""
+        for process in self.tasks.values():
+            if process.poll() is None:
+                try:
+                    os.killpg(process.pid, sig)
+                except ProcessLookupError:
+                    pass
+
     def kill_task(self, name, sig=signal.SIGKILL):
         process = self.tasks[name]
         if process.poll() is None:
@@ -191,12 +200,7 @@ class LocalCluster:
         process.wait(timeout=30)
 
     def close(self):
-        for name, process in self.tasks.items():
-            if process.poll() is None:
-                try:
-                    os.killpg(process.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+        self.signal_all(signal.SIGTERM)
         deadline = time.monotonic() + 10
         for process in self.tasks.values():
             try:
@@ -223,11 +227,14 @@ def launch(num_ps, num_workers, command, evaluator=False):
           "all interfaces of their ports (TensorFlow's gRPC servers cannot bind to one "
           "address): keep this machine's ports closed to other hosts", flush=True)
     cluster = LocalCluster(num_ps, num_workers, evaluator=evaluator)
+    print(f"het-tf launch: cluster {json.dumps(cluster.cluster)}", flush=True)
     interrupted = []
 
     def on_signal(signum, _frame):
+        # Only signal here: waiting on a Popen the main thread is waiting on
+        # would deadlock. The chief's exit ends run_chief; close() reaps.
         interrupted.append(signum)
-        cluster.close()
+        cluster.signal_all(signal.SIGTERM)
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:

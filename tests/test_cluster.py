@@ -72,7 +72,7 @@ def trained(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cluster")
     code, result, log = run_training(
         tmp, "train", ps=2, extra=["--epochs", "3", "--checkpoint-dir", str(tmp / "ckpt"),
-                                   "--export-dir", str(tmp / "export")])
+                                   "--export-dir", str(tmp / "export"), "--evaluate-steps", "8"])
     assert code == 0, log[-5000:]
     return tmp, result
 
@@ -90,6 +90,8 @@ def test_training_shards_rows_caches_hits_and_counts_add_up(trained):
     assert stats["cache_updates_pushed"] == stats["table_updates_applied"] == result["clock_sum"]
     assert stats["samples"] == 3 * 40 * 32
     assert sum(result["shard_rows"]) == stats["table_rows"] == len(result["table"][0])
+    assert result["evaluation"]["auc"] > 0.55
+    assert result["pushed_during_evaluation"] == 0  # evaluation never pushes
 
 
 def test_export_from_the_cluster_loads_without_het_tf(trained):
@@ -171,3 +173,57 @@ def test_a_lost_ps_task_fails_the_chief_and_a_relaunch_resumes(tmp_path):
     assert result["resumed_from"].startswith(str(ckpt))
     assert result["restored_rows"] > 0
     assert result["stats"]["table_updates_applied"] >= 0 and len(result["losses"]) == 1
+
+
+HET_TF = os.path.join(os.path.dirname(sys.executable), "het-tf")
+
+
+def processes_with(text):
+    """Pids of processes whose environment mentions text (a port of ours)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if text.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def test_launch_returns_the_chiefs_exit_code():
+    run = subprocess.run([HET_TF, "launch", "--ps", "1", "--workers", "1", "--",
+                          sys.executable, "-c",
+                          "import json, os, sys; c = json.loads(os.environ['TF_CONFIG']); "
+                          "print('task', c['task']); sys.exit(3)"],
+                         capture_output=True, text=True, timeout=180)
+    assert run.returncode == 3, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "[chief:0] task {'type': 'chief', 'index': 0}" in run.stdout
+    assert "[ps:0] het-tf server ps:0: serving" in run.stdout
+
+
+def test_launch_tears_everything_down_on_ctrl_c():
+    launcher = subprocess.Popen([HET_TF, "launch", "--ps", "1", "--workers", "2", "--",
+                                 sys.executable, "-c", "import time; time.sleep(600)"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    try:
+        for line in launcher.stdout:
+            lines.append(line)
+            if "het-tf server worker:1: serving" in line:
+                break
+        cluster = json.loads(next(l for l in lines if "cluster {" in l).split("cluster ", 1)[1])
+        port = cluster["ps"][0].rsplit(":", 1)[1]
+        deadline = time.monotonic() + 60
+        while len(processes_with(port)) < 4 and time.monotonic() < deadline:  # the chief starts last
+            time.sleep(0.2)
+        assert len(processes_with(port)) >= 4  # ps, 2 workers, chief
+        launcher.send_signal(signal.SIGINT)
+        assert launcher.wait(timeout=60) == 130
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    deadline = time.monotonic() + 30
+    while processes_with(port) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert processes_with(port) == []
