@@ -11,9 +11,15 @@ from het_tf.config import CacheConfig
 from het_tf.table import ShardedTable
 
 _instance = itertools.count()
-# What a worker that is gone raises when the chief runs an op on it.
+# What a worker that is gone raises when the chief runs an op on it; once
+# the coordinator has dropped it, its device is simply unknown.
 _WORKER_GONE = (tf.errors.UnavailableError, tf.errors.CancelledError, tf.errors.AbortedError,
                 tf.errors.DeadlineExceededError)
+
+
+def _worker_gone(error):
+    return isinstance(error, _WORKER_GONE) or (
+        isinstance(error, tf.errors.InvalidArgumentError) and "unknown device" in str(error))
 
 
 class WorkerCache:
@@ -45,7 +51,9 @@ class WorkerCache:
                 continue
             try:
                 results.append(fn(device))
-            except _WORKER_GONE as e:
+            except tf.errors.OpError as e:
+                if not _worker_gone(e):
+                    raise
                 logging.getLogger("het_tf").warning(
                     "table '%s': the cache on %s is unreachable (%s); skipping it",
                     self.table.config.name, device, type(e).__name__)

@@ -33,7 +33,12 @@ def _launch(args):
     if not command:
         print("het-tf launch: give the chief's command after --", file=sys.stderr)
         return 2
-    return cluster.launch(args.ps, args.workers, command, evaluator=args.evaluator)
+    if args.hybrid and args.evaluator:
+        print("het-tf launch: --evaluator is for ParameterServerStrategy clusters, not --hybrid",
+              file=sys.stderr)
+        return 2
+    return cluster.launch(args.ps, args.workers, command, evaluator=args.evaluator,
+                          hybrid=args.hybrid)
 
 
 def main(argv=None):
@@ -49,6 +54,9 @@ def main(argv=None):
     launch.add_argument("--workers", type=int, default=2, help="worker tasks (default 2)")
     launch.add_argument("--evaluator", action="store_true",
                         help="also run the command as an evaluator task")
+    launch.add_argument("--hybrid", action="store_true",
+                        help="run the command as --workers Horovod ranks (horovodrun --gloo) "
+                        "that share the PS tasks' tables; HET_TF_PS names the PS tasks")
     launch.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
     launch.set_defaults(run=_launch)
     args = parser.parse_args(argv)

@@ -91,7 +91,11 @@ def free_ports(count, host="127.0.0.1"):
     return ports
 
 
-def local_cluster_spec(num_ps, num_workers, host="127.0.0.1"):
+def local_cluster_spec(num_ps, num_workers, host="127.0.0.1", hybrid=False):
+    """In hybrid mode only the PS job is a cluster: the Horovod ranks connect
+    to it as clients of their own."""
+    if hybrid:
+        return {"ps": [f"{host}:{p}" for p in free_ports(num_ps, host)]}
     ports = free_ports(1 + num_ps + num_workers, host)
     addresses = [f"{host}:{p}" for p in ports]
     return {"chief": addresses[:1], "ps": addresses[1:1 + num_ps],
@@ -113,11 +117,13 @@ class LocalCluster:
     """
 
     def __init__(self, num_ps, num_workers, evaluator=False, env=None, host="127.0.0.1",
-                 out=None):
+                 out=None, hybrid=False):
         if num_ps < 1 or num_workers < 1:
             raise ValueError(f"a cluster needs at least 1 ps and 1 worker, got {num_ps} ps "
                              f"and {num_workers} workers")
-        self.cluster = local_cluster_spec(num_ps, num_workers, host)
+        self.hybrid = hybrid
+        self.num_workers = num_workers
+        self.cluster = local_cluster_spec(num_ps, num_workers, host, hybrid)
         self.evaluator = evaluator
         self.env = dict(os.environ if env is None else env)
         self.out = out or sys.stdout
@@ -142,8 +148,11 @@ class LocalCluster:
         argv = [sys.executable, "-m", "het_tf.cli", "server"]
         return self._spawn(f"{task_type}:{index}", argv, self.task_env(task_type, index))
 
+    def server_jobs(self):
+        return [job for job in SERVER_JOBS if job in self.cluster]
+
     def start(self):
-        for job in ("ps", "worker"):
+        for job in self.server_jobs():
             for index in range(len(self.cluster[job])):
                 self.start_task(job, index)
         self.wait_until_serving()
@@ -152,7 +161,7 @@ class LocalCluster:
     def wait_until_serving(self, timeout=120):
         """Waits for every server's port to accept connections."""
         deadline = time.monotonic() + timeout
-        for job in ("ps", "worker"):
+        for job in self.server_jobs():
             for index, address in enumerate(self.cluster[job]):
                 host, port = address.rsplit(":", 1)
                 while True:
@@ -170,7 +179,15 @@ class LocalCluster:
                         time.sleep(0.2)
 
     def start_chief(self, command):
-        """Starts command as the chief (and as the evaluator, if asked)."""
+        """Starts command as the chief (and as the evaluator, if asked); in
+        hybrid mode, as num_workers Horovod ranks with HET_TF_PS set."""
+        if self.hybrid:
+            horovodrun = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+            argv = [horovodrun, "--gloo", "-np", str(self.num_workers),
+                    "-H", f"localhost:{self.num_workers}", *command]
+            env = dict(self.env, HET_TF_PS=",".join(self.cluster["ps"]))
+            env.pop("TF_CONFIG", None)
+            return self._spawn("horovod", argv, env)
         process = self._spawn("chief:0", list(command), self.task_env("chief", 0))
         if self.evaluator:
             self._spawn("evaluator:0", list(command), self.task_env("evaluator", 0))
@@ -185,13 +202,14 @@ class LocalCluster:
             return 124
 
     def signal_all(self, sig=signal.SIGTERM):
-        """Signals every running task without waiting: safe in a signal handler."""
+        """Signals every task's whole process group without waiting (safe in a
+        signal handler): a task's leader may be gone while its children, such
+        as horovodrun's ranks, are not."""
         for process in self.tasks.values():
-            if process.poll() is None:
-                try:
-                    os.killpg(process.pid, sig)
-                except ProcessLookupError:
-                    pass
+            try:
+                os.killpg(process.pid, sig)
+            except ProcessLookupError:
+                pass
 
     def kill_task(self, name, sig=signal.SIGKILL):
         process = self.tasks[name]
@@ -199,18 +217,30 @@ class LocalCluster:
             os.killpg(process.pid, sig)
         process.wait(timeout=30)
 
-    def close(self):
-        self.signal_all(signal.SIGTERM)
-        deadline = time.monotonic() + 10
+    def _groups_alive(self):
+        alive = []
         for process in self.tasks.values():
+            process.poll()  # reaps the leader, so a finished group reads as gone
             try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                process.wait()
+                os.killpg(process.pid, 0)
+                alive.append(process)
+            except ProcessLookupError:
+                pass
+        return alive
+
+    def close(self, grace=10):
+        """Stops every task and everything it started: SIGTERM, then SIGKILL
+        for groups still alive after `grace` seconds."""
+        self.signal_all(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while self._groups_alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if self._groups_alive():
+            self.signal_all(signal.SIGKILL)
+            while self._groups_alive():
+                time.sleep(0.1)
+        for process in self.tasks.values():
+            process.wait()
         for thread in self._threads:
             thread.join(timeout=5)
 
@@ -221,12 +251,14 @@ class LocalCluster:
         self.close()
 
 
-def launch(num_ps, num_workers, command, evaluator=False):
-    """`het-tf launch`: a local cluster around one chief command."""
-    print(f"het-tf launch: {num_ps} ps and {num_workers} workers on 127.0.0.1; tasks listen on "
+def launch(num_ps, num_workers, command, evaluator=False, hybrid=False):
+    """`het-tf launch`: a local cluster around one chief command (or, in
+    hybrid mode, around num_workers Horovod ranks of it)."""
+    kind = "Horovod ranks" if hybrid else "workers"
+    print(f"het-tf launch: {num_ps} ps and {num_workers} {kind} on 127.0.0.1; tasks listen on "
           "all interfaces of their ports (TensorFlow's gRPC servers cannot bind to one "
           "address): keep this machine's ports closed to other hosts", flush=True)
-    cluster = LocalCluster(num_ps, num_workers, evaluator=evaluator)
+    cluster = LocalCluster(num_ps, num_workers, evaluator=evaluator, hybrid=hybrid)
     print(f"het-tf launch: cluster {json.dumps(cluster.cluster)}", flush=True)
     interrupted = []
 

@@ -213,7 +213,12 @@ class HetEmbedding(tf_keras.layers.Layer):
         """(table shard devices, worker devices, instance) for the current
         strategy: with ParameterServerStrategy one shard per PS task and a
         cache on every worker; otherwise one in-process shard and cache."""
+        from het_tf import hybrid
+
         strategy = tf.distribute.get_strategy()
+        if hybrid.num_ps() is not None:  # a Horovod rank, its own client of the PS tasks
+            return ([f"/job:ps/replica:0/task:{i}/device:CPU:0" for i in range(hybrid.num_ps())],
+                    None, "cluster")
         if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
             extended = strategy.extended
             return ([f"/job:ps/replica:0/task:{i}/device:CPU:0" for i in range(extended._num_ps)],
@@ -234,8 +239,13 @@ class HetEmbedding(tf_keras.layers.Layer):
         # Samples seen in training, for per-sample traffic figures.
         self._samples = self.add_weight("het_samples", shape=(), dtype=tf.int64,
                                         initializer="zeros", trainable=False)
+        self._create_table_and_cache()
+        super().build(input_shape)
+
+    def _create_table_and_cache(self):
         shard_devices, worker_devices, instance = self._placement()
         self._table = ShardedTable(self._table_config, shard_devices, instance)
+        self._cache = None
         if self._cache_config is not None:
             self._cache = WorkerCache(self._table, self._cache_config,
                                       shared_name=f"het_cache/{self.name}/{instance}",
@@ -244,7 +254,7 @@ class HetEmbedding(tf_keras.layers.Layer):
         if self._initializer[0] == "materialize":
             with tf.init_scope():
                 self._write_initial_rows()
-        super().build(input_shape)
+
 
     def _write_initial_rows(self):
         values = tf.cast(self._initializer[1](shape=(self.input_dim, self.output_dim),

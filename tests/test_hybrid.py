@@ -1,0 +1,69 @@
+"""Hybrid mode with real processes: horovodrun --gloo -np 2 ranks sharing the
+tables of 1 or 2 PS tasks on 127.0.0.1."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from het_tf.cluster import LocalCluster
+from tests.test_cluster import Log, assert_all_gone
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "examples", "hybrid_train.py")
+TIMEOUT = 300
+
+
+def run_hybrid(result_dir, ps, extra=()):
+    result_dir.mkdir(parents=True, exist_ok=True)
+    log = Log()
+    cluster = LocalCluster(ps, 2, out=log, hybrid=True)
+    try:
+        cluster.start()
+        ranks = cluster.start_chief([sys.executable, SCRIPT, "--result-dir", str(result_dir),
+                                     *extra])
+        try:
+            code = ranks.wait(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            code = 124
+    finally:
+        cluster.close()
+    assert_all_gone(cluster)
+    assert code == 0, log.text()[-6000:]
+    return [json.loads((result_dir / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+@pytest.mark.parametrize("ps", [1, 2])
+def test_ranks_share_tables_and_keep_dense_weights_identical(tmp_path, ps):
+    ranks = run_hybrid(tmp_path / "results", ps, ["--export-dir", str(tmp_path / "export"),
+                                                  "--checkpoint-dir", str(tmp_path / "ckpt")])
+    for r in ranks:
+        assert r["size"] == 2 and r["num_ps"] == ps
+        assert r["losses"][-1] < r["losses"][0] - 0.02
+        assert r["hit_rate"] > 0.2
+    assert ranks[0]["dense_digest"] == ranks[1]["dense_digest"]  # to the bit
+    # One table for both ranks: its clocks count both ranks' pushed updates.
+    pushed = ranks[0]["cache_updates_pushed"] + ranks[1]["cache_updates_pushed"]
+    assert pushed == ranks[0]["table_updates_applied"] == ranks[0]["clock_sum"] > 0
+    assert ranks[0]["clock_sum"] == ranks[1]["clock_sum"]
+
+    code = ("import json, sys, tensorflow as tf\n"
+            f"m = tf.saved_model.load({str(tmp_path / 'export')!r})\n"
+            f"out = m.signatures['serving_default'](ids=tf.constant({ranks[0]['export_probe']!r}, tf.int64))\n"
+            "print(json.dumps({'scores': out['score'].numpy().ravel().tolist(), 'het_tf': 'het_tf' in sys.modules}))\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180,
+                         cwd="/", env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    loaded = json.loads(run.stdout.strip().splitlines()[-1])
+    assert not loaded["het_tf"]
+    np.testing.assert_allclose(loaded["scores"], ranks[0]["export_scores"], rtol=1e-6, atol=1e-7)
+
+    if ps == 2:  # and a relaunch resumes from the checkpoint
+        resumed = run_hybrid(tmp_path / "resumed", ps, ["--epochs", "1",
+                                                        "--checkpoint-dir", str(tmp_path / "ckpt")])
+        for r in resumed:
+            assert r["resumed_from"].startswith(str(tmp_path / "ckpt"))
+            assert r["restored_rows"] == ranks[0]["table_rows"]
+        assert resumed[0]["dense_digest"] == resumed[1]["dense_digest"]
