@@ -67,3 +67,26 @@ def test_ranks_share_tables_and_keep_dense_weights_identical(tmp_path, ps):
             assert r["resumed_from"].startswith(str(tmp_path / "ckpt"))
             assert r["restored_rows"] == ranks[0]["table_rows"]
         assert resumed[0]["dense_digest"] == resumed[1]["dense_digest"]
+
+
+def test_distribute_needs_init_first():
+    import tf_keras
+
+    from het_tf import hybrid
+    from het_tf.keras_layers import HetEmbedding
+
+    inputs = tf_keras.Input(shape=(2,), dtype="int64")
+    model = tf_keras.Model(inputs, HetEmbedding(10, 2)(inputs))
+    with pytest.raises(ValueError, match=r"call het_tf.hybrid.init\(\) first"):
+        hybrid.distribute(model)
+
+
+def test_hybrid_needs_ps_addresses(monkeypatch):
+    from het_tf import hybrid
+
+    monkeypatch.delenv("HET_TF_PS", raising=False)
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(ValueError, match="set HET_TF_PS=host:port"):
+        hybrid.ps_addresses()
+    monkeypatch.setenv("HET_TF_PS", "a:1, b:2")
+    assert hybrid.ps_addresses() == ["a:1", "b:2"]
