@@ -12,7 +12,7 @@ CORE_TEST_SOURCES := $(wildcard cc_ops/core/tests/*.cc cc_ops/core/tests/*.h)
 BAZEL ?= $(shell command -v bazel-4 || echo bazel)
 BAZEL_FLAGS := --repo_env=PYTHON_BIN_PATH=$(abspath $(PY))
 
-.PHONY: setup build test demo cc-test bazel-build clean
+.PHONY: setup build test demo cc-test sanitize bazel-build clean
 
 setup: $(VENV)/.deps
 
@@ -38,10 +38,26 @@ build/core_tests: $(CORE_SOURCES) $(CORE_TEST_SOURCES)
 cc-test: build/core_tests
 	./build/core_tests
 
+# The core's tests under AddressSanitizer + UndefinedBehaviorSanitizer, and
+# under ThreadSanitizer (the concurrent push/pull test among them).
+SANITIZE_FLAGS := -std=c++17 -O1 -g -fno-omit-frame-pointer -I.
+build/core_tests_asan: $(CORE_SOURCES) $(CORE_TEST_SOURCES)
+	@mkdir -p build
+	clang++ $(SANITIZE_FLAGS) -fsanitize=address,undefined -fno-sanitize-recover=all \
+	  $(filter %.cc,$^) -o $@ -lpthread
+
+build/core_tests_tsan: $(CORE_SOURCES) $(CORE_TEST_SOURCES)
+	@mkdir -p build
+	clang++ $(SANITIZE_FLAGS) -fsanitize=thread $(filter %.cc,$^) -o $@ -lpthread
+
+sanitize: $(VENV)/.deps build/core_tests_asan build/core_tests_tsan
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 ./build/core_tests_asan
+	TSAN_OPTIONS=halt_on_error=1 ./build/core_tests_tsan
+
 bazel-build: $(VENV)/.deps
 	$(BAZEL) build $(BAZEL_FLAGS) //cc_ops:all
 
-test: build cc-test bazel-build
+test: build cc-test sanitize bazel-build
 	$(PY) -m pytest -q tests
 
 demo: build

@@ -7,7 +7,9 @@ sharded over the PS tasks; every worker caches hot rows.
 
 With --checkpoint-dir it resumes from the latest checkpoint there and saves
 one per epoch; with --export-dir it exports a SavedModel; with --result-json
-it writes losses and table figures (the tests read them).
+it writes losses and table figures (the tests read them). Run as an
+`evaluator` task (`het-tf launch --evaluator`), it evaluates each checkpoint
+the chief writes, with tf_keras' SidecarEvaluator and in-process tables.
 """
 import argparse
 import json
@@ -22,24 +24,16 @@ import tf_keras  # noqa: E402
 
 import het_tf  # noqa: E402
 from het_tf import cluster  # noqa: E402
-from het_tf.keras_layers import HetEmbedding, HetMetricsCallback  # noqa: E402
-
-FIELDS = 3
+from het_tf.keras_layers import HetMetricsCallback  # noqa: E402
+from toy_model import add_arguments, build_model, export_probe, skewed_data  # noqa: E402
 
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--vocab", type=int, default=2000)
-    p.add_argument("--dim", type=int, default=8)
-    p.add_argument("--epochs", type=int, default=3)
+    add_arguments(p)
     p.add_argument("--steps-per-epoch", type=int, default=40)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--cache-capacity", type=int, default=400)
-    p.add_argument("--staleness", type=int, default=10)
     p.add_argument("--evaluate-steps", type=int, default=0,
                    help="evaluate on this many batches after training")
-    p.add_argument("--checkpoint-dir")
-    p.add_argument("--export-dir")
     p.add_argument("--result-json")
     p.add_argument("--probe-ids", type=int, default=64,
                    help="rows 0..N-1 are reported in --result-json")
@@ -49,23 +43,13 @@ def parse_args():
 def dataset_fn(args):
     def make(context):
         # Each worker reads its own part of the data, as Horovod's ranks would.
-        seed = context.input_pipeline_id if context else 0
-        rng = np.random.default_rng(seed)
-        ids = (rng.zipf(1.3, size=(8192, FIELDS)) % args.vocab).astype(np.int64)
-        labels = ((ids[:, 0] + ids[:, 1]) % 2).astype(np.float32)
+        ids, labels = skewed_data(context.input_pipeline_id if context else 0, 8192, args.vocab)
         return tf.data.Dataset.from_tensor_slices((ids, labels)).repeat().batch(args.batch_size)
     return make
 
 
-def build_model(args):
-    inputs = tf_keras.Input(shape=(FIELDS,), dtype="int64", name="ids")
-    layer = HetEmbedding(args.vocab, args.dim, cache_capacity=args.cache_capacity,
-                         staleness=args.staleness, name="items",
-                         optimizer=tf_keras.optimizers.Adagrad(0.3))
-    x = tf_keras.layers.Flatten()(layer(inputs))
-    x = tf_keras.layers.Dense(16, activation="relu")(x)
-    outputs = tf_keras.layers.Dense(1, activation="sigmoid", name="score")(x)
-    model = tf_keras.Model(inputs, outputs)
+def compiled_model(args):
+    model, layer = build_model(args)
     # Inline evaluation through the coordinator; pss_evaluation_shards="auto"
     # (exact visitation) hangs with DatasetCreator inputs here.
     model.compile(tf_keras.optimizers.Adam(0.01), "binary_crossentropy",
@@ -74,11 +58,30 @@ def build_model(args):
     return model, layer
 
 
+def run_evaluator(args):
+    """Evaluates each checkpoint of the chief as it appears, up to the last
+    epoch's. The checkpoint holds whole tables, so no cluster is needed."""
+    model, _ = compiled_model(args)
+    ids, labels = skewed_data(99, 1024, args.vocab)
+    evaluations = []
+    record = tf_keras.callbacks.LambdaCallback(
+        on_test_end=lambda logs: evaluations.append(dict(logs or {})))
+    tf_keras.utils.SidecarEvaluator(
+        model, tf.data.Dataset.from_tensor_slices((ids, labels)).batch(args.batch_size),
+        checkpoint_dir=args.checkpoint_dir, steps=8, max_evaluations=args.epochs,
+        callbacks=[record]).start()
+    if args.result_json:
+        with open(args.result_json + ".evaluator", "w") as f:
+            json.dump({"evaluations": evaluations}, f)
+
+
 def main():
     args = parse_args()
+    if cluster.tf_config()["task"]["type"] == "evaluator":
+        return run_evaluator(args)
     strategy = cluster.parameter_server_strategy()
     with strategy.scope():
-        model, layer = build_model(args)
+        model, layer = compiled_model(args)
     result = {"num_ps": len(layer.table.devices)}
     manager = None
     if args.checkpoint_dir:
@@ -119,7 +122,7 @@ def main():
     )
     if args.export_dir:
         het_tf.export_saved_model(model, args.export_dir)
-        probe = np.arange(3 * 8, dtype=np.int64).reshape(8, 3) % args.vocab
+        probe = export_probe(args.vocab)
         result["export_probe"] = probe.tolist()
         result["export_scores"] = model.predict(probe, verbose=0).ravel().tolist()
     if args.result_json:

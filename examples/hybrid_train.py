@@ -14,27 +14,18 @@ import os
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
 import het_tf  # noqa: E402
 from het_tf import hybrid  # noqa: E402
-from het_tf.keras_layers import HetEmbedding  # noqa: E402
-
-FIELDS = 3
+from toy_model import add_arguments, build_model, export_probe, skewed_data  # noqa: E402
 
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--vocab", type=int, default=2000)
-    p.add_argument("--epochs", type=int, default=3)
+    add_arguments(p)
     p.add_argument("--samples", type=int, default=2048, help="samples per rank and epoch")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--cache-capacity", type=int, default=400)
-    p.add_argument("--staleness", type=int, default=10)
-    p.add_argument("--checkpoint-dir")
-    p.add_argument("--export-dir")
     p.add_argument("--result-dir", help="each rank writes rank<N>.json here")
     return p.parse_args()
 
@@ -42,13 +33,7 @@ def parse_args():
 def main():
     args = parse_args()
     hybrid.init()  # first, like hvd.init(): before any model is built
-    inputs = tf_keras.Input(shape=(FIELDS,), dtype="int64", name="ids")
-    layer = HetEmbedding(args.vocab, 8, cache_capacity=args.cache_capacity,
-                         staleness=args.staleness, name="items",
-                         optimizer=tf_keras.optimizers.Adagrad(0.3))
-    x = tf_keras.layers.Dense(16, activation="relu", name="hidden")(
-        tf_keras.layers.Flatten()(layer(inputs)))
-    model = tf_keras.Model(inputs, tf_keras.layers.Dense(1, activation="sigmoid", name="score")(x))
+    model, layer = build_model(args)
     hybrid.distribute(model)  # before compile
     # Horovod's convention: scale the learning rate with the number of ranks.
     model.compile(tf_keras.optimizers.Adam(0.005 * hybrid.size()), "binary_crossentropy")
@@ -65,9 +50,7 @@ def main():
         callbacks.append(hybrid.Checkpoint(args.checkpoint_dir))
 
     # Each rank reads its own part of the data.
-    rng = np.random.default_rng(1000 + rank)
-    ids = (rng.zipf(1.3, size=(args.samples, FIELDS)) % args.vocab).astype(np.int64)
-    labels = ((ids[:, 0] + ids[:, 1]) % 2).astype(np.float32)
+    ids, labels = skewed_data(1000 + rank, args.samples, args.vocab)
     history = model.fit(ids, labels, batch_size=args.batch_size, epochs=args.epochs,
                         shuffle=False, verbose=2 if rank == 0 else 0, callbacks=callbacks)
 
@@ -84,7 +67,7 @@ def main():
         table_rows=len(keys))
     if args.export_dir and rank == 0:
         het_tf.export_saved_model(model, args.export_dir)
-        probe = np.arange(24, dtype=np.int64).reshape(8, 3) % args.vocab
+        probe = export_probe(args.vocab)
         result["export_probe"] = probe.tolist()
         result["export_scores"] = model.predict(probe, verbose=0).ravel().tolist()
     hybrid.barrier()

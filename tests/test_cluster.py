@@ -43,13 +43,13 @@ def assert_all_gone(cluster):
             os.killpg(process.pid, 0)
 
 
-def run_training(tmp_path, name, ps, workers=2, extra=(), during=None):
+def run_training(tmp_path, name, ps, workers=2, extra=(), during=None, evaluator=False):
     """Runs examples/cluster_train.py as the chief of a fresh local cluster;
     `during(cluster, chief, log)` may act while it runs. Returns (exit code,
     result dict or None, log text)."""
     result_path = tmp_path / f"{name}.json"
     log = Log()
-    cluster = LocalCluster(ps, workers, out=log)
+    cluster = LocalCluster(ps, workers, out=log, evaluator=evaluator)
     try:
         cluster.start()
         chief = cluster.start_chief([sys.executable, SCRIPT, "--result-json", str(result_path),
@@ -58,6 +58,8 @@ def run_training(tmp_path, name, ps, workers=2, extra=(), during=None):
             during(cluster, chief, log)
         try:
             code = chief.wait(timeout=CHIEF_TIMEOUT)
+            if evaluator:
+                code = code or cluster.tasks["evaluator:0"].wait(timeout=CHIEF_TIMEOUT)
         except subprocess.TimeoutExpired:
             code = 124
     finally:
@@ -71,8 +73,9 @@ def run_training(tmp_path, name, ps, workers=2, extra=(), during=None):
 def trained(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cluster")
     code, result, log = run_training(
-        tmp, "train", ps=2, extra=["--epochs", "3", "--checkpoint-dir", str(tmp / "ckpt"),
-                                   "--export-dir", str(tmp / "export"), "--evaluate-steps", "8"])
+        tmp, "train", ps=2, evaluator=True,
+        extra=["--epochs", "3", "--checkpoint-dir", str(tmp / "ckpt"),
+               "--export-dir", str(tmp / "export"), "--evaluate-steps", "8"])
     assert code == 0, log[-5000:]
     return tmp, result
 
@@ -92,6 +95,13 @@ def test_training_shards_rows_caches_hits_and_counts_add_up(trained):
     assert sum(result["shard_rows"]) == stats["table_rows"] == len(result["table"][0])
     assert result["evaluation"]["auc"] > 0.55
     assert result["pushed_during_evaluation"] == 0  # evaluation never pushes
+
+
+def test_a_sidecar_evaluator_task_evaluates_the_checkpoints(trained):
+    tmp, _ = trained
+    evaluations = json.loads((tmp / "train.json.evaluator").read_text())["evaluations"]
+    assert len(evaluations) >= 1  # it may skip checkpoints the chief wrote while it was busy
+    assert evaluations[-1]["auc"] > 0.55 and evaluations[-1]["loss"] > 0
 
 
 def test_export_from_the_cluster_loads_without_het_tf(trained):

@@ -7,7 +7,6 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
-import het_tf
 from het_tf.keras_layers import HetEmbedding, HetMetricsCallback
 
 VOCAB, DIM, FIELDS = 200, 4, 3
