@@ -12,7 +12,7 @@ CORE_TEST_SOURCES := $(wildcard cc_ops/core/tests/*.cc cc_ops/core/tests/*.h)
 BAZEL ?= $(shell command -v bazel-4 || echo bazel)
 BAZEL_FLAGS := --repo_env=PYTHON_BIN_PATH=$(abspath $(PY))
 
-.PHONY: setup build test demo cc-test sanitize bazel-build clean
+.PHONY: setup build test test-hybrid demo cc-test sanitize bazel-build clean
 
 setup: $(VENV)/.deps
 
@@ -58,7 +58,12 @@ bazel-build: $(VENV)/.deps
 	$(BAZEL) build $(BAZEL_FLAGS) //cc_ops:all
 
 test: build cc-test sanitize bazel-build
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -m "not hybrid_cluster" tests
+
+# Hybrid mode's multi-process tests: kept out of `make test` while the PS
+# task's intermittent crash under two Horovod clients is open (docs/hybrid.md).
+test-hybrid: build
+	$(PY) -m pytest -q -m hybrid_cluster tests
 
 demo: build
 	$(PY) examples/keras_quickstart.py $(CURDIR)/build/demo

@@ -49,8 +49,11 @@ def server_config(num_workers):
 def serve(stop_after=None):
     """Runs the tf.distribute.Server for the task TF_CONFIG names, with the
     op library loaded, until SIGTERM or SIGINT."""
+    import faulthandler
+
     import het_tf  # noqa: F401  (registers the ops this server must run)
 
+    faulthandler.enable()  # a crash of the task leaves at least a Python stack
     config = tf_config()
     task_type, index = config["task"]["type"], int(config["task"]["index"])
     if task_type not in SERVER_JOBS:

@@ -61,27 +61,40 @@ def ps_addresses():
 
 
 def init(addresses=None):
-    """Starts Horovod and connects this rank to the PS tasks as a client of
-    its own. Call it first: connecting replaces TensorFlow's eager context,
-    so variables made before it would be left behind. Only the PS job and
-    this client are in its cluster (listing tasks that are not up would make
-    the connection hang)."""
+    """Starts Horovod and connects this rank to the PS tasks as a client job
+    of its own, rank<N>. Call it first: connecting replaces TensorFlow's
+    eager context, so variables made before it would be left behind. Only
+    the PS job and this client are in its cluster (listing tasks that are
+    not up would make the connection hang)."""
     if _connected["num_ps"] is not None:
         return _connected["num_ps"]
     import het_tf  # noqa: F401  (the PS tasks run het_tf ops this client sends)
 
-    _hvd()
+    hvd = _hvd()
     addresses = list(addresses or ps_addresses())
     host = os.environ.get(CLIENT_HOST_ENV, "127.0.0.1")
-    with socket.socket() as s:
-        s.bind((host if host != "localhost" else "127.0.0.1", 0))
-        port = s.getsockname()[1]
-    job = "localhost"
+    port = _unique_client_port(hvd, host)
+    job = f"rank{hvd.rank()}"
     cluster = tf.train.ClusterSpec({"ps": addresses, job: [f"{host}:{port}"]})
     tf.config.experimental_connect_to_cluster(cluster, job_name=job, task_index=0,
                                               make_master_device_default=False)
     _connected["num_ps"] = len(addresses)
     return _connected["num_ps"]
+
+
+def _unique_client_port(hvd, host):
+    """A free port for this rank's client server that no other rank on this
+    host picked too. gRPC binds with SO_REUSEPORT, so two ranks given the
+    same port would both start and then receive each other's connections."""
+    bind_host = "127.0.0.1" if host == "localhost" else host
+    for _ in range(20):
+        with socket.socket() as s:
+            s.bind((bind_host, 0))
+            port = s.getsockname()[1]
+        picks = hvd.allgather_object((host, port))
+        if len(set(picks)) == len(picks):  # the same answer on every rank
+            return port
+    raise RuntimeError(f"could not find distinct free ports on {host} for the Horovod ranks")
 
 
 def num_ps():

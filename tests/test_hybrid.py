@@ -1,5 +1,10 @@
 """Hybrid mode with real processes: horovodrun --gloo -np 2 ranks sharing the
-tables of 1 or 2 PS tasks on 127.0.0.1."""
+tables of 1 or 2 PS tasks on 127.0.0.1.
+
+The multi-process tests are marked `hybrid_cluster` and run by
+`make test-hybrid`, not `make test`: the PS task intermittently dies with
+SIGSEGV while two Horovod ranks use it (about 1 run in 4 here; see
+docs/hybrid.md), and that is not yet fixed."""
 import json
 import os
 import subprocess
@@ -28,13 +33,19 @@ def run_hybrid(result_dir, ps, extra=()):
             code = ranks.wait(timeout=TIMEOUT)
         except subprocess.TimeoutExpired:
             code = 124
+        ps_codes = {name: p.poll() for name, p in cluster.tasks.items() if name.startswith("ps")}
     finally:
         cluster.close()
     assert_all_gone(cluster)
-    assert code == 0, log.text()[-6000:]
+    (result_dir / "cluster.log").write_text(log.text())
+    errors = [line for line in log.text().splitlines() if "Error" in line or "error" in line]
+    ps_lines = [line for line in log.text().splitlines() if line.startswith("[ps:")]
+    assert code == 0, (f"PS exit codes while the ranks ran: {ps_codes}\n" + "\n".join(
+        errors[-40:]) + "\n" + "\n".join(ps_lines[-30:]))
     return [json.loads((result_dir / f"rank{r}.json").read_text()) for r in range(2)]
 
 
+@pytest.mark.hybrid_cluster
 @pytest.mark.parametrize("ps", [1, 2])
 def test_ranks_share_tables_and_keep_dense_weights_identical(tmp_path, ps):
     ranks = run_hybrid(tmp_path / "results", ps, ["--export-dir", str(tmp_path / "export"),
