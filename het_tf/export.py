@@ -57,17 +57,15 @@ def _serving_lookups(layers):
             layer._serving_lookup = None
 
 
-def _het_layers(model):
-    from het_tf.keras_layers import HetEmbedding
+def _built_het_layers(model):
+    from het_tf.keras_layers.het_embedding import het_embedding_layers
 
-    found = []
-    for layer in model._flatten_layers(include_self=False, recursive=True):
-        if isinstance(layer, HetEmbedding):
-            if layer.table is None:
-                raise ValueError(f"HetEmbedding '{layer.name}' is not built: call or fit the "
-                                 "model before exporting it")
-            found.append(layer)
-    return found
+    layers = het_embedding_layers(model)
+    for layer in layers:
+        if layer.table is None:
+            raise ValueError(f"HetEmbedding '{layer.name}' is not built: call or fit the "
+                             "model before exporting it")
+    return layers
 
 
 def _input_signature(model):
@@ -88,7 +86,7 @@ def export_saved_model(model, path):
     """Writes `model` to `path` as a SavedModel with a `serving_default`
     signature of stock TensorFlow ops; returns `path`."""
     specs = _input_signature(model)
-    layers = _het_layers(model)
+    layers = _built_het_layers(model)
     with _serving_lookups(layers) as lookups:
         single = len(specs) == 1
 

@@ -23,6 +23,8 @@ import socket
 import tensorflow as tf
 import tf_keras
 
+from het_tf.keras_layers.het_embedding import het_embedding_layers
+
 PS_ENV = "HET_TF_PS"
 # The address other tasks reach this rank's client server at (default: this
 # machine's loopback, right for `het-tf launch --hybrid`).
@@ -103,17 +105,10 @@ def num_ps():
 
 
 def _check_built_after_init(model):
-    for layer in _het_layers(model):
+    for layer in het_embedding_layers(model):
         if layer.built and not layer.table.devices[0]:
             raise ValueError(f"HetEmbedding '{layer.name}' was built before "
                              "het_tf.hybrid.init(): call init() first, before building the model")
-
-
-def _het_layers(model):
-    from het_tf.keras_layers import HetEmbedding
-
-    return [layer for layer in model._flatten_layers(include_self=False, recursive=True)
-            if isinstance(layer, HetEmbedding)]
 
 
 def _hybrid_train_step(model, data):
@@ -126,7 +121,7 @@ def _hybrid_train_step(model, data):
         loss = model.compute_loss(x, y, y_pred, sample_weight)
     variables = model.trainable_variables
     grads = tape.gradient(loss, variables)
-    anchors = {id(layer._anchor) for layer in _het_layers(model) if layer.built}
+    anchors = {id(layer._anchor) for layer in het_embedding_layers(model) if layer.built}
     dense = [(tf.convert_to_tensor(g), v) for g, v in zip(grads, variables)
              if g is not None and id(v) not in anchors]
     if dense:
@@ -157,7 +152,7 @@ def barrier():
 
 def flush_and_clear(model):
     """Pushes this rank's pending updates and empties its caches."""
-    for layer in _het_layers(model):
+    for layer in het_embedding_layers(model):
         layer.flush()
         layer._clear_cache()
 

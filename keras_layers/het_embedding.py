@@ -453,3 +453,9 @@ class HetEmbedding(tf_keras.layers.Layer):
             config["embeddings_initializer"] = tf_keras.initializers.deserialize(
                 config["embeddings_initializer"])
         return cls(**config)
+
+
+def het_embedding_layers(model):
+    """Every HetEmbedding layer of a model, nested models included."""
+    return [layer for layer in model._flatten_layers(include_self=False, recursive=True)
+            if isinstance(layer, HetEmbedding)]

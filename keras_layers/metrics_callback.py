@@ -22,10 +22,9 @@ class HetMetricsCallback(tf_keras.callbacks.Callback):
         self._writer = None
 
     def _layers(self):
-        from het_tf.keras_layers import HetEmbedding
+        from het_tf.keras_layers.het_embedding import het_embedding_layers
 
-        return [layer for layer in self.model._flatten_layers(include_self=False, recursive=True)
-                if isinstance(layer, HetEmbedding) and layer.table is not None]
+        return [layer for layer in het_embedding_layers(self.model) if layer.table is not None]
 
     def on_train_begin(self, logs=None):
         self._last = {layer.name: layer.het_stats() for layer in self._layers()}
