@@ -61,7 +61,7 @@ setup(
     version="0.1.0",
     description="HET-style cached embedding training for TensorFlow and Keras",
     python_requires=">=3.9",
-    packages=["het_tf", "het_tf.keras_layers"],
+    packages=["het_tf", "het_tf.data", "het_tf.models", "het_tf.keras_layers"],
     package_dir={"het_tf": "het_tf", "het_tf.keras_layers": "keras_layers"},
     ext_modules=[Extension(LIBRARY, sources=_sources())],
     cmdclass={"build_ext": BuildOpLibrary},

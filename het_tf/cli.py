@@ -1,4 +1,4 @@
-"""The het-tf command: info, server, launch."""
+"""The het-tf command: info, server, launch, train."""
 import argparse
 import json
 import sys
@@ -41,6 +41,12 @@ def _launch(args):
                           hybrid=args.hybrid)
 
 
+def _train(args):
+    from het_tf import train
+
+    return train.run(args, args.train_argv)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="het-tf", description=__doc__)
     sub = parser.add_subparsers(dest="command_name", required=True)
@@ -59,7 +65,15 @@ def main(argv=None):
                         "that share the PS tasks' tables; HET_TF_PS names the PS tasks")
     launch.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
     launch.set_defaults(run=_launch)
+    from het_tf.train import add_arguments as add_train_arguments
+
+    train = sub.add_parser("train", help="train WDL, DeepFM or DCN on Criteo-shaped data and "
+                           "write a checkpoint, a SavedModel and metrics to a run folder")
+    add_train_arguments(train)
+    train.set_defaults(run=_train)
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    args.train_argv = argv[1:]
     try:
         return args.run(args)
     except ValueError as e:  # bad TF_CONFIG or arguments: say so, no traceback

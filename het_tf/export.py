@@ -88,10 +88,10 @@ def export_saved_model(model, path):
     specs = _input_signature(model)
     layers = _built_het_layers(model)
     with _serving_lookups(layers) as lookups:
-        single = len(specs) == 1
-
         def serve(*args):
-            outputs = model(args[0] if single else list(args), training=False)
+            # model.inputs is the flattened model.input, so this rebuilds a
+            # dict or list input as the model was built on.
+            outputs = model(tf.nest.pack_sequence_as(model.input, list(args)), training=False)
             if isinstance(outputs, dict):
                 return outputs
             names = list(getattr(model, "output_names", None) or [])

@@ -146,6 +146,12 @@ def distribute(model):
     return model
 
 
+def allreduce_sum(value):
+    """The sum of a number over the ranks."""
+    hvd = _hvd()
+    return float(hvd.allreduce(tf.constant(value, tf.float64), op=hvd.Sum).numpy())
+
+
 def barrier():
     _hvd().allreduce(tf.constant(0.0), name="het_tf_barrier")
 

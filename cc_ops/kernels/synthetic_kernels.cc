@@ -1,0 +1,144 @@
+// Thin adapters from the synthetic-data ops to the plain-C++ generator.
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "cc_ops/core/synthetic_criteo.h"
+#include "cc_ops/kernels/tf_status.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/util/work_sharder.h"
+
+namespace het {
+namespace {
+
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Tensor;
+using tensorflow::TensorShape;
+
+// Builds the generator from the op's attrs once, at kernel construction.
+class SyntheticKernel : public tensorflow::OpKernel {
+ public:
+  explicit SyntheticKernel(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    SyntheticCriteoSpec spec;
+    int64_t seed = 0;
+    float scale = 1, exponent = 1.1f;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("scale", &scale));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("zipf_exponent", &exponent));
+    spec.seed = static_cast<uint64_t>(seed);
+    spec.scale = scale;
+    spec.exponent = exponent;
+    OP_REQUIRES_OK(ctx, ToTf(SyntheticCriteo::Create(spec, &data_)));
+  }
+
+ protected:
+  struct RowRange {
+    uint64_t stream = 0;
+    uint64_t first = 0;
+    int64_t n = 0;
+  };
+
+  static tensorflow::Status ReadRange(OpKernelContext* ctx, RowRange* range) {
+    for (int i = 0; i < 3; ++i) {
+      if (ctx->input(i).dims() != 0) {
+        return tensorflow::errors::InvalidArgument(
+            "synthetic criteo: stream, first_row and num_rows must be scalars");
+      }
+    }
+    const int64_t first = ctx->input(1).scalar<int64_t>()();
+    range->stream = static_cast<uint64_t>(ctx->input(0).scalar<int64_t>()());
+    range->n = ctx->input(2).scalar<int64_t>()();
+    if (first < 0 || range->n < 0 || range->n > (int64_t{1} << 26)) {
+      return tensorflow::errors::InvalidArgument(
+          "synthetic criteo: first_row must be >= 0 and num_rows in [0, 2^26], got ", first,
+          " and ", range->n);
+    }
+    range->first = static_cast<uint64_t>(first);
+    return tensorflow::OkStatus();
+  }
+
+  static void ForEachRow(OpKernelContext* ctx, int64_t n,
+                         const std::function<void(int64_t, int64_t)>& rows) {
+    auto* threads = ctx->device()->tensorflow_cpu_worker_threads();
+    tensorflow::Shard(threads->num_threads, threads->workers, n, /*cost_per_unit=*/20000, rows);
+  }
+
+  std::unique_ptr<SyntheticCriteo> data_;
+};
+
+class HetSyntheticCriteoOp : public SyntheticKernel {
+ public:
+  using SyntheticKernel::SyntheticKernel;
+
+  void Compute(OpKernelContext* ctx) override {
+    RowRange range;
+    OP_REQUIRES_OK(ctx, ReadRange(ctx, &range));
+    const int64_t n = range.n;
+    Tensor *labels, *dense, *keys, *logits;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n}), &labels));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({n, kCriteoDenseFields}), &dense));
+    OP_REQUIRES_OK(ctx,
+                   ctx->allocate_output(2, TensorShape({n, kCriteoCategoricalFields}), &keys));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({n}), &logits));
+    float* label_out = labels->flat<float>().data();
+    float* dense_out = dense->flat<float>().data();
+    int64_t* keys_out = keys->flat<int64_t>().data();
+    float* logit_out = logits->flat<float>().data();
+    ForEachRow(ctx, n, [&](int64_t begin, int64_t end) {
+      SyntheticCriteoRow row;
+      CriteoRecord record;
+      for (int64_t i = begin; i < end; ++i) {
+        data_->Row(range.stream, range.first + i, &row);
+        SyntheticCriteo::ToRecord(row, &record);
+        label_out[i] = record.label;
+        logit_out[i] = static_cast<float>(row.logit);
+        std::copy(record.dense, record.dense + kCriteoDenseFields,
+                  dense_out + i * kCriteoDenseFields);
+        std::copy(record.keys, record.keys + kCriteoCategoricalFields,
+                  keys_out + i * kCriteoCategoricalFields);
+      }
+    });
+  }
+};
+
+class HetSyntheticCriteoLinesOp : public SyntheticKernel {
+ public:
+  using SyntheticKernel::SyntheticKernel;
+
+  void Compute(OpKernelContext* ctx) override {
+    RowRange range;
+    OP_REQUIRES_OK(ctx, ReadRange(ctx, &range));
+    Tensor* lines;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({range.n}), &lines));
+    auto out = lines->flat<tensorflow::tstring>();
+    ForEachRow(ctx, range.n, [&](int64_t begin, int64_t end) {
+      SyntheticCriteoRow row;
+      for (int64_t i = begin; i < end; ++i) {
+        data_->Row(range.stream, range.first + i, &row);
+        out(i) = SyntheticCriteo::FormatLine(row);
+      }
+    });
+  }
+};
+
+class HetSyntheticCriteoCardinalitiesOp : public SyntheticKernel {
+ public:
+  using SyntheticKernel::SyntheticKernel;
+
+  void Compute(OpKernelContext* ctx) override {
+    Tensor* out;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({kCriteoCategoricalFields}), &out));
+    for (int f = 0; f < kCriteoCategoricalFields; ++f) out->flat<int64_t>()(f) = data_->cardinality(f);
+  }
+};
+
+#define HET_REGISTER(name, cls) \
+  REGISTER_KERNEL_BUILDER(Name(name).Device(tensorflow::DEVICE_CPU), cls)
+HET_REGISTER("HetSyntheticCriteo", HetSyntheticCriteoOp);
+HET_REGISTER("HetSyntheticCriteoLines", HetSyntheticCriteoLinesOp);
+HET_REGISTER("HetSyntheticCriteoCardinalities", HetSyntheticCriteoCardinalitiesOp);
+#undef HET_REGISTER
+
+}  // namespace
+}  // namespace het

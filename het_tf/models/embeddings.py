@@ -1,0 +1,89 @@
+"""How a model turns the readers' categorical keys into vectors: through
+HetEmbedding, or through tf_keras.layers.Embedding for the baselines, with
+the same model code around either."""
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from het_tf.data.criteo_schema import FIELD_SHIFT, KAGGLE_CARDINALITIES, MISSING_BIT, VALUE_MASK
+
+KINDS = ("het", "keras")
+
+
+class FieldIndices(tf_keras.layers.Layer):
+    """Field-salted keys [B, F] -> indices into one fixed vocabulary of
+    sum(cardinality + 1) rows: field f's value v goes to offset_f + v mod
+    cardinality_f, and its empty value to offset_f + cardinality_f. For data
+    whose ids lie below the cardinalities (the synthetic set) this is one to
+    one; for raw Criteo hashes it is the usual hashing trick."""
+
+    def __init__(self, cardinalities, **kwargs):
+        super().__init__(**kwargs)
+        self.cardinalities = tuple(int(c) for c in cardinalities)
+        sizes = np.array(self.cardinalities, np.int64) + 1
+        self._offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        self.vocabulary_size = int(sizes.sum())
+
+    def call(self, keys):
+        keys = tf.cast(keys, tf.int64)
+        card = tf.constant(self.cardinalities, tf.int64)
+        value = tf.bitwise.bitwise_and(keys, np.int64(VALUE_MASK))
+        missing = tf.not_equal(tf.bitwise.bitwise_and(keys, np.int64(MISSING_BIT)), 0)
+        return tf.constant(self._offsets) + tf.where(missing, card, value % card)
+
+    def get_config(self):
+        return {**super().get_config(), "cardinalities": self.cardinalities}
+
+
+class EmbeddingSpec:
+    """Settings shared by every embedding table of a model.
+
+    Args:
+      kind: "het" (HetEmbedding on the keys themselves, tables grow with the
+        keys seen) or "keras" (tf_keras.layers.Embedding over FieldIndices).
+      cardinalities: ids per field; sizes the Keras vocabulary and turns a
+        fractional cache_capacity into rows.
+      cache_capacity, cache_policy, staleness: HetEmbedding's; a fraction
+        cache_capacity is of sum(cardinalities + 1) rows.
+      optimizer: the tables' optimizer name ("adagrad", "adam", "sgd", "ftrl").
+      learning_rate: its learning rate.
+    """
+
+    def __init__(self, kind="het", cardinalities=KAGGLE_CARDINALITIES, cache_capacity=0.1,
+                 cache_policy="lfu", staleness=100, optimizer="adagrad", learning_rate=0.05,
+                 seed=0):
+        if kind not in KINDS:
+            raise ValueError(f"embedding kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        self.kind = kind
+        self.cardinalities = tuple(int(c) for c in cardinalities)
+        self.cache_capacity = cache_capacity
+        self.cache_policy = cache_policy
+        self.staleness = staleness
+        self.optimizer = optimizer
+        self.learning_rate = learning_rate
+        self.seed = seed
+
+    @property
+    def vocabulary_size(self):
+        return sum(self.cardinalities) + len(self.cardinalities)
+
+    def cache_rows(self):
+        capacity = self.cache_capacity
+        if isinstance(capacity, float) and 0 < capacity < 1:
+            return max(1, int(round(capacity * self.vocabulary_size)))
+        return capacity
+
+    def table_optimizer(self):
+        return tf_keras.optimizers.get({"class_name": self.optimizer,
+                                        "config": {"learning_rate": self.learning_rate}})
+
+    def embed(self, keys, dim, name):
+        """[B, F] keys -> [B, F, dim] vectors from the table `name`."""
+        if self.kind == "keras":
+            indices = FieldIndices(self.cardinalities, name=f"{name}_indices")(keys)
+            return tf_keras.layers.Embedding(self.vocabulary_size, dim, name=name)(indices)
+        from het_tf.keras_layers import HetEmbedding
+
+        return HetEmbedding(None, dim, optimizer=self.table_optimizer(),
+                            cache_capacity=self.cache_rows(), cache_policy=self.cache_policy,
+                            staleness=self.staleness, seed=self.seed, name=name)(keys)
