@@ -65,8 +65,15 @@ test: build cc-test sanitize bazel-build
 test-hybrid: build
 	$(PY) -m pytest -q -m hybrid_cluster tests
 
+# The main job on the default data: WDL on synthetic Criteo-like data, in
+# ParameterServerStrategy mode on a local cluster (1 PS, 2 workers); then the
+# exported SavedModel scores a few held-out rows in a process without het_tf.
+DEMO_RUN := $(CURDIR)/build/demo-run
 demo: build
-	$(PY) examples/keras_quickstart.py $(CURDIR)/build/demo
+	rm -rf $(DEMO_RUN)
+	$(VENV)/bin/het-tf train --mode ps --ps 1 --workers 2 --model wdl --data synthetic \
+	  --samples 2000000 --run-dir $(DEMO_RUN)
+	$(PY) examples/serve_export.py $(DEMO_RUN)
 
 clean:
 	rm -rf build het_tf/_het_ops.so *.egg-info

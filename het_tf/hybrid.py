@@ -80,6 +80,10 @@ def init(addresses=None):
     cluster = tf.train.ClusterSpec({"ps": addresses, job: [f"{host}:{port}"]})
     tf.config.experimental_connect_to_cluster(cluster, job_name=job, task_index=0,
                                               make_master_device_default=False)
+    if os.environ.get("HET_TF_UID_OFFSET"):
+        from tensorflow.python.framework import ops as _ops
+        for _ in range(int(os.environ["HET_TF_UID_OFFSET"]) * hvd.rank()):
+            _ops.uid()
     _connected["num_ps"] = len(addresses)
     return _connected["num_ps"]
 

@@ -340,6 +340,15 @@ def _train(args):
         for layer in _het_layers(model):
             layer.flush()
     result.update(_embedding_figures(model))
+    if inputs.synthetic is None:
+        from het_tf.data import parse_stats
+
+        devices = ([f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in range(num_workers)]
+                   if strategy is not None else (None,))
+        read = parse_stats(devices=devices)
+        if hybrid:
+            read = {k: int(hybrid.allreduce_sum(v)) for k, v in read.items()}
+        result.update(records_read=read["records"], malformed_records=read["malformed"])
     if args.eval_samples and rank == 0:
         steps = max(1, args.eval_samples // args.batch_size)
         evaluation = model.evaluate(eval_input, steps=steps, return_dict=True, verbose=0)

@@ -27,8 +27,10 @@ bool ParseInteger(std::string_view s, int64_t* out) {
   return true;
 }
 
+// Exactly 8 digits, as Criteo writes them: a line cut inside its last field
+// must not read as a shorter value.
 bool ParseHex32(std::string_view s, uint32_t* out) {
-  if (s.empty() || s.size() > 8) return false;
+  if (s.size() != 8) return false;
   uint32_t value = 0;
   for (const char c : s) {
     uint32_t digit;
@@ -92,7 +94,7 @@ bool ParseCriteoLine(std::string_view line, bool has_label, CriteoRecord* out,
         out->keys[cat] = CriteoKey(cat, value);
       } else {
         *reason = "categorical feature C" + std::to_string(cat + 1) +
-                  " is not 1 to 8 hex digits: " + Shown(field);
+                  " is not 8 hex digits: " + Shown(field);
         return false;
       }
     }

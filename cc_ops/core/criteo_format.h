@@ -1,6 +1,5 @@
 // Criteo's display-advertising TSV (Kaggle and Terabyte): a label, 13
-// integer features and 26 categorical features written as up to 8 hex
-// digits, tab-separated, any feature possibly empty. Parsing is strict: a
+// integer features and 26 categorical features written as 8 hex digits, tab-separated, any feature possibly empty. Parsing is strict: a
 // line that does not fit the format exactly is rejected with the reason, so a
 // shifted or truncated line is never read as a sample.
 #ifndef HET_TF_CORE_CRITEO_FORMAT_H_

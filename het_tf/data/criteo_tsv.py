@@ -73,7 +73,14 @@ def criteo_tsv_dataset(paths, batch_size, *, on_malformed="skip", has_label=True
             .prefetch(tf.data.AUTOTUNE))
 
 
-def parse_stats(counter="criteo"):
-    """{"records": n, "malformed": m} counted under `counter` in this process."""
-    names, values = _op_library.load().het_parse_stats(counter=counter)
-    return {n.decode(): int(v) for n, v in zip(names.numpy(), values.numpy())}
+def parse_stats(counter="criteo", devices=(None,)):
+    """{"records": n, "malformed": m} counted under `counter` by the readers
+    of this process, or summed over the processes of `devices` (for example
+    a ParameterServerStrategy cluster's workers, from its chief)."""
+    total = {}
+    for device in devices:
+        with tf.device(device):
+            names, values = _op_library.load().het_parse_stats(counter=counter)
+        for name, value in zip(names.numpy(), values.numpy()):
+            total[name.decode()] = total.get(name.decode(), 0) + int(value)
+    return total

@@ -35,7 +35,7 @@ HET_TEST(CriteoEmptyAndNegativeValues) {
   EXPECT_EQ(r.dense[12], 0.0f);
   EXPECT_EQ(r.keys[3], het::CriteoMissingKey(3));
   EXPECT_TRUE(r.keys[3] != het::CriteoKey(3, 0));
-  EXPECT_TRUE(het::ParseCriteoLine(Line("0", "-2", "0"), true, &r, &why));
+  EXPECT_TRUE(het::ParseCriteoLine(Line("0", "-2", "00000000"), true, &r, &why));
   EXPECT_EQ(r.dense[1], 0.0f);
   EXPECT_EQ(r.keys[3], het::CriteoKey(3, 0));
 }
@@ -51,19 +51,20 @@ HET_TEST(CriteoFieldsNeverCollide) {
 
 HET_TEST(CriteoRejectsMalformedLines) {
   het::CriteoRecord r;
-  const std::string good = Line("1", "5", "abc");
+  const std::string good = Line("1", "5", "00000abc");
   const std::string bad[] = {
       "",
       good.substr(0, good.size() - 4),              // one field short
-      good + "\tabc",                               // one field too many
+      good + "\t00000abc",                               // one field too many
       "2" + good.substr(1),                         // label not 0/1
-      Line("1", "5x", "abc"),                       // integer with junk
-      Line("1", "-", "abc"),                        // sign alone
-      Line("1", "99999999999999999999", "abc"),     // overflows int64
+      Line("1", "5x", "00000abc"),                       // integer with junk
+      Line("1", "-", "00000abc"),                        // sign alone
+      Line("1", "99999999999999999999", "00000abc"),     // overflows int64
       Line("1", "5", "123456789"),                  // nine hex digits
+      Line("1", "5", "1234567"),                    // seven: a cut-off value
       Line("1", "5", "xyz"),                        // not hex
       Line("1", "5", "ab cd"),                      // a space inside
-      Line("1", "5.5", "abc"),                      // not an integer
+      Line("1", "5.5", "00000abc"),                      // not an integer
   };
   for (const std::string& line : bad) {
     std::string why;
@@ -81,7 +82,7 @@ HET_TEST(CriteoRandomBytesNeverCrashAndRarelyParse) {
   het::CriteoRecord r;
   int parsed = 0;
   for (int i = 0; i < 20000; ++i) {
-    std::string line = Line("1", "7", "1f");
+    std::string line = Line("1", "7", "0000001f");
     const int edits = 1 + rng() % 4;
     for (int e = 0; e < edits; ++e) {
       const size_t at = rng() % (line.size() + 1);

@@ -1,0 +1,87 @@
+"""WDL, DeepFM and DCN: their building blocks against their formulas, the
+same model code over HetEmbedding or tf_keras.layers.Embedding, and real
+learning on the synthetic data."""
+import itertools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+from het_tf.data import SyntheticCriteo, criteo_key, missing_key
+from het_tf.keras_layers import HetEmbedding
+from het_tf.models import (MODELS, CrossLayer, EmbeddingSpec, FactorizationMachine,
+                           FieldIndices, build_model)
+from het_tf.train import roc_auc
+
+
+def test_factorization_machine_is_the_sum_over_field_pairs():
+    v = np.random.default_rng(0).normal(size=(4, 6, 3)).astype(np.float32)
+    brute = np.zeros((4, 1), np.float32)
+    for i, j in itertools.combinations(range(6), 2):
+        brute[:, 0] += (v[:, i] * v[:, j]).sum(-1)
+    np.testing.assert_allclose(FactorizationMachine()(v).numpy(), brute, rtol=1e-5, atol=1e-5)
+
+
+def test_cross_layer_formula():
+    rng = np.random.default_rng(1)
+    x0, x = rng.normal(size=(2, 5, 7)).astype(np.float32)
+    layer = CrossLayer()
+    out = layer([x0, x]).numpy()
+    w, b = layer.w.numpy(), layer.b.numpy()
+    np.testing.assert_allclose(out, x0 * (x @ w) + b + x, rtol=1e-5, atol=1e-6)
+
+
+def test_field_indices_give_each_field_value_its_own_row():
+    cards = [3, 5, 2] + [1] * 23
+    layer = FieldIndices(cards)
+    assert layer.vocabulary_size == sum(c + 1 for c in cards)
+    keys = np.array([[criteo_key(f, v) for f in range(26)] for v in range(2)]
+                    + [[missing_key(f) for f in range(26)]], np.int64)
+    keys[:, 3:] = missing_key(3)  # fields past C3 are empty in this batch
+    indices = layer(keys).numpy()
+    np.testing.assert_array_equal(indices[:, :3], [[0, 4, 10], [1, 5, 11], [3, 9, 12]])
+    assert indices.max() < layer.vocabulary_size
+    # A value above the cardinality (a raw Criteo hash) wraps within its field.
+    wrapped = layer(np.array([[criteo_key(1, 7)] + [missing_key(0)] * 25])).numpy()
+    assert wrapped[0, 0] == 4 + 7 % 5
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("kind", ["het", "keras"])
+def test_models_build_and_take_a_training_step(name, kind):
+    data = SyntheticCriteo(seed=2, scale=0.001)
+    spec = EmbeddingSpec(kind, data.cardinalities, cache_capacity=0.1, staleness=10)
+    model = build_model(name, spec, dim=4, hidden=(8,))
+    features, labels = data.rows(0, 0, 64)
+    assert model(features).shape == (64, 1)
+    model.compile(tf_keras.optimizers.Adagrad(0.05), "binary_crossentropy")
+    before = [w.copy() for w in model.get_weights()]
+    model.train_on_batch(features, labels)
+    changed = [not np.array_equal(a, b) for a, b in zip(before, model.get_weights())]
+    assert any(changed)
+    het = [layer for layer in model.layers if isinstance(layer, HetEmbedding)]
+    assert len(het) == (0 if kind == "keras" else 1 if name == "dcn" else 2)
+    for layer in het:
+        stats = layer.het_stats()
+        assert stats["cache_unique_keys"] > 0 and stats["table_rows"] > 0
+
+
+def test_unknown_model_and_embedding_kind():
+    with pytest.raises(ValueError, match="unknown model 'lr'"):
+        build_model("lr")
+    with pytest.raises(ValueError, match="embedding kind"):
+        EmbeddingSpec("dense")
+
+
+def test_deepfm_learns_the_synthetic_signal():
+    data = SyntheticCriteo(seed=0, scale=0.01)
+    spec = EmbeddingSpec("het", data.cardinalities, cache_capacity=0.1, staleness=10)
+    model = build_model("deepfm", spec, dim=8, hidden=(64,))
+    model.compile(tf_keras.optimizers.Adagrad(0.05), "binary_crossentropy",
+                  steps_per_execution=8)
+    model.fit(data.dataset(512), steps_per_epoch=240, epochs=1, verbose=0)
+    features, labels = next(iter(data.held_out(8192, 8192)))
+    scores = model.predict(features, verbose=0).ravel()
+    auc = roc_auc(labels.numpy(), scores)
+    assert auc > 0.68, auc

@@ -1,0 +1,104 @@
+"""`het-tf train` end to end in real processes: local and ParameterServerStrategy
+mode (a cluster it starts itself), TSV input with malformed lines, the run
+folder's figures, and the export served by a process without het_tf."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from het_tf.data import SyntheticCriteo
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HET_TF = [sys.executable, "-m", "het_tf.cli"]
+TIMEOUT = 420
+
+
+def run(args, timeout=TIMEOUT):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env,
+                          cwd=ROOT)
+
+
+def train(run_dir, *extra):
+    result = run(HET_TF + ["train", "--run-dir", str(run_dir), *extra])
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    with open(os.path.join(run_dir, "metrics.json")) as f:
+        return json.load(f), result.stdout
+
+
+def processes_mentioning(text):
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if text.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def check_run_folder(run_dir, metrics):
+    assert 0.6 < metrics["auc"] < metrics["best_auc"] < 0.95
+    assert 0 < metrics["logloss"] < 0.69
+    assert metrics["samples_per_second"] > 0
+    assert 0 < metrics["cache_hit_rate"] <= 1
+    assert metrics["embedding_bytes_per_sample"] > 0
+    assert metrics["versions"]["tensorflow"] == "2.16.2"
+    assert os.path.exists(os.path.join(run_dir, "checkpoint", "checkpoint"))
+    served = run([sys.executable, os.path.join(ROOT, "examples", "serve_export.py"),
+                  str(run_dir)], timeout=120)
+    assert served.returncode == 0, served.stdout + served.stderr
+    assert "largest difference" in served.stdout
+
+
+def test_train_local_writes_a_run_that_serves_without_het_tf(tmp_path):
+    run_dir = tmp_path / "local"
+    metrics, out = train(run_dir, "--model", "dcn", "--samples", "120000", "--batch-size", "512",
+                         "--eval-samples", "16384")
+    assert "het-tf train: AUC" in out and "samples/s" in out
+    assert metrics["workers"] == 1 and metrics["train_samples"] == 230 * 512  # whole chunks
+    check_run_folder(run_dir, metrics)
+
+
+def test_train_ps_mode_starts_and_stops_its_own_cluster(tmp_path):
+    run_dir = tmp_path / "ps"
+    metrics, out = train(run_dir, "--mode", "ps", "--ps", "2", "--workers", "2", "--model",
+                         "deepfm", "--samples", "160000", "--batch-size", "512",
+                         "--eval-samples", "16384", "--staleness", "10")
+    assert "[ps:1]" in out and "[worker:1]" in out
+    assert metrics["workers"] == 2
+    check_run_folder(run_dir, metrics)
+    assert processes_mentioning(str(run_dir)) == []
+
+
+def test_train_reads_tsv_and_counts_malformed_lines(tmp_path):
+    data = SyntheticCriteo(seed=4, scale=0.01)
+    path = data.write_tsv(str(tmp_path / "day_0.tsv"), 40000)
+    with open(path, "a") as f:
+        f.write("1\tnot\ta line\n" * 7)
+    run_dir = tmp_path / "tsv"
+    metrics, _ = train(run_dir, "--data", path, "--samples", "30000", "--batch-size", "500",
+                       "--eval-samples", "1000", "--cache-policy", "lru")
+    assert metrics["malformed_records"] == 7
+    # 1 batch of lines in 20 is held out; training repeats the rest.
+    assert metrics["records_read"] >= 30000
+    assert 0.5 < metrics["auc"] <= 1 and metrics["cache_hit_rate"] > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--data", "/nonexistent/day_*.tsv"], "no such file"),
+    (["--samples", "100"], "less than one batch"),
+    (["--cache-capacity", "2.5"], "fraction in (0, 1)"),
+    (["--staleness", "-1"], "staleness must be >= 0"),
+    (["--model", "lr"], "invalid choice"),
+])
+def test_train_rejects_bad_arguments(tmp_path, args, message):
+    result = run(HET_TF + ["train", "--run-dir", str(tmp_path / "r"), *args], timeout=120)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert not (tmp_path / "r").exists()
