@@ -46,6 +46,23 @@ def server_config(num_workers):
     return config
 
 
+# Modules a server imports for ops of other libraries its tasks must run,
+# comma-separated (for example tensorflow_recommenders_addons).
+SERVER_IMPORTS_ENV = "HET_TF_SERVER_IMPORTS"
+
+
+def _import_extra_ops():
+    import importlib
+
+    for name in filter(None, (m.strip() for m in
+                              os.environ.get(SERVER_IMPORTS_ENV, "").split(","))):
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise ValueError(f"{SERVER_IMPORTS_ENV} names {name!r}, which does not import: "
+                             f"{e}") from e
+
+
 def serve(stop_after=None):
     """Runs the tf.distribute.Server for the task TF_CONFIG names, with the
     op library loaded, until SIGTERM or SIGINT."""
@@ -53,6 +70,7 @@ def serve(stop_after=None):
 
     import het_tf  # noqa: F401  (registers the ops this server must run)
 
+    _import_extra_ops()
     faulthandler.enable()  # a crash of the task leaves at least a Python stack
     config = tf_config()
     task_type, index = config["task"]["type"], int(config["task"]["index"])

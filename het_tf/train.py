@@ -54,8 +54,9 @@ def add_arguments(p):
     p.add_argument("--ps", type=_positive, default=1, help="PS tasks of a local cluster")
     p.add_argument("--workers", type=_positive, default=2,
                    help="workers (ps mode) or Horovod ranks (hybrid mode) of a local cluster")
-    p.add_argument("--embedding", choices=("het", "keras"), default="het",
-                   help="'keras' trains tf_keras.layers.Embedding instead (a baseline)")
+    p.add_argument("--embedding", choices=("het", "keras", "tfra"), default="het",
+                   help="'keras' trains tf_keras.layers.Embedding instead, 'tfra' "
+                   "TensorFlow Recommenders-Addons' dynamic embedding (baselines)")
     p.add_argument("--cache-capacity", type=_cache_capacity, default=0.1,
                    help="rows cached per worker: a fraction of the vocabulary, a row count, "
                    "or 0 for no cache (default 0.1)")
@@ -78,6 +79,8 @@ def add_arguments(p):
     p.add_argument("--on-malformed", choices=("skip", "fail"), default="skip")
     p.add_argument("--steps-per-execution", type=_positive, default=8)
     p.add_argument("--run-dir", help="where to write the run (default runs/MODEL-MODE-TIME)")
+    p.add_argument("--no-save", action="store_true",
+                   help="write metrics.json only: no checkpoint, no export")
 
 
 # ----- launching -----
@@ -96,6 +99,12 @@ def run(args, argv):
     # progress; HET's own figures are printed. TF_CPP_MIN_LOG_LEVEL=0 shows them.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     args.run_dir = _run_dir(args)
+    if args.embedding == "tfra":  # its ops run on the cluster's tasks too
+        from het_tf.cluster import SERVER_IMPORTS_ENV
+
+        extra = os.environ.get(SERVER_IMPORTS_ENV, "")
+        os.environ[SERVER_IMPORTS_ENV] = ",".join(filter(None, [extra,
+                                                                "tensorflow_recommenders_addons"]))
     own_argv = [sys.executable, "-m", "het_tf.cli", "train", *argv, "--run-dir", args.run_dir]
     if args.mode == "ps":
         from het_tf import cluster
@@ -254,6 +263,7 @@ def _build(args, inputs):
                          args.cache_policy, args.staleness, args.optimizer, args.learning_rate,
                          args.seed)
     model = build_model(args.model, spec, dim=args.dim)
+    model.embedding_spec = spec
     return model, tf_keras
 
 
@@ -261,7 +271,7 @@ def _compile(model, args, tf_keras, lr_factor=1.0, **kwargs):
     optimizer = tf_keras.optimizers.get({"class_name": args.optimizer,
                                          "config": {"learning_rate": args.learning_rate *
                                                     lr_factor}})
-    model.compile(optimizer, "binary_crossentropy",
+    model.compile(model.embedding_spec.wrap_optimizer(optimizer), "binary_crossentropy",
                   metrics=[tf_keras.metrics.AUC(num_thresholds=2000, name="auc"),
                            tf_keras.metrics.BinaryCrossentropy(name="logloss")],
                   steps_per_execution=args.steps_per_execution, **kwargs)
@@ -356,7 +366,8 @@ def _train(args):
                       eval_samples=steps * args.batch_size)
         if inputs.synthetic is not None:
             result["best_auc"] = _best_auc(inputs, steps * args.batch_size)
-    _save_and_export(model, args, result, inputs, hybrid, rank)
+    if not args.no_save:
+        _save_and_export(model, args, result, inputs, hybrid, rank)
     if hybrid:
         hybrid.barrier()
     if rank == 0:
@@ -444,4 +455,5 @@ def _report(result, run_dir):
           f"logloss {fmt('logloss', '.4f')}, {fmt('samples_per_second', ',.0f')} samples/s, "
           f"cache hit rate {fmt('cache_hit_rate', '.3f')}, "
           f"{fmt('embedding_bytes_per_sample', ',.0f')} embedding bytes/sample", flush=True)
-    print(f"het-tf train: wrote {run_dir}/metrics.json, checkpoint/ and export/", flush=True)
+    saved = "" if result.get("export") is None else ", checkpoint/ and export/"
+    print(f"het-tf train: wrote {run_dir}/metrics.json{saved}", flush=True)

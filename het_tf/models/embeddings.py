@@ -7,7 +7,7 @@ import tf_keras
 
 from het_tf.data.criteo_schema import FIELD_SHIFT, KAGGLE_CARDINALITIES, MISSING_BIT, VALUE_MASK
 
-KINDS = ("het", "keras")
+KINDS = ("het", "keras", "tfra")
 
 
 class FieldIndices(tf_keras.layers.Layer):
@@ -40,7 +40,9 @@ class EmbeddingSpec:
 
     Args:
       kind: "het" (HetEmbedding on the keys themselves, tables grow with the
-        keys seen) or "keras" (tf_keras.layers.Embedding over FieldIndices).
+        keys seen), "keras" (tf_keras.layers.Embedding over FieldIndices) or
+        "tfra" (TensorFlow Recommenders-Addons' dynamic_embedding Keras layer
+        on the keys; compile with `wrap_optimizer`).
       cardinalities: ids per field; sizes the Keras vocabulary and turns a
         fractional cache_capacity into rows.
       cache_capacity, cache_policy, staleness: HetEmbedding's; a fraction
@@ -77,8 +79,23 @@ class EmbeddingSpec:
         return tf_keras.optimizers.get({"class_name": self.optimizer,
                                         "config": {"learning_rate": self.learning_rate}})
 
+    def wrap_optimizer(self, optimizer):
+        """The model's optimizer as this kind of embedding needs it."""
+        if self.kind != "tfra":
+            return optimizer
+        from tensorflow_recommenders_addons import dynamic_embedding as de
+
+        return de.DynamicEmbeddingOptimizer(optimizer)
+
     def embed(self, keys, dim, name):
         """[B, F] keys -> [B, F, dim] vectors from the table `name`."""
+        if self.kind == "tfra":
+            from tensorflow_recommenders_addons import dynamic_embedding as de
+
+            return de.keras.layers.Embedding(
+                dim, key_dtype=tf.int64, name=name,
+                initializer=tf_keras.initializers.RandomUniform(-0.05, 0.05, seed=self.seed))(
+                    keys)
         if self.kind == "keras":
             indices = FieldIndices(self.cardinalities, name=f"{name}_indices")(keys)
             return tf_keras.layers.Embedding(self.vocabulary_size, dim, name=name)(indices)
