@@ -1,4 +1,4 @@
-"""The het-tf command: info, server, launch, train."""
+"""The het-tf command: info, server, launch, train, bench."""
 import argparse
 import json
 import sys
@@ -47,6 +47,12 @@ def _train(args):
     return train.run(args, args.train_argv)
 
 
+def _bench(args):
+    from het_tf import bench
+
+    return bench.run(args)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="het-tf", description=__doc__)
     sub = parser.add_subparsers(dest="command_name", required=True)
@@ -71,6 +77,12 @@ def main(argv=None):
                            "write a checkpoint, a SavedModel and metrics to a run folder")
     add_train_arguments(train)
     train.set_defaults(run=_train)
+    from het_tf.bench import add_arguments as add_bench_arguments
+
+    bench = sub.add_parser("bench", help="benchmark HetEmbedding against TensorFlow's own PS "
+                           "and TFRA on the same model, data and cluster")
+    add_bench_arguments(bench)
+    bench.set_defaults(run=_bench)
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     args.train_argv = argv[1:]
