@@ -319,8 +319,10 @@ class HetEmbedding(tf_keras.layers.Layer):
                     update = push_without_cache(table, unique, unique_grads, lr)
                 with tf.control_dependencies(tf.nest.flatten(update)):
                     step = self._updates.assign_add(1)
-                with tf.control_dependencies([step]):
-                    return tf.zeros_like(anchor)
+                # A zero that Grappler cannot fold: inside the loop of
+                # steps_per_execution > 1, a constant zero lost its control
+                # dependency on the update, and the update was pruned.
+                return tf.cast(tf.equal(step, -1), anchor.dtype)
 
             return out, grad
 

@@ -234,3 +234,21 @@ def test_layers_of_the_same_name_do_not_share_rows():
     tape.gradient(loss, a.trainable_variables)
     np.testing.assert_array_equal(b(ids).numpy(), first.numpy())  # same seed, untouched rows
     assert not np.array_equal(a(ids).numpy(), first.numpy())
+
+
+@pytest.mark.parametrize("cache_capacity", [0, 100])
+def test_every_step_updates_the_table_with_steps_per_execution(cache_capacity):
+    """With steps_per_execution > 1, Keras runs the steps in a loop, where
+    Grappler once pruned the update of a constant-zero anchor gradient."""
+    layer = HetEmbedding(VOCAB, DIM, cache_capacity=cache_capacity, staleness=0,
+                         optimizer=tf_keras.optimizers.SGD(0.1))
+    model = functional_model(layer)
+    model.compile(tf_keras.optimizers.SGD(0.1), "binary_crossentropy", steps_per_execution=4)
+    x, y = parity_data(n=640)
+    model.fit(x, y, batch_size=32, epochs=1, verbose=0, shuffle=False)
+    layer.flush()
+    assert int(layer._updates.numpy()) == 20
+    _, _, _, clocks, _ = (t.numpy() for t in layer.table.export_all())
+    # Every step's unique ids each got one update.
+    expected = sum(len(np.unique(x[i:i + 32])) for i in range(0, 640, 32))
+    assert int(clocks.sum()) == expected
