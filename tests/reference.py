@@ -54,8 +54,19 @@ class RefTable:
 
     def push(self, key, grad, count, lr):
         r = self.row(key)
-        lr32 = np.float32(lr)
         g = grad.astype(np.float32)
+        if self.optimizer == "sgd" or count == 1:
+            self._step(r, g, lr)
+        else:  # count steps with the mean gradient
+            mean = g * np.float32(1.0 / np.float32(count))
+            for _ in range(count):
+                self._step(r, mean, lr)
+        r["clock"] += count
+        self.updates_applied += count
+        return r["w"].copy(), r["clock"]
+
+    def _step(self, r, g, lr):
+        lr32 = np.float32(lr)
         if self.optimizer == "sgd":
             r["w"] = r["w"] - lr32 * g
         elif self.optimizer == "adagrad":
@@ -72,9 +83,6 @@ class RefTable:
             r["w"] = r["w"] - alpha * r["m"] / (np.sqrt(r["v"]) + np.float32(1e-7))
         else:
             raise ValueError(self.optimizer)
-        r["clock"] += count
-        self.updates_applied += count
-        return r["w"].copy(), r["clock"]
 
 
 class RefCache:

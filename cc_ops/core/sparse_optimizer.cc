@@ -123,4 +123,16 @@ void ApplyUpdate(const OptimizerConfig& c, float lr, const float* g, int dim, fl
   }
 }
 
+void ApplyUpdates(const OptimizerConfig& config, float learning_rate, const float* grad_sum,
+                  int64_t count, int dim, float* row, float* slots, int64_t* step,
+                  std::vector<float>* mean) {
+  if (count <= 1 || config.kind == OptimizerKind::kSGD) {
+    ApplyUpdate(config, learning_rate, grad_sum, dim, row, slots, step);
+    return;
+  }
+  const float scale = 1.0f / static_cast<float>(count);
+  for (int j = 0; j < dim; ++j) (*mean)[j] = grad_sum[j] * scale;
+  for (int64_t c = 0; c < count; ++c) ApplyUpdate(config, learning_rate, mean->data(), dim, row, slots, step);
+}
+
 }  // namespace het

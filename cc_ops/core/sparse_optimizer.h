@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "cc_ops/core/status.h"
 
@@ -40,6 +41,14 @@ void InitializeSlots(const OptimizerConfig& config, int dim, float* slots);
 // NumSlots() * dim floats; `step` is the row's step count (Adam only).
 void ApplyUpdate(const OptimizerConfig& config, float learning_rate, const float* grad, int dim,
                  float* row, float* slots, int64_t* step);
+
+// Applies a push of `count` updates whose gradients sum to `grad_sum`: the
+// optimizer steps `count` times with the mean gradient, as if each update had
+// been pushed on its own with that gradient (SGD takes the sum in one step,
+// which is the same update). `mean` is dim floats of scratch space.
+void ApplyUpdates(const OptimizerConfig& config, float learning_rate, const float* grad_sum,
+                  int64_t count, int dim, float* row, float* slots, int64_t* step,
+                  std::vector<float>* mean);
 
 }  // namespace het
 

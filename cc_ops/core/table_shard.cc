@@ -196,6 +196,7 @@ Status TableShard::Push(const int64_t* keys, const float* grads, const int64_t* 
   std::array<int32_t, kStripes + 1> starts;
   GroupByStripe(keys, n, &order, &starts);
   uint64_t updates = 0;
+  std::vector<float> mean(dim);
   for (int s = 0; s < kStripes; ++s) {
     if (starts[s] == starts[s + 1]) continue;
     Stripe& stripe = stripes_[s];
@@ -204,8 +205,9 @@ Status TableShard::Push(const int64_t* keys, const float* grads, const int64_t* 
       const int32_t i = order[k];
       bool created;
       char* p = FindOrCreate(stripe, keys[i], &created);
-      ApplyUpdate(config_.optimizer, learning_rate, grads + int64_t{i} * dim, dim, Values(p),
-                  Slots(p), NeedsStepCount(config_.optimizer.kind) ? Step(p) : nullptr);
+      ApplyUpdates(config_.optimizer, learning_rate, grads + int64_t{i} * dim, counts[i], dim,
+                   Values(p), Slots(p), NeedsStepCount(config_.optimizer.kind) ? Step(p) : nullptr,
+                   &mean);
       *Clock(p) += counts[i];
       updates += counts[i];
       if (values != nullptr) std::memcpy(values + int64_t{i} * dim, Values(p), sizeof(float) * dim);
