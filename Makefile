@@ -12,7 +12,7 @@ CORE_TEST_SOURCES := $(wildcard cc_ops/core/tests/*.cc cc_ops/core/tests/*.h)
 BAZEL ?= $(shell command -v bazel-4 || echo bazel)
 BAZEL_FLAGS := --repo_env=PYTHON_BIN_PATH=$(abspath $(PY))
 
-.PHONY: setup build test test-hybrid demo cc-test sanitize bazel-build clean
+.PHONY: setup build test test-hybrid demo bench cc-test sanitize bazel-build clean
 
 setup: $(VENV)/.deps
 
@@ -74,6 +74,10 @@ demo: build
 	$(VENV)/bin/het-tf train --mode ps --ps 1 --workers 2 --model wdl --data synthetic \
 	  --samples 2000000 --run-dir $(DEMO_RUN)
 	$(PY) examples/serve_export.py $(DEMO_RUN)
+
+# The benchmark at its default (reduced) size; results in build/bench.
+bench: build
+	$(VENV)/bin/het-tf bench --out $(CURDIR)/build/bench
 
 clean:
 	rm -rf build het_tf/_het_ops.so *.egg-info

@@ -78,9 +78,10 @@ def test_train_ps_mode_starts_and_stops_its_own_cluster(tmp_path):
 
 def test_train_reads_tsv_and_counts_malformed_lines(tmp_path):
     data = SyntheticCriteo(seed=4, scale=0.01)
-    path = data.write_tsv(str(tmp_path / "day_0.tsv"), 40000)
-    with open(path, "a") as f:
-        f.write("1\tnot\ta line\n" * 7)
+    rows = data.write_tsv(str(tmp_path / "rows.tsv"), 40000)
+    path = str(tmp_path / "day_0.tsv")
+    with open(path, "w") as f:  # the damaged lines come first, so training reads them
+        f.write("1\tnot\ta line\n" * 7 + open(rows).read())
     run_dir = tmp_path / "tsv"
     metrics, _ = train(run_dir, "--data", path, "--samples", "30000", "--batch-size", "500",
                        "--eval-samples", "1000", "--cache-policy", "lru")
