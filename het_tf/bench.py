@@ -78,6 +78,11 @@ def _common_args(args):
 
 def _failure_reason(text):
     """The most telling error line of a failed run's output."""
+    import re
+
+    detail = re.search(r"\(0\) ([A-Z_]+: [^\\\n]+)", text)  # a root error inside gRPC text
+    if detail:
+        return detail.group(1).strip()[:400]
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     for marker in ("Error:", "Error(", "error:", "Segmentation fault", "Fatal"):
         for line in reversed(lines):
@@ -223,7 +228,8 @@ def plot(results, out):
 
     rows = [r for r in results["table"] if r.get("samples_per_second")]
     fig, ax = plt.subplots(figsize=(8, 4))
-    ax.barh([r["name"] for r in rows], [r["samples_per_second"] for r in rows], color="#4c72b0")
+    ax.barh([f"{r['name']} [{r['mode']}]" for r in rows], [r["samples_per_second"] for r in rows],
+            color="#4c72b0")
     ax.set_xlabel("samples/s (steady state)")
     ax.set_title(f"Throughput, {results['config']['model']}, "
                  f"{results['config']['workers']} workers")

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from het_tf.cluster import LocalCluster
+from processes import processes_mentioning
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "examples", "cluster_train.py")
@@ -188,19 +189,6 @@ def test_a_lost_ps_task_fails_the_chief_and_a_relaunch_resumes(tmp_path):
 HET_TF = os.path.join(os.path.dirname(sys.executable), "het-tf")
 
 
-def processes_with(text):
-    """Pids of processes whose environment mentions text (a port of ours)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if text.encode() in f.read():
-                    found.append(int(pid))
-        except OSError:
-            pass
-    return found
-
-
 def test_launch_returns_the_chiefs_exit_code():
     run = subprocess.run([HET_TF, "launch", "--ps", "1", "--workers", "1", "--",
                           sys.executable, "-c",
@@ -225,15 +213,16 @@ def test_launch_tears_everything_down_on_ctrl_c():
         cluster = json.loads(next(l for l in lines if "cluster {" in l).split("cluster ", 1)[1])
         port = cluster["ps"][0].rsplit(":", 1)[1]
         deadline = time.monotonic() + 60
-        while len(processes_with(port)) < 4 and time.monotonic() < deadline:  # the chief starts last
+        # The chief starts last.
+        while len(processes_mentioning(port)) < 4 and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert len(processes_with(port)) >= 4  # ps, 2 workers, chief
+        assert len(processes_mentioning(port)) >= 4  # ps, 2 workers, chief
         launcher.send_signal(signal.SIGINT)
         assert launcher.wait(timeout=60) == 130
     finally:
         if launcher.poll() is None:
             launcher.kill()
     deadline = time.monotonic() + 30
-    while processes_with(port) and time.monotonic() < deadline:
+    while processes_mentioning(port) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert processes_with(port) == []
+    assert processes_mentioning(port) == []

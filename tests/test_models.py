@@ -5,7 +5,6 @@ import itertools
 
 import numpy as np
 import pytest
-import tensorflow as tf
 import tf_keras
 
 from het_tf.data import SyntheticCriteo, criteo_key, missing_key

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from het_tf.data import SyntheticCriteo
+from processes import processes_mentioning
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HET_TF = [sys.executable, "-m", "het_tf.cli"]
@@ -26,20 +27,6 @@ def train(run_dir, *extra):
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     with open(os.path.join(run_dir, "metrics.json")) as f:
         return json.load(f), result.stdout
-
-
-def processes_mentioning(text):
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if text.encode() in f.read():
-                    found.append(int(pid))
-        except OSError:
-            pass
-    return found
 
 
 def check_run_folder(run_dir, metrics):
@@ -73,7 +60,7 @@ def test_train_ps_mode_starts_and_stops_its_own_cluster(tmp_path):
     assert "[ps:1]" in out and "[worker:1]" in out
     assert metrics["workers"] == 2
     check_run_folder(run_dir, metrics)
-    assert processes_mentioning(str(run_dir)) == []
+    assert processes_mentioning(str(run_dir), "cmdline") == []
 
 
 def test_train_reads_tsv_and_counts_malformed_lines(tmp_path):

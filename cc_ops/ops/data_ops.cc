@@ -10,6 +10,16 @@ namespace het {
 using tensorflow::shape_inference::InferenceContext;
 using tensorflow::shape_inference::ShapeHandle;
 
+// labels [n], dense [n, 13], keys [n, 26] and a per-row vector [n].
+tensorflow::Status CriteoBatchShape(InferenceContext* c,
+                                    tensorflow::shape_inference::DimensionHandle n) {
+  c->set_output(0, c->Vector(n));
+  c->set_output(1, c->Matrix(n, 13));
+  c->set_output(2, c->Matrix(n, 26));
+  c->set_output(3, c->Vector(n));
+  return tensorflow::OkStatus();
+}
+
 REGISTER_OP("HetParseCriteo")
     .Input("lines: string")
     .Input("first_line: int64")
@@ -28,12 +38,7 @@ REGISTER_OP("HetParseCriteo")
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &lines));
       TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 0, &scalar));
       TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 0, &scalar));
-      auto n = c->Dim(lines, 0);
-      c->set_output(0, c->Vector(n));
-      c->set_output(1, c->Matrix(n, 13));
-      c->set_output(2, c->Matrix(n, 26));
-      c->set_output(3, c->Vector(n));
-      return tensorflow::OkStatus();
+      return CriteoBatchShape(c, c->Dim(lines, 0));
     })
     .Doc(R"doc(
 Parses Criteo TSV lines. `first_line` is the 1-based line number of lines[0]
@@ -69,14 +74,7 @@ REGISTER_OP("HetSyntheticCriteo")
     .Output("keys: int64")
     .Output("logits: float")
     .HET_SYNTHETIC_ATTRS
-    .SetShapeFn([](InferenceContext* c) {
-      auto n = c->UnknownDim();
-      c->set_output(0, c->Vector(n));
-      c->set_output(1, c->Matrix(n, 13));
-      c->set_output(2, c->Matrix(n, 26));
-      c->set_output(3, c->Vector(n));
-      return tensorflow::OkStatus();
-    })
+    .SetShapeFn([](InferenceContext* c) { return CriteoBatchShape(c, c->UnknownDim()); })
     .Doc(R"doc(
 Rows first_row .. first_row + num_rows - 1 of a stream of synthetic
 Criteo-like samples, as HetParseCriteo would read them from the TSV that

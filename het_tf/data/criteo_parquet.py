@@ -17,7 +17,7 @@ import tensorflow as tf
 from het_tf import _op_library
 from het_tf.data.criteo_schema import (CATEGORICAL_FIELDS, DENSE_FIELDS, FIELD_SHIFT,
                                        MISSING_BIT)
-from het_tf.data.criteo_tsv import ON_MALFORMED, _files, _positive_int
+from het_tf.data.criteo_tsv import _files, check_reader_arguments
 
 COLUMNS = ("label",) + DENSE_FIELDS + CATEGORICAL_FIELDS
 FIELD_BITS = (np.arange(len(CATEGORICAL_FIELDS), dtype=np.int64) << FIELD_SHIFT)[np.newaxis, :]
@@ -98,14 +98,7 @@ def criteo_parquet_dataset(paths, batch_size, *, on_malformed="skip", counter="c
     files, with the same arguments as `criteo_tsv_dataset`."""
     import tensorflow_io as tfio
 
-    if on_malformed not in ON_MALFORMED:
-        raise ValueError(f"parquet reader: on_malformed must be 'skip' or 'fail', got "
-                         f"{on_malformed!r}")
-    _positive_int(batch_size, "batch_size")
-    _positive_int(num_shards, "num_shards")
-    if not 0 <= shard_index < num_shards:
-        raise ValueError(f"parquet reader: shard_index must be in [0, {num_shards}), got "
-                         f"{shard_index!r}")
+    check_reader_arguments("parquet reader", batch_size, on_malformed, num_shards, shard_index)
     parts = []
     for path in _files(paths):
         specs = _column_specs(path)

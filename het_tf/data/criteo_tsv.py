@@ -25,10 +25,17 @@ def _files(paths):
     return files
 
 
-def _positive_int(value, what):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"criteo reader: {what} must be a positive int, got {value!r}")
-    return value
+def check_reader_arguments(reader, batch_size, on_malformed, num_shards, shard_index):
+    """The arguments every reader shares, with a ValueError naming the reader."""
+    if on_malformed not in ON_MALFORMED:
+        raise ValueError(f"{reader}: on_malformed must be 'skip' or 'fail', got "
+                         f"{on_malformed!r}")
+    for what, value in (("batch_size", batch_size), ("num_shards", num_shards)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{reader}: {what} must be a positive int, got {value!r}")
+    if not 0 <= shard_index < num_shards:
+        raise ValueError(f"{reader}: shard_index must be in [0, {num_shards}), got "
+                         f"{shard_index!r}")
 
 
 def criteo_tsv_dataset(paths, batch_size, *, on_malformed="skip", has_label=True,
@@ -45,14 +52,7 @@ def criteo_tsv_dataset(paths, batch_size, *, on_malformed="skip", has_label=True
       num_shards, shard_index: read every num_shards-th batch of lines from
         shard_index, so that workers read disjoint parts.
     """
-    if on_malformed not in ON_MALFORMED:
-        raise ValueError(f"criteo reader: on_malformed must be 'skip' or 'fail', got "
-                         f"{on_malformed!r}")
-    _positive_int(batch_size, "batch_size")
-    _positive_int(num_shards, "num_shards")
-    if not 0 <= shard_index < num_shards:
-        raise ValueError(f"criteo reader: shard_index must be in [0, {num_shards}), got "
-                         f"{shard_index!r}")
+    check_reader_arguments("criteo reader", batch_size, on_malformed, num_shards, shard_index)
     ops = _op_library.load()
     skip = on_malformed == "skip"
 

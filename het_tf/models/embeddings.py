@@ -5,7 +5,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from het_tf.data.criteo_schema import FIELD_SHIFT, KAGGLE_CARDINALITIES, MISSING_BIT, VALUE_MASK
+from het_tf.data.criteo_schema import KAGGLE_CARDINALITIES, MISSING_BIT, VALUE_MASK
 
 KINDS = ("het", "keras", "tfra")
 
