@@ -5,6 +5,7 @@ name the table and say what would be right before any op runs.
 """
 import dataclasses
 import re
+import typing
 
 OPTIMIZERS = ("sgd", "adagrad", "adam", "ftrl")
 INITIALIZERS = ("uniform", "normal", "truncated_normal", "constant", "zeros")
@@ -53,6 +54,10 @@ class TableConfig:
     initializer_b: float = 0.05   # uniform: high; normal: stddev
     seed: int = 0
     optimizer: OptimizerConfig = OptimizerConfig()
+    # The most rows the table may hold (split evenly over its shards, each
+    # allowed ceil(max_rows / shards)); past it, requests that would create
+    # rows fail with ResourceExhausted and change nothing. None: no limit.
+    max_rows: typing.Optional[int] = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -72,6 +77,8 @@ class TableConfig:
                   f"{', '.join(OPTIMIZERS)}")
         if not _is_int(self.seed):
             _fail(self.name, f"seed must be an int, got {self.seed!r}")
+        if self.max_rows is not None and (not _is_int(self.max_rows) or self.max_rows < 1):
+            _fail(self.name, f"max_rows must be a positive int or None, got {self.max_rows!r}")
 
     @property
     def fixed_vocabulary(self):
@@ -81,8 +88,10 @@ class TableConfig:
     def num_slots(self):
         return NUM_SLOTS[self.optimizer.name]
 
-    def op_attrs(self):
+    def op_attrs(self, num_shards=1):
+        max_rows = -1 if self.max_rows is None else -(-self.max_rows // num_shards)
         return dict(table_name=self.name, dim=self.dim, vocabulary_size=self.vocabulary_size,
+                    max_rows=max_rows,
                     initializer="constant" if self.initializer == "zeros" else self.initializer,
                     initializer_a=0.0 if self.initializer == "zeros" else self.initializer_a,
                     initializer_b=self.initializer_b, seed=self.seed,

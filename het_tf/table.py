@@ -38,7 +38,7 @@ class ShardedTable:
     def handle(self, shard):
         with tf.device(self.devices[shard]):
             return self._ops.het_table_shard(shared_name=self.shared_name(shard),
-                                             **self.config.op_attrs())
+                                             **self.config.op_attrs(self.num_shards))
 
     def _partition(self, keys, *values):
         """Splits keys (and rows that go with them) by shard; also returns

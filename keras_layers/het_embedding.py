@@ -72,12 +72,15 @@ class HetEmbedding(tf_keras.layers.Layer):
       seed: seeds the initializer; None derives one from the layer name, so
         a model rebuilt in another process gets the same rows.
       pin_threshold: touches after which lfu_opt pins a row.
+      max_rows: the most rows the table may hold (None: no limit); a step
+        that would create more fails with ResourceExhausted naming the
+        table, and changes nothing.
     """
 
     def __init__(self, input_dim, output_dim, embeddings_initializer="uniform", combiner=None,
                  optimizer="adagrad", cache_capacity=0.1, cache_policy="lfu", staleness=100,
                  read_staleness=None, write_staleness=None, seed=None, name=None,
-                 pin_threshold=100, **kwargs):
+                 pin_threshold=100, max_rows=None, **kwargs):
         kwargs.setdefault("autocast", False)  # ids must stay ints
         super().__init__(name=name, **kwargs)
         owner = f"HetEmbedding '{self.name}'"
@@ -105,6 +108,7 @@ class HetEmbedding(tf_keras.layers.Layer):
         self.read_staleness = read_staleness
         self.write_staleness = write_staleness
         self.pin_threshold = pin_threshold
+        self.max_rows = max_rows
         self.embeddings_initializer = (embeddings_initializer
                                        if isinstance(embeddings_initializer, str)
                                        else tf_keras.initializers.get(embeddings_initializer))
@@ -203,7 +207,7 @@ class HetEmbedding(tf_keras.layers.Layer):
             return TableConfig(self.name, self.output_dim,
                                UNBOUNDED if self.input_dim is None else self.input_dim,
                                "constant" if kind == "materialize" else kind, a, b, int(seed),
-                               self._optimizer_config)
+                               self._optimizer_config, max_rows=self.max_rows)
         except ValueError as e:
             raise ValueError(f"{self._owner}: {str(e).split(': ', 1)[-1]}") from None
 
@@ -443,6 +447,7 @@ class HetEmbedding(tf_keras.layers.Layer):
             "write_staleness": self.write_staleness,
             "seed": self.seed,
             "pin_threshold": self.pin_threshold,
+            "max_rows": self.max_rows,
         })
         return config
 

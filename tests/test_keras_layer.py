@@ -252,3 +252,23 @@ def test_every_step_updates_the_table_with_steps_per_execution(cache_capacity):
     # Every step's unique ids each got one update.
     expected = sum(len(np.unique(x[i:i + 32])) for i in range(0, 640, 32))
     assert int(clocks.sum()) == expected
+
+
+def test_row_limit_stops_growth_with_a_clear_error_and_no_partial_update():
+    layer = HetEmbedding(None, DIM, cache_capacity=0, max_rows=40, name="capped",
+                         optimizer=tf_keras.optimizers.SGD(0.1))
+    model = functional_model(layer)
+    model.compile(tf_keras.optimizers.SGD(0.1), "binary_crossentropy")
+    held = np.arange(30, dtype=np.int64).reshape(10, 3)
+    model.fit(held, np.ones(10), batch_size=10, verbose=0)
+    before = [t.numpy() for t in layer.table.export_all()]
+    assert len(before[0]) == 30
+    fresh = np.arange(30, 60, dtype=np.int64).reshape(10, 3)  # 30 new rows: past 40
+    with pytest.raises(tf.errors.ResourceExhaustedError, match="table 'capped'.*limit is 40"):
+        model.fit(fresh, np.ones(10), batch_size=10, verbose=0)
+    after = [t.numpy() for t in layer.table.export_all()]
+    for a, b in zip(before, after):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="max_rows must be a positive int"):
+        HetEmbedding(None, DIM, cache_capacity=0, max_rows=0)
+    assert HetEmbedding.from_config(layer.get_config()).max_rows == 40

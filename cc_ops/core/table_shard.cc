@@ -23,6 +23,10 @@ Status ValidateTableConfig(const TableConfig& c) {
     return Status::InvalidArgument("table " + Quote(c.name) +
                                    ": vocabulary size must be positive, or -1 for dynamic keys");
   }
+  if (c.max_rows == 0 || c.max_rows < -1) {
+    return Status::InvalidArgument("table " + Quote(c.name) +
+                                   ": max_rows must be positive, or -1 for no limit");
+  }
   Status s = ValidateOptimizer(c.optimizer);
   if (!s.ok()) return Status::InvalidArgument("table " + Quote(c.name) + ": " + s.message());
   return Status::Ok();
@@ -96,8 +100,51 @@ void TableShard::GroupByStripe(const int64_t* keys, int64_t n, std::vector<int32
   for (int64_t i = 0; i < n; ++i) (*order)[counts[stripe_of[i]]++] = static_cast<int32_t>(i);
 }
 
+class TableShard::RowReservation {
+ public:
+  RowReservation(std::atomic<int64_t>* reserved, int64_t rows) : reserved_(reserved), rows_(rows) {}
+  ~RowReservation() { reserved_->fetch_sub(rows_); }
+
+ private:
+  std::atomic<int64_t>* reserved_;
+  int64_t rows_;
+};
+
+Status TableShard::ReserveNewRows(const int64_t* keys, int64_t n,
+                                  std::unique_ptr<RowReservation>* out) {
+  if (config_.max_rows < 0) return Status::Ok();
+  std::vector<int32_t> order;
+  std::array<int32_t, kStripes + 1> starts;
+  GroupByStripe(keys, n, &order, &starts);
+  int64_t absent = 0;
+  for (int s = 0; s < kStripes; ++s) {
+    if (starts[s] == starts[s + 1]) continue;
+    std::lock_guard<std::mutex> lock(stripes_[s].mu);
+    for (int32_t k = starts[s]; k < starts[s + 1]; ++k) {
+      absent += stripes_[s].index.Find(keys[order[k]]) == KeyIndex::kAbsent;
+    }
+  }
+  // Concurrent requests reserve before creating, so together they cannot
+  // pass the limit; a key new to two of them is counted twice, which only
+  // errs on the side of refusing.
+  const int64_t before = reserved_rows_.fetch_add(absent);
+  const int64_t held = Size();
+  if (absent > 0 && held + before + absent > config_.max_rows) {
+    reserved_rows_.fetch_sub(absent);
+    return Status::ResourceExhausted(
+        "table " + Quote(config_.name) + ": this shard holds " + std::to_string(held) +
+        " rows and its limit is " + std::to_string(config_.max_rows) + "; the request would add " +
+        std::to_string(absent) + " more, so nothing was changed (raise max_rows, add PS "
+        "shards, or keep fewer distinct ids)");
+  }
+  out->reset(new RowReservation(&reserved_rows_, absent));
+  return Status::Ok();
+}
+
 Status TableShard::Gather(const int64_t* keys, int64_t n, float* values) {
   HET_RETURN_IF_ERROR(CheckKeys(config_.name, config_.vocabulary_size, keys, n));
+  std::unique_ptr<RowReservation> reservation;
+  HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
   std::vector<int32_t> order;
   std::array<int32_t, kStripes + 1> starts;
   GroupByStripe(keys, n, &order, &starts);
@@ -124,6 +171,8 @@ Status TableShard::Gather(const int64_t* keys, int64_t n, float* values) {
 Status TableShard::Pull(const int64_t* keys, const int64_t* clocks, int64_t n,
                         int64_t read_staleness, PulledRows* out) {
   HET_RETURN_IF_ERROR(CheckKeys(config_.name, config_.vocabulary_size, keys, n));
+  std::unique_ptr<RowReservation> reservation;
+  HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
   std::vector<int32_t> order;
   std::array<int32_t, kStripes + 1> starts;
   GroupByStripe(keys, n, &order, &starts);
@@ -192,6 +241,8 @@ Status TableShard::Push(const int64_t* keys, const float* grads, const int64_t* 
                                      std::to_string(keys[i / dim]) + "; nothing was applied");
     }
   }
+  std::unique_ptr<RowReservation> reservation;
+  HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
   std::vector<int32_t> order;
   std::array<int32_t, kStripes + 1> starts;
   GroupByStripe(keys, n, &order, &starts);
@@ -305,6 +356,8 @@ Status TableShard::Import(const TableChunk& chunk) {
                                      ": imported clocks and steps must be >= 0");
     }
   }
+  std::unique_ptr<RowReservation> reservation;
+  HET_RETURN_IF_ERROR(ReserveNewRows(chunk.keys.data(), static_cast<int64_t>(n), &reservation));
   std::vector<int32_t> order;
   std::array<int32_t, kStripes + 1> starts;
   GroupByStripe(chunk.keys.data(), static_cast<int64_t>(n), &order, &starts);

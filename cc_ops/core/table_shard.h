@@ -28,6 +28,9 @@ struct TableConfig {
   int dim = 0;
   // Fixed vocabulary: keys must lie in [0, vocabulary_size). -1: any int64.
   int64_t vocabulary_size = -1;
+  // The most rows this shard may hold; a request that would create more
+  // fails with ResourceExhausted and changes nothing. -1: no limit.
+  int64_t max_rows = -1;
   InitializerConfig initializer;
   OptimizerConfig optimizer;
 };
@@ -116,6 +119,12 @@ class TableShard {
 
   explicit TableShard(const TableConfig& config);
 
+  // Reserves room for the rows a request would create (its keys not yet
+  // held), or fails when they would take the shard past max_rows. The
+  // reservation is released when the returned guard goes away.
+  class RowReservation;
+  Status ReserveNewRows(const int64_t* keys, int64_t n, std::unique_ptr<RowReservation>* out);
+
   static int StripeOf(int64_t key);
   char* RowAt(const Stripe& stripe, uint32_t row) const;
   // Finds or creates the row of key; the stripe's lock must be held.
@@ -135,6 +144,7 @@ class TableShard {
   size_t row_bytes_;
   std::array<Stripe, kStripes> stripes_;
 
+  std::atomic<int64_t> reserved_rows_{0};
   std::atomic<uint64_t> pull_requests_{0}, keys_checked_{0}, rows_sent_{0}, push_requests_{0},
       rows_pushed_{0}, updates_applied_{0}, rows_created_{0}, bytes_received_{0}, bytes_sent_{0};
 };

@@ -31,6 +31,7 @@ tensorflow::Status ParseTableConfig(OpKernelConstruction* ctx, TableConfig* c) {
   TF_RETURN_IF_ERROR(ctx->GetAttr("dim", &dim));
   c->dim = static_cast<int>(dim);
   TF_RETURN_IF_ERROR(ctx->GetAttr("vocabulary_size", &c->vocabulary_size));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("max_rows", &c->max_rows));
   TF_RETURN_IF_ERROR(ctx->GetAttr("initializer", &initializer));
   TF_RETURN_IF_ERROR(ctx->GetAttr("initializer_a", &c->initializer.a));
   TF_RETURN_IF_ERROR(ctx->GetAttr("initializer_b", &c->initializer.b));

@@ -17,6 +17,7 @@ REGISTER_OP("HetTableShard")
     .Attr("table_name: string")
     .Attr("dim: int >= 1")
     .Attr("vocabulary_size: int = -1")
+    .Attr("max_rows: int = -1")
     .Attr("initializer: string = 'uniform'")
     .Attr("initializer_a: float = -0.05")
     .Attr("initializer_b: float = 0.05")
@@ -37,7 +38,9 @@ REGISTER_OP("HetTableShard")
     .Doc(R"doc(
 Creates, or finds by shared_name on this device, one shard of an embedding
 table, which maps int64 keys to rows of `dim` floats made on first touch, with
-optimizer slots and a per-row clock of applied updates.
+optimizer slots and a per-row clock of applied updates. With max_rows > 0, a
+request that would take the shard past max_rows rows fails with
+ResourceExhausted and changes nothing.
 )doc");
 
 REGISTER_OP("HetTableGather")

@@ -254,3 +254,38 @@ HET_TEST(ExportThenImportRestoresEverythingInChunks) {
   bad.slots.pop_back();
   EXPECT_INVALID(b->Import(bad), "import of 5000 rows");
 }
+
+HET_TEST(RowLimitRefusesNewRowsAndChangesNothing) {
+  auto config = Config(het::OptimizerKind::kAdagrad, 2);
+  config.max_rows = 4;
+  auto t = Make(config);
+  std::vector<int64_t> keys = {1, 2, 3, 4};
+  std::vector<float> grads(8, 0.5f), values(8);
+  std::vector<int64_t> counts(4, 1);
+  EXPECT_OK(t->Push(keys.data(), grads.data(), counts.data(), 4, 0.1f, nullptr, nullptr));
+  std::vector<int64_t> mixed = {4, 5};  // one held, one new
+  std::vector<int64_t> clocks(2, -1);
+  EXPECT_TRUE(t->Push(mixed.data(), grads.data(), counts.data(), 2, 0.1f, nullptr, nullptr).code() ==
+              het::StatusCode::kResourceExhausted);
+  het::PulledRows pulled;
+  EXPECT_TRUE(t->Pull(mixed.data(), clocks.data(), 2, 0, &pulled).code() ==
+              het::StatusCode::kResourceExhausted);
+  EXPECT_INVALID(het::Status::InvalidArgument(
+                     t->Gather(mixed.data(), 2, values.data()).message()), "limit is 4");
+  het::TableChunk chunk;
+  chunk.keys = {9};
+  chunk.values = {1, 1};
+  chunk.slots = {1, 1};
+  chunk.clocks = {0};
+  chunk.steps = {0};
+  EXPECT_TRUE(t->Import(chunk).code() == het::StatusCode::kResourceExhausted);
+  EXPECT_EQ(t->Size(), int64_t{4});
+  // Key 4 was not updated by the refused push; held rows still train.
+  EXPECT_OK(t->Push(&keys[3], grads.data(), counts.data(), 1, 0.1f, nullptr, &clocks[0]));
+  EXPECT_EQ(clocks[0], int64_t{2});
+  chunk.keys = {2};
+  EXPECT_OK(t->Import(chunk));
+  config.max_rows = 0;
+  std::unique_ptr<het::TableShard> bad;
+  EXPECT_INVALID(het::TableShard::Create(config, &bad), "max_rows");
+}

@@ -1,0 +1,43 @@
+"""`het-tf bench` end to end on a reduced plan: configurations run as real
+`het-tf train` processes, figures, ratios, plots and the report."""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HET_TF = [sys.executable, "-m", "het_tf.cli", "bench"]
+
+
+def run(args, timeout=900):
+    return subprocess.run(HET_TF + args, capture_output=True, text=True, timeout=timeout,
+                          cwd=ROOT)
+
+
+def test_bench_runs_configurations_and_writes_figures_and_plots(tmp_path):
+    out = tmp_path / "bench"
+    done = run(["--only", "limit", "het-nocache", "--samples", "40960", "--eval-samples", "8192",
+                "--out", str(out)])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["runs"]) == {"limit", "het-nocache"}
+    rows = {r["name"]: r for r in results["table"]}
+    assert rows["limit"]["ratio_to_limit"] == 1.0
+    assert rows["het-nocache"]["samples_per_second"] > 0
+    assert rows["het-nocache"]["embedding_bytes_per_sample"] > 0
+    assert 0.55 < rows["het-nocache"]["auc"] < 0.9
+    # Per batch of 1024, thousands of distinct keys: the baseline's traffic is from them.
+    assert 1000 < results["unique_id_traffic"]["unique_ids_per_batch"] < 1024 * 26
+    lfu = [p["miss_rate"] for p in results["miss_rates"]["lfu"]]
+    assert all(a >= b for a, b in zip(lfu, lfu[1:])) and 0 < lfu[-1] < lfu[0] < 1
+    for name in ("throughput.png", "miss_rate.png", "auc_staleness.png", "report.md"):
+        assert (out / name).stat().st_size > 0
+    assert "| limit:" in (out / "report.md").read_text()
+    assert results["versions"]["tensorflow-recommenders-addons"] == "0.8.1"
+
+
+def test_bench_refuses_what_it_cannot_do(tmp_path):
+    done = run(["--link", "100mbit", "--out", str(tmp_path / "b")], timeout=120)
+    assert done.returncode == 2 and "--link is not available yet" in done.stderr
+    done = run(["--only", "fastest", "--out", str(tmp_path / "b")], timeout=120)
+    assert done.returncode == 2 and "no such configuration" in done.stderr
