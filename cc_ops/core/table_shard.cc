@@ -54,7 +54,10 @@ TableShard::TableShard(const TableConfig& config)
     : config_(config), num_slots_(NumSlots(config.optimizer.kind)) {
   size_t float_bytes = sizeof(float) * config_.dim * (1 + num_slots_);
   clock_offset_ = (float_bytes + 7) & ~size_t{7};
-  row_bytes_ = clock_offset_ + 8 + (NeedsStepCount(config_.optimizer.kind) ? 8 : 0);
+  // Then the clock, Adam's step count, and the key (for export): the key in
+  // the row costs exactly 8 bytes, where a growing side array cost up to 16.
+  key_offset_ = clock_offset_ + 8 + (NeedsStepCount(config_.optimizer.kind) ? 8 : 0);
+  row_bytes_ = key_offset_ + 8;
 }
 
 int TableShard::StripeOf(int64_t key) {
@@ -76,8 +79,8 @@ char* TableShard::FindOrCreate(Stripe& stripe, int64_t key, bool* created) {
   }
   ++stripe.rows;
   stripe.index.Insert(key, row);
-  stripe.keys.push_back(key);
   char* p = RowAt(stripe, row);
+  *Key(p) = key;
   InitializeRow(config_.initializer, key, config_.dim, Values(p));
   InitializeSlots(config_.optimizer, config_.dim, Slots(p));
   *Clock(p) = 0;
@@ -289,7 +292,7 @@ size_t TableShard::MemoryBytes() const {
   for (const Stripe& stripe : stripes_) {
     std::lock_guard<std::mutex> lock(stripe.mu);
     total += stripe.blocks.size() * size_t{kRowsPerBlock} * row_bytes_ +
-             stripe.index.MemoryBytes() + stripe.keys.capacity() * sizeof(int64_t);
+             stripe.index.MemoryBytes() + stripe.blocks.capacity() * sizeof(void*);
   }
   return total;
 }
@@ -323,7 +326,7 @@ Status TableShard::Export(int64_t offset, int64_t limit, TableChunk* out) const 
     for (int64_t r = offset > seen ? offset - seen : 0; r < rows; ++r) {
       if (static_cast<int64_t>(out->keys.size()) >= limit) return Status::Ok();
       char* p = RowAt(stripe, static_cast<uint32_t>(r));
-      out->keys.push_back(stripe.keys[r]);
+      out->keys.push_back(*Key(p));
       out->values.insert(out->values.end(), Values(p), Values(p) + dim);
       out->slots.insert(out->slots.end(), Slots(p), Slots(p) + slot_floats);
       out->clocks.push_back(*Clock(p));
@@ -383,7 +386,6 @@ void TableShard::Clear() {
     std::lock_guard<std::mutex> lock(stripe.mu);
     stripe.index = KeyIndex();
     stripe.blocks.clear();
-    stripe.keys.clear();
     stripe.rows = 0;
   }
 }

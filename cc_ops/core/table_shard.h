@@ -113,7 +113,6 @@ class TableShard {
     mutable std::mutex mu;
     KeyIndex index;
     std::vector<std::unique_ptr<char[]>> blocks;
-    std::vector<int64_t> keys;  // row number -> key, for export
     uint32_t rows = 0;
   };
 
@@ -137,10 +136,12 @@ class TableShard {
   float* Slots(char* row) const { return reinterpret_cast<float*>(row) + config_.dim; }
   int64_t* Clock(char* row) const { return reinterpret_cast<int64_t*>(row + clock_offset_); }
   int64_t* Step(char* row) const { return reinterpret_cast<int64_t*>(row + clock_offset_ + 8); }
+  int64_t* Key(char* row) const { return reinterpret_cast<int64_t*>(row + key_offset_); }
 
   TableConfig config_;
   int num_slots_;
   size_t clock_offset_;
+  size_t key_offset_;
   size_t row_bytes_;
   std::array<Stripe, kStripes> stripes_;
 
