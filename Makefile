@@ -58,10 +58,9 @@ bazel-build: $(VENV)/.deps
 	$(BAZEL) build $(BAZEL_FLAGS) //cc_ops:all
 
 test: build cc-test sanitize bazel-build
-	$(PY) -m pytest -q -m "not hybrid_cluster" tests
+	$(PY) -m pytest -q tests
 
-# Hybrid mode's multi-process tests: kept out of `make test` while the PS
-# task's intermittent crash under two Horovod clients is open (docs/hybrid.md).
+# Only hybrid mode's multi-process tests (also part of `make test`).
 test-hybrid: build
 	$(PY) -m pytest -q -m hybrid_cluster tests
 
