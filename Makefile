@@ -58,9 +58,10 @@ bazel-build: $(VENV)/.deps
 	$(BAZEL) build $(BAZEL_FLAGS) //cc_ops:all
 
 test: build cc-test sanitize bazel-build
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -m "not hybrid_cluster" tests
 
-# Only hybrid mode's multi-process tests (also part of `make test`).
+# Hybrid mode's multi-process tests: kept out of `make test` while the PS
+# task's intermittent crash under two Horovod clients is open (docs/hybrid.md).
 test-hybrid: build
 	$(PY) -m pytest -q -m hybrid_cluster tests
 
