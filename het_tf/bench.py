@@ -7,13 +7,14 @@ Every training run is a `het-tf train` process with its own run folder under
 OUT/runs; a configuration that fails is recorded with its error and the
 benchmark goes on.
 """
-import datetime
 import json
 import math
 import os
 import subprocess
 import sys
 import time
+
+from het_tf.train import DEFAULT_DIM, default_run_dir, options
 
 # (name, what it is, `het-tf train` arguments). "limit" is the same model
 # with plain Embedding in one process: the no-communication limit.
@@ -135,7 +136,8 @@ def unique_id_traffic(args, batches=20):
         features, _ = data.rows(0, b * args.batch_size, args.batch_size)
         unique.append(len(np.unique(features["categorical"].numpy())))
     per_batch = float(np.mean(unique))
-    dims = [16] + ([1] if args.model in ("wdl", "deepfm") else [])
+    # The benchmark trains at het-tf train's default embedding size.
+    dims = [DEFAULT_DIM] + ([1] if args.model in ("wdl", "deepfm") else [])
     per_sample = sum(per_batch * (2 * 8 + 2 * 4 * dim) for dim in dims) / args.batch_size
     return {"unique_ids_per_batch": per_batch, "bytes_per_sample": per_sample}
 
@@ -318,8 +320,7 @@ def run(args):
     for name in args.only or ():
         if name not in {c[0] for c in CONFIGURATIONS} | {n for n, _ in STALENESS_SWEEP}:
             raise ValueError(f"--only {name!r}: no such configuration")
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = os.path.abspath(args.out or os.path.join("runs", f"bench-{stamp}"))
+    out = os.path.abspath(args.out) if args.out else default_run_dir("bench")
     runs_dir = os.path.join(out, "runs")
     os.makedirs(runs_dir, exist_ok=True)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -328,10 +329,13 @@ def run(args):
     def log(message):
         print(f"[{time.perf_counter() - started:6.0f} s] {message}", flush=True)
 
-    config = {k: v for k, v in vars(args).items()
-              if k not in ("run", "command_name", "train_argv")}
-    results = {"config": config, "versions": _versions(), "command": " ".join(sys.argv),
+    results = {"config": options(args), "versions": _versions(), "command": " ".join(sys.argv),
                "runs": {}}
+
+    def write_results():  # after every run, so an interrupted benchmark keeps what it measured
+        with open(os.path.join(out, "results.json"), "w") as f:
+            json.dump(results, f, indent=2)
+
     log("het-tf bench: miss rate against cache size (LRU, LFU)")
     results["miss_rates"] = miss_rates(args)
     results["unique_id_traffic"] = traffic = unique_id_traffic(args)
@@ -350,12 +354,10 @@ def run(args):
             result_local["under_strategy"] = result
             result = result_local
         results["runs"][name] = result
-        with open(os.path.join(out, "results.json"), "w") as f:
-            json.dump(results, f, indent=2)
+        write_results()
     results["table"], results["targets"] = summarize(results, traffic)
     results["seconds"] = time.perf_counter() - started
-    with open(os.path.join(out, "results.json"), "w") as f:
-        json.dump(results, f, indent=2)
+    write_results()
     plot(results, out)
     text = report(results)
     with open(os.path.join(out, "report.md"), "w") as f:

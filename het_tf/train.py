@@ -17,6 +17,22 @@ import time
 MODES = ("local", "ps", "hybrid")
 # Progress is reported (and the steady-state clock started) per chunk.
 PROGRESS_CHUNKS = 10
+# Without --eval-data, the last batch of lines in every this many is held out.
+HOLD_OUT_EVERY = 20
+DEFAULT_DIM = 16
+# What argparse and the het-tf command add to the parsed options.
+_COMMAND_FIELDS = ("run", "command_name", "train_argv")
+
+
+def options(args, leave_out=()):
+    """The parsed options of a het-tf command, for the record."""
+    return {k: v for k, v in vars(args).items() if k not in _COMMAND_FIELDS + tuple(leave_out)}
+
+
+def default_run_dir(name):
+    """runs/NAME-TIME under the current folder."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return os.path.abspath(os.path.join("runs", f"{name}-{stamp}"))
 
 
 def _cache_capacity(text):
@@ -68,7 +84,7 @@ def add_arguments(p):
     p.add_argument("--eval-samples", type=int, default=100_000,
                    help="held-out samples to evaluate on (0: skip)")
     p.add_argument("--batch-size", type=_positive, default=1024, help="per worker")
-    p.add_argument("--dim", type=_positive, default=16, help="embedding size")
+    p.add_argument("--dim", type=_positive, default=DEFAULT_DIM, help="embedding size")
     p.add_argument("--optimizer", choices=("adagrad", "adam", "sgd", "ftrl"), default="adagrad",
                    help="for the dense weights and the tables")
     p.add_argument("--learning-rate", type=float, default=0.05)
@@ -88,8 +104,7 @@ def add_arguments(p):
 def _run_dir(args):
     if args.run_dir:
         return os.path.abspath(args.run_dir)
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return os.path.abspath(os.path.join("runs", f"{args.model}-{args.mode}-{stamp}"))
+    return default_run_dir(f"{args.model}-{args.mode}")
 
 
 def run(args, argv):
@@ -168,18 +183,22 @@ class Inputs:
         return read(pattern, self.args.batch_size, on_malformed=self.args.on_malformed,
                     num_shards=num_shards, shard_index=shard_index)
 
+    def _split(self, num_shards, shard_index, held_out):
+        """--data's batches without (or only) the held-out ones."""
+        data = self._files(self.args.data, num_shards, shard_index).enumerate()
+        last = HOLD_OUT_EVERY - 1
+        return (data.filter(lambda i, _: (i % HOLD_OUT_EVERY == last) == held_out)
+                .map(lambda _, batch: batch))
+
     def train(self, shard_index=0, num_shards=1):
         """Endless training batches of one worker (or rank)."""
         if self.synthetic is not None:
             return self.synthetic.dataset(self.args.batch_size, stream=shard_index)
-        data = self._files(self.args.data, num_shards, shard_index)
-        if not self.args.eval_data:
-            data = data.enumerate().filter(lambda i, _: i % 20 != 19).map(lambda _, b: b)
-        return data.repeat()
+        if self.args.eval_data:
+            return self._files(self.args.data, num_shards, shard_index).repeat()
+        return self._split(num_shards, shard_index, held_out=False).repeat()
 
     def held_out(self, shard_index=0, num_shards=1):
-        import tensorflow as tf
-
         from het_tf.data.synthetic import HELD_OUT_STREAM
 
         if self.synthetic is not None:
@@ -187,9 +206,7 @@ class Inputs:
                                           stream=HELD_OUT_STREAM + shard_index)
         if self.args.eval_data:
             return self._files(self.args.eval_data, num_shards, shard_index).repeat()
-        data = self._files(self.args.data, num_shards, shard_index)
-        return (data.enumerate().filter(lambda i, _: tf.equal(i % 20, 19))
-                .map(lambda _, b: b).repeat())
+        return self._split(num_shards, shard_index, held_out=True).repeat()
 
 
 # ----- figures -----
@@ -300,10 +317,11 @@ def _train(args):
 
         hybrid.init()  # before the model is built
         rank, size = hybrid.rank(), hybrid.size()
-    epochs, steps_per_epoch = _schedule(args, size)
+    # Under the strategy a step is one worker's batch; a hybrid step is one
+    # batch on every rank.
+    epochs, steps_per_epoch = _schedule(args, 1 if strategy is not None else size)
     if strategy is not None:
         num_workers = strategy.extended._num_workers
-        epochs, steps_per_epoch = _schedule(args, 1)  # a step is one worker's batch
         with strategy.scope():
             model, tf_keras = _build(args, inputs)
             _compile(model, args, tf_keras, pss_evaluation_shards=0)
@@ -337,8 +355,7 @@ def _train(args):
     samples_per_second = throughput.samples_per_second()
     if hybrid:
         samples_per_second = float(hybrid.allreduce_sum(samples_per_second))
-    result = {"config": {k: v for k, v in vars(args).items()
-                         if k not in ("run_dir", "run", "train_argv", "command_name")},
+    result = {"config": options(args, leave_out=("run_dir",)),
               "versions": _versions(), "workers": num_workers,
               "train_samples": epochs * steps_per_epoch * args.batch_size * size,
               "train_seconds": train_seconds, "samples_per_second": samples_per_second,
@@ -347,7 +364,9 @@ def _train(args):
         hybrid.flush_and_clear(model)
         hybrid.barrier()
     else:
-        for layer in _het_layers(model):
+        from het_tf.keras_layers.het_embedding import het_embedding_layers
+
+        for layer in het_embedding_layers(model):
             layer.flush()
     result.update(_embedding_figures(model))
     if inputs.synthetic is None:
@@ -380,16 +399,11 @@ def _partitioner(args):
         return None
     import tensorflow as tf
 
+    from het_tf import cluster
+
     # TensorFlow's own PS path: the Keras embedding split over the PS tasks.
     return tf.distribute.experimental.partitioners.MinSizePartitioner(
-        min_shard_bytes=256 << 10, max_shards=args.ps if not os.environ.get("TF_CONFIG") else
-        len(json.loads(os.environ["TF_CONFIG"])["cluster"].get("ps", [])))
-
-
-def _het_layers(model):
-    from het_tf.keras_layers.het_embedding import het_embedding_layers
-
-    return het_embedding_layers(model)
+        min_shard_bytes=256 << 10, max_shards=len(cluster.tf_config()["cluster"]["ps"]))
 
 
 def _best_auc(inputs, num_rows):

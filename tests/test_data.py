@@ -309,3 +309,13 @@ def test_parquet_refuses_nulls_missing_columns_and_damaged_files(tmp_path):
     pq.write_table(strings, tmp_path / "s.parquet")
     with pytest.raises(ValueError, match="column C2 has type string"):
         criteo_parquet_dataset(str(tmp_path / "s.parquet"), 8)
+
+
+def test_parser_op_refuses_misshapen_inputs():
+    from het_tf import _op_library
+
+    ops = _op_library.load()
+    with pytest.raises(tf.errors.InvalidArgumentError, match="first_line and source scalars"):
+        ops.het_parse_criteo([good_line()], [1, 2], "x.tsv")
+    with pytest.raises(tf.errors.InvalidArgumentError, match="lines must be a vector"):
+        ops.het_parse_criteo([[good_line()]], 1, "x.tsv")

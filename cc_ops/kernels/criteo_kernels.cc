@@ -6,9 +6,9 @@
 #include <string>
 
 #include "cc_ops/core/criteo_format.h"
+#include "cc_ops/kernels/criteo_outputs.h"
 #include "cc_ops/kernels/kernel_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/util/work_sharder.h"
 
 namespace het {
 namespace {
@@ -20,8 +20,13 @@ using tensorflow::Tensor;
 using tensorflow::TensorShape;
 
 struct ParseCounters {
-  std::atomic<int64_t> lines{0};
+  std::atomic<int64_t> records{0};
   std::atomic<int64_t> malformed{0};
+
+  void Add(int64_t n, int64_t bad) {
+    records.fetch_add(n, std::memory_order_relaxed);
+    malformed.fetch_add(bad, std::memory_order_relaxed);
+  }
 };
 
 // Process-wide and keyed by name rather than a resource: tf.data runs the
@@ -36,118 +41,99 @@ ParseCounters& CountersNamed(const std::string& name) {
   return *slot;
 }
 
-class HetParseCriteoOp : public OpKernel {
+// A kernel that counts into the ParseCounters its `counter` attr names.
+class CountingKernel : public OpKernel {
  public:
-  explicit HetParseCriteoOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("has_label", &has_label_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("skip_malformed", &skip_malformed_));
+  explicit CountingKernel(OpKernelConstruction* ctx) : OpKernel(ctx) {
     std::string counter;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("counter", &counter));
     counters_ = &CountersNamed(counter);
   }
 
+ protected:
+  ParseCounters* counters_ = nullptr;
+};
+
+class HetParseCriteoOp : public CountingKernel {
+ public:
+  explicit HetParseCriteoOp(OpKernelConstruction* ctx) : CountingKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("has_label", &has_label_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("skip_malformed", &skip_malformed_));
+  }
+
   void Compute(OpKernelContext* ctx) override {
     const Tensor& lines = ctx->input(0);
-    OP_REQUIRES(ctx, lines.dims() == 1,
-                tensorflow::errors::InvalidArgument("criteo reader: lines must be a vector, got ",
-                                                    lines.shape().DebugString()));
+    OP_REQUIRES(ctx, lines.dims() == 1 && ctx->input(1).dims() == 0 && ctx->input(2).dims() == 0,
+                tensorflow::errors::InvalidArgument(
+                    "criteo reader: lines must be a vector and first_line and source scalars, "
+                    "got shapes ", lines.shape().DebugString(), ", ",
+                    ctx->input(1).shape().DebugString(), ", ",
+                    ctx->input(2).shape().DebugString()));
     const int64_t first_line = ctx->input(1).scalar<int64_t>()();
     const std::string source(ctx->input(2).scalar<tensorflow::tstring>()());
     const int64_t n = lines.dim_size(0);
-    Tensor *labels, *dense, *keys, *valid;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n}), &labels));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({n, kCriteoDenseFields}), &dense));
-    OP_REQUIRES_OK(ctx,
-                   ctx->allocate_output(2, TensorShape({n, kCriteoCategoricalFields}), &keys));
+    CriteoOutputs outputs;
+    OP_REQUIRES_OK(ctx, outputs.Allocate(ctx, n));
+    Tensor* valid;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({n}), &valid));
     auto text = lines.flat<tensorflow::tstring>();
-    float* label_out = labels->flat<float>().data();
-    float* dense_out = dense->flat<float>().data();
-    int64_t* keys_out = keys->flat<int64_t>().data();
     bool* valid_out = valid->flat<bool>().data();
-    std::atomic<int64_t> first_bad{n};
-    std::mutex reason_mu;
+    std::mutex bad_mu;  // guards the three below
+    int64_t malformed = 0, first_bad = n;
     std::string first_reason;
-    std::atomic<int64_t> malformed{0};
 
-    auto parse_range = [&](int64_t begin, int64_t end) {
+    ForEachRow(ctx, n, /*cost_per_row=*/2000, [&](int64_t begin, int64_t end) {
       CriteoRecord record;
       std::string reason;
       for (int64_t i = begin; i < end; ++i) {
-        const bool ok = ParseCriteoLine(std::string_view(text(i).data(), text(i).size()),
-                                        has_label_, &record, &reason);
-        valid_out[i] = ok;
-        if (!ok) {
+        valid_out[i] = ParseCriteoLine(std::string_view(text(i).data(), text(i).size()),
+                                       has_label_, &record, &reason);
+        if (!valid_out[i]) {
           record = CriteoRecord();
-          malformed.fetch_add(1, std::memory_order_relaxed);
-          std::lock_guard<std::mutex> lock(reason_mu);
-          if (i < first_bad.load()) {
-            first_bad.store(i);
+          std::lock_guard<std::mutex> lock(bad_mu);
+          ++malformed;
+          if (i < first_bad) {
+            first_bad = i;
             first_reason = reason;
           }
         }
-        label_out[i] = record.label;
-        std::copy(record.dense, record.dense + kCriteoDenseFields,
-                  dense_out + i * kCriteoDenseFields);
-        std::copy(record.keys, record.keys + kCriteoCategoricalFields,
-                  keys_out + i * kCriteoCategoricalFields);
+        outputs.Write(i, record);
       }
-    };
-    auto* workers = ctx->device()->tensorflow_cpu_worker_threads()->workers;
-    tensorflow::Shard(ctx->device()->tensorflow_cpu_worker_threads()->num_threads, workers, n,
-                      /*cost_per_unit=*/2000, parse_range);
-
-    counters_->lines.fetch_add(n, std::memory_order_relaxed);
-    counters_->malformed.fetch_add(malformed.load(), std::memory_order_relaxed);
-    OP_REQUIRES(ctx, skip_malformed_ || malformed.load() == 0,
+    });
+    counters_->Add(n, malformed);
+    OP_REQUIRES(ctx, skip_malformed_ || malformed == 0,
                 tensorflow::errors::InvalidArgument(
-                    "criteo reader: ", source, " line ", first_line + first_bad.load(), ": ",
+                    "criteo reader: ", source, " line ", first_line + first_bad, ": ",
                     first_reason, " (pass on_malformed='skip' to count and skip such lines)"));
   }
 
  private:
   bool has_label_ = true;
   bool skip_malformed_ = true;
-  ParseCounters* counters_ = nullptr;
 };
 
-class HetParseStatsOp : public OpKernel {
+class HetParseStatsOp : public CountingKernel {
  public:
-  explicit HetParseStatsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    std::string counter;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("counter", &counter));
-    counters_ = &CountersNamed(counter);
-  }
+  using CountingKernel::CountingKernel;
 
   void Compute(OpKernelContext* ctx) override {
-    OP_REQUIRES_OK(ctx, OutputStats(ctx, {{"records", counters_->lines.load()},
+    OP_REQUIRES_OK(ctx, OutputStats(ctx, {{"records", counters_->records.load()},
                                           {"malformed", counters_->malformed.load()}}));
   }
-
- private:
-  ParseCounters* counters_ = nullptr;
 };
 
-class HetCountRecordsOp : public OpKernel {
+class HetCountRecordsOp : public CountingKernel {
  public:
-  explicit HetCountRecordsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    std::string counter;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("counter", &counter));
-    counters_ = &CountersNamed(counter);
-  }
+  using CountingKernel::CountingKernel;
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor& valid = ctx->input(0);
     auto flags = valid.flat<bool>();
     int64_t invalid = 0;
     for (int64_t i = 0; i < flags.size(); ++i) invalid += !flags(i);
-    counters_->lines.fetch_add(flags.size(), std::memory_order_relaxed);
-    counters_->malformed.fetch_add(invalid, std::memory_order_relaxed);
+    counters_->Add(flags.size(), invalid);
     ctx->set_output(0, valid);
   }
-
- private:
-  ParseCounters* counters_ = nullptr;
 };
 
 REGISTER_KERNEL_BUILDER(Name("HetParseCriteo").Device(tensorflow::DEVICE_CPU), HetParseCriteoOp);

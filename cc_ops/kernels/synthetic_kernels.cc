@@ -1,12 +1,11 @@
 // Thin adapters from the synthetic-data ops to the plain-C++ generator.
-#include <functional>
 #include <memory>
 #include <string>
 
 #include "cc_ops/core/synthetic_criteo.h"
+#include "cc_ops/kernels/criteo_outputs.h"
 #include "cc_ops/kernels/tf_status.h"
 #include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/util/work_sharder.h"
 
 namespace het {
 namespace {
@@ -58,11 +57,8 @@ class SyntheticKernel : public tensorflow::OpKernel {
     return tensorflow::OkStatus();
   }
 
-  static void ForEachRow(OpKernelContext* ctx, int64_t n,
-                         const std::function<void(int64_t, int64_t)>& rows) {
-    auto* threads = ctx->device()->tensorflow_cpu_worker_threads();
-    tensorflow::Shard(threads->num_threads, threads->workers, n, /*cost_per_unit=*/20000, rows);
-  }
+  // A row costs about this much: a pow and a hash per field.
+  static constexpr int64_t kCostPerRow = 20000;
 
   std::unique_ptr<SyntheticCriteo> data_;
 };
@@ -74,29 +70,19 @@ class HetSyntheticCriteoOp : public SyntheticKernel {
   void Compute(OpKernelContext* ctx) override {
     RowRange range;
     OP_REQUIRES_OK(ctx, ReadRange(ctx, &range));
-    const int64_t n = range.n;
-    Tensor *labels, *dense, *keys, *logits;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n}), &labels));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({n, kCriteoDenseFields}), &dense));
-    OP_REQUIRES_OK(ctx,
-                   ctx->allocate_output(2, TensorShape({n, kCriteoCategoricalFields}), &keys));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({n}), &logits));
-    float* label_out = labels->flat<float>().data();
-    float* dense_out = dense->flat<float>().data();
-    int64_t* keys_out = keys->flat<int64_t>().data();
+    CriteoOutputs outputs;
+    OP_REQUIRES_OK(ctx, outputs.Allocate(ctx, range.n));
+    Tensor* logits;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({range.n}), &logits));
     float* logit_out = logits->flat<float>().data();
-    ForEachRow(ctx, n, [&](int64_t begin, int64_t end) {
+    ForEachRow(ctx, range.n, kCostPerRow, [&](int64_t begin, int64_t end) {
       SyntheticCriteoRow row;
       CriteoRecord record;
       for (int64_t i = begin; i < end; ++i) {
         data_->Row(range.stream, range.first + i, &row);
         SyntheticCriteo::ToRecord(row, &record);
-        label_out[i] = record.label;
+        outputs.Write(i, record);
         logit_out[i] = static_cast<float>(row.logit);
-        std::copy(record.dense, record.dense + kCriteoDenseFields,
-                  dense_out + i * kCriteoDenseFields);
-        std::copy(record.keys, record.keys + kCriteoCategoricalFields,
-                  keys_out + i * kCriteoCategoricalFields);
       }
     });
   }
@@ -112,7 +98,7 @@ class HetSyntheticCriteoLinesOp : public SyntheticKernel {
     Tensor* lines;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({range.n}), &lines));
     auto out = lines->flat<tensorflow::tstring>();
-    ForEachRow(ctx, range.n, [&](int64_t begin, int64_t end) {
+    ForEachRow(ctx, range.n, kCostPerRow, [&](int64_t begin, int64_t end) {
       SyntheticCriteoRow row;
       for (int64_t i = begin; i < end; ++i) {
         data_->Row(range.stream, range.first + i, &row);
