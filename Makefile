@@ -12,7 +12,7 @@ CORE_TEST_SOURCES := $(wildcard cc_ops/core/tests/*.cc cc_ops/core/tests/*.h)
 BAZEL ?= $(shell command -v bazel-4 || echo bazel)
 BAZEL_FLAGS := --repo_env=PYTHON_BIN_PATH=$(abspath $(PY))
 
-.PHONY: setup build test test-hybrid demo bench cc-test sanitize bazel-build clean
+.PHONY: setup build test test-hybrid fuzz soak demo bench cc-test sanitize bazel-build clean
 
 setup: $(VENV)/.deps
 
@@ -59,6 +59,18 @@ bazel-build: $(VENV)/.deps
 
 test: build cc-test sanitize bazel-build
 	$(PY) -m pytest -q -m "not hybrid_cluster" tests
+
+# The fuzz tests of every op and of HetEmbedding with many more examples
+# than `make test` runs (docs/reliability.md).
+FUZZ_EXAMPLES ?= 2000
+fuzz: build
+	HET_TF_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q --timeout=0 tests/test_fuzz.py
+
+# Workers killed and restarted while a 2-PS, 2-worker cluster trains; the
+# clocks and the final checkpoint are checked after (docs/reliability.md).
+soak: build
+	rm -rf $(CURDIR)/build/soak
+	$(PY) tools/fault_soak.py --out $(CURDIR)/build/soak
 
 # Hybrid mode's multi-process tests: kept out of `make test` while the PS
 # task's intermittent crash under two Horovod clients is open (docs/hybrid.md).

@@ -138,13 +138,25 @@ class LocalCluster:
     """
 
     def __init__(self, num_ps, num_workers, evaluator=False, env=None, host="127.0.0.1",
-                 out=None, hybrid=False):
+                 out=None, hybrid=False, link=None):
         if num_ps < 1 or num_workers < 1:
             raise ValueError(f"a cluster needs at least 1 ps and 1 worker, got {num_ps} ps "
                              f"and {num_workers} workers")
+        if link is not None and (hybrid or evaluator):
+            raise ValueError("rate-limited links are made for the ps mode's chief, ps and "
+                             "worker tasks only")
         self.hybrid = hybrid
         self.num_workers = num_workers
-        self.cluster = local_cluster_spec(num_ps, num_workers, host, hybrid)
+        # An het_tf.link.EmulatedLinks: each task in a namespace of its own.
+        self.link = link
+        if link is None:
+            self.cluster = local_cluster_spec(num_ps, num_workers, host, hybrid)
+        else:
+            from het_tf.link import TASK_PORT
+
+            self.cluster = {job: [f"{link.add(f'{job}:{i}')}:{TASK_PORT}" for i in range(n)]
+                            for job, n in (("chief", 1), ("ps", num_ps),
+                                           ("worker", num_workers))}
         self.evaluator = evaluator
         self.env = dict(os.environ if env is None else env)
         self.out = out or sys.stdout
@@ -156,6 +168,8 @@ class LocalCluster:
         return dict(self.env, TF_CONFIG=json.dumps(config))
 
     def _spawn(self, name, argv, env):
+        if self.link is not None:
+            argv = self.link.command(name, argv)
         process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, start_new_session=True)
         thread = threading.Thread(target=_prefix_lines, args=(process.stdout, name, self.out),
@@ -264,6 +278,8 @@ class LocalCluster:
             process.wait()
         for thread in self._threads:
             thread.join(timeout=5)
+        if self.link is not None:
+            self.link.close()
 
     def __enter__(self):
         return self.start()
@@ -272,14 +288,34 @@ class LocalCluster:
         self.close()
 
 
-def launch(num_ps, num_workers, command, evaluator=False, hybrid=False):
+def launch(num_ps, num_workers, command, evaluator=False, hybrid=False, link=None):
     """`het-tf launch`: a local cluster around one chief command (or, in
-    hybrid mode, around num_workers Horovod ranks of it)."""
+    hybrid mode, around num_workers Horovod ranks of it). With `link` (a tc
+    rate such as 100mbit) each task gets a network namespace of its own
+    behind a link of that rate, where root allows; otherwise loopback."""
     kind = "Horovod ranks" if hybrid else "workers"
-    print(f"het-tf launch: {num_ps} ps and {num_workers} {kind} on 127.0.0.1; tasks listen on "
-          "all interfaces of their ports (TensorFlow's gRPC servers cannot bind to one "
-          "address): keep this machine's ports closed to other hosts", flush=True)
-    cluster = LocalCluster(num_ps, num_workers, evaluator=evaluator, hybrid=hybrid)
+    links = None
+    if link:
+        from het_tf import link as link_module
+
+        try:
+            links = link_module.EmulatedLinks(link)
+        except link_module.LinkUnavailable as e:
+            print(f"het-tf launch: {e}; running on loopback instead", flush=True)
+    if links is None:
+        print(f"het-tf launch: {num_ps} ps and {num_workers} {kind} on 127.0.0.1; tasks listen "
+              "on all interfaces of their ports (TensorFlow's gRPC servers cannot bind to one "
+              "address): keep this machine's ports closed to other hosts", flush=True)
+    else:
+        print(f"het-tf launch: {num_ps} ps and {num_workers} {kind}, each in a network "
+              f"namespace of its own behind a {links.rate} link", flush=True)
+    try:
+        cluster = LocalCluster(num_ps, num_workers, evaluator=evaluator, hybrid=hybrid,
+                               link=links)
+    except BaseException:
+        if links is not None:
+            links.close()
+        raise
     print(f"het-tf launch: cluster {json.dumps(cluster.cluster)}", flush=True)
     interrupted = []
 

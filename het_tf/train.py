@@ -70,6 +70,10 @@ def add_arguments(p):
     p.add_argument("--ps", type=_positive, default=1, help="PS tasks of a local cluster")
     p.add_argument("--workers", type=_positive, default=2,
                    help="workers (ps mode) or Horovod ranks (hybrid mode) of a local cluster")
+    p.add_argument("--link", metavar="RATE",
+                   help="ps mode's local cluster only: each task in a network namespace of its "
+                   "own behind a tc-shaped link of RATE, such as 100mbit (needs root; "
+                   "otherwise loopback, with a message)")
     p.add_argument("--embedding", choices=("het", "keras", "tfra"), default="het",
                    help="'keras' trains tf_keras.layers.Embedding instead, 'tfra' "
                    "TensorFlow Recommenders-Addons' dynamic embedding (baselines)")
@@ -125,7 +129,7 @@ def run(args, argv):
         from het_tf import cluster
 
         if not os.environ.get("TF_CONFIG"):
-            return cluster.launch(args.ps, args.workers, own_argv)
+            return cluster.launch(args.ps, args.workers, own_argv, link=args.link)
         task = cluster.tf_config()["task"]["type"]
         if task in cluster.SERVER_JOBS:
             return cluster.serve()
@@ -149,6 +153,13 @@ def _check(args):
         raise ValueError(f"--eval-samples must be >= 0, got {args.eval_samples}")
     if not (args.learning_rate > 0 and math.isfinite(args.learning_rate)):
         raise ValueError(f"--learning-rate must be > 0, got {args.learning_rate}")
+    if args.link:
+        from het_tf.link import parse_rate
+
+        if args.mode != "ps":
+            raise ValueError("--link shapes the local cluster that ps mode starts by itself; "
+                             f"it does not apply to {args.mode} mode")
+        parse_rate(args.link)
     if args.samples < args.batch_size:
         raise ValueError(f"--samples ({args.samples}) is less than one batch "
                          f"({args.batch_size})")

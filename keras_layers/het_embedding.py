@@ -282,11 +282,7 @@ class HetEmbedding(tf_keras.layers.Layer):
         if not ids.dtype.is_integer or ids.dtype not in (tf.int32, tf.int64):
             raise ValueError(f"{self._owner}: ids must be int32 or int64, got {ids.dtype.name}; "
                              "declare the input as tf_keras.Input(..., dtype='int64')")
-        ids = tf.cast(ids, tf.int64)
-        with tf.control_dependencies([tf.debugging.assert_positive(
-                tf.size(ids, out_type=tf.int64) + tf.cast(tf.rank(ids) == 0, tf.int64),
-                message=f"{self._owner}: empty batch of ids")]):
-            return tf.identity(ids)
+        return tf.cast(ids, tf.int64)
 
     def _current_learning_rate(self):
         lr = self._learning_rate
@@ -361,7 +357,8 @@ class HetEmbedding(tf_keras.layers.Layer):
                 raise ValueError(f"{self._owner}: a sparse input needs a combiner "
                                  "(sum, mean or sqrtn)")
             shape = tf.shape(inputs, out_type=tf.int64)
-            flat = tf.sparse.reshape(inputs, tf.stack([-1, shape[-1]]))
+            # The row count spelled out: -1 cannot be inferred for an empty input.
+            flat = tf.sparse.reshape(inputs, tf.stack([tf.reduce_prod(shape[:-1]), shape[-1]]))
             rows = flat.indices[:, 0]
             nrows = tf.shape(flat, out_type=tf.int64)[0]
             emb = self._embed(self._check_ids(flat.values), training)

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "cc_ops/core/hashing.h"
+#include "cc_ops/core/memory_budget.h"
 
 namespace het {
 namespace {
@@ -15,9 +16,9 @@ std::string Quote(const std::string& s) { return "'" + s + "'"; }
 }  // namespace
 
 Status ValidateTableConfig(const TableConfig& c) {
-  if (c.dim <= 0) {
-    return Status::InvalidArgument("table " + Quote(c.name) + ": dim must be positive, got " +
-                                   std::to_string(c.dim));
+  if (c.dim <= 0 || c.dim > kMaxDim) {
+    return Status::InvalidArgument("table " + Quote(c.name) + ": dim must be between 1 and " +
+                                   std::to_string(kMaxDim) + ", got " + std::to_string(c.dim));
   }
   if (c.vocabulary_size == 0 || c.vocabulary_size < -1) {
     return Status::InvalidArgument("table " + Quote(c.name) +

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "cc_ops/core/memory_budget.h"
 #include "cc_ops/core/table_shard.h"
 
 namespace het {
@@ -32,7 +33,10 @@ void Pushes::Add(int64_t key, const float* grad, int dim, int64_t count) {
 
 Status ValidateCacheConfig(const CacheConfig& c) {
   const std::string name = "table '" + c.table_name + "'";
-  if (c.dim <= 0) return Status::InvalidArgument(name + ": dim must be positive");
+  if (c.dim <= 0 || c.dim > kMaxDim) {
+    return Status::InvalidArgument(name + ": dim must be between 1 and " +
+                                   std::to_string(kMaxDim) + ", got " + std::to_string(c.dim));
+  }
   if (c.capacity <= 0 || c.capacity >= (int64_t{1} << 31)) {
     return Status::InvalidArgument(name + ": cache capacity must be between 1 and 2^31-1 rows, got " +
                                    std::to_string(c.capacity));
@@ -40,7 +44,10 @@ Status ValidateCacheConfig(const CacheConfig& c) {
   if (c.policy == CachePolicy::kLFUPinned && c.pin_threshold == 0) {
     return Status::InvalidArgument(name + ": the pin threshold must be at least 1");
   }
-  return Status::Ok();
+  // The cache is allocated in full when it is made: rows, pending gradients
+  // and deltas, three 8-byte fields and about 32 bytes of index and order.
+  const double bytes = double(c.capacity) * (12.0 * c.dim + 24 + 32);
+  return CheckFitsInMemory(name, "a cache of " + std::to_string(c.capacity) + " rows", bytes);
 }
 
 Status WorkerCache::Create(const CacheConfig& config, std::unique_ptr<WorkerCache>* out) {

@@ -2,6 +2,7 @@
 #include <memory>
 #include <string>
 
+#include "cc_ops/core/memory_budget.h"
 #include "cc_ops/core/worker_cache.h"
 #include "cc_ops/kernels/kernel_util.h"
 #include "cc_ops/kernels/tf_status.h"
@@ -37,7 +38,7 @@ class HetCacheOp : public tensorflow::ResourceOpKernel<WorkerCacheResource> {
     int64_t dim, pin_threshold;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("table_name", &config_.table_name));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim));
-    config_.dim = static_cast<int>(dim);
+    config_.dim = ClampDim(dim);
     OP_REQUIRES_OK(ctx, ctx->GetAttr("capacity", &config_.capacity));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("vocabulary_size", &config_.vocabulary_size));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("policy", &policy));
@@ -103,6 +104,7 @@ class HetCacheCompleteOp : public CacheKernel {
     const Tensor& keys = ctx->input(1);
     const int64_t u = keys.NumElements();
     const int64_t m = ctx->input(2).NumElements();
+    OP_REQUIRES_OK(ctx, CheckVector(name, "unique keys", keys));
     OP_REQUIRES_OK(ctx, CheckShape(name, "returned positions", ctx->input(2), m, 0));
     OP_REQUIRES_OK(ctx, CheckShape(name, "returned rows", ctx->input(3), m, dim_));
     OP_REQUIRES_OK(ctx, CheckShape(name, "returned clocks", ctx->input(4), m, 0));
@@ -125,12 +127,15 @@ class HetCacheAccumulateOp : public CacheKernel {
   void Run(OpKernelContext* ctx, WorkerCache& cache) override {
     const Tensor& keys = ctx->input(1);
     const int64_t n = keys.NumElements();
-    OP_REQUIRES_OK(ctx, CheckShape(cache.config().table_name, "gradients", ctx->input(2), n,
-                                   cache.config().dim));
+    const std::string& name = cache.config().table_name;
+    OP_REQUIRES_OK(ctx, CheckVector(name, "keys", keys));
+    OP_REQUIRES_OK(ctx, CheckShape(name, "gradients", ctx->input(2), n, cache.config().dim));
+    float learning_rate;
+    OP_REQUIRES_OK(ctx, ReadScalar(name, "learning rate", ctx->input(3), &learning_rate));
     Pushes due;
     OP_REQUIRES_OK(ctx, ToTf(cache.Accumulate(keys.flat<int64_t>().data(), n,
-                                              ctx->input(2).flat<float>().data(),
-                                              ctx->input(3).scalar<float>()(), &due)));
+                                              ctx->input(2).flat<float>().data(), learning_rate,
+                                              &due)));
     OP_REQUIRES_OK(ctx, OutputPushes(ctx, due, dim_));
   }
 };
@@ -141,6 +146,7 @@ class HetCacheAckPushOp : public CacheKernel {
   void Run(OpKernelContext* ctx, WorkerCache& cache) override {
     const std::string& name = cache.config().table_name;
     const int64_t n = ctx->input(1).NumElements();
+    OP_REQUIRES_OK(ctx, CheckVector(name, "pushed keys", ctx->input(1)));
     OP_REQUIRES_OK(ctx, CheckShape(name, "pushed counts", ctx->input(2), n, 0));
     const bool with_rows = ctx->input(3).NumElements() > 0 || n == 0;
     if (with_rows) {

@@ -39,6 +39,28 @@ inline tensorflow::Status CheckShape(const std::string& table, const char* what,
       ", got ", t.shape().DebugString());
 }
 
+// Eager calls skip the shape functions, so every kernel checks the ranks it
+// relies on: a vector of keys, a scalar setting.
+inline tensorflow::Status CheckVector(const std::string& table, const char* what,
+                                      const tensorflow::Tensor& t) {
+  if (t.dims() == 1) return tensorflow::OkStatus();
+  return tensorflow::errors::InvalidArgument("table '", table, "': ", what,
+                                             " must be a vector, got shape ",
+                                             t.shape().DebugString());
+}
+
+template <typename T>
+tensorflow::Status ReadScalar(const std::string& table, const char* what,
+                              const tensorflow::Tensor& t, T* out) {
+  if (t.dims() != 0) {
+    return tensorflow::errors::InvalidArgument("table '", table, "': ", what,
+                                               " must be a scalar, got shape ",
+                                               t.shape().DebugString());
+  }
+  *out = t.scalar<T>()();
+  return tensorflow::OkStatus();
+}
+
 // Stats as two outputs, names and values, so Python needs no fixed order.
 inline tensorflow::Status OutputStats(tensorflow::OpKernelContext* ctx,
                                       const std::vector<std::pair<std::string, int64_t>>& stats) {

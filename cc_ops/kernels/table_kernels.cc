@@ -3,6 +3,7 @@
 #include <string>
 
 #include "cc_ops/core/hashing.h"
+#include "cc_ops/core/memory_budget.h"
 #include "cc_ops/core/table_shard.h"
 #include "cc_ops/kernels/kernel_util.h"
 #include "cc_ops/kernels/tf_status.h"
@@ -29,7 +30,7 @@ tensorflow::Status ParseTableConfig(OpKernelConstruction* ctx, TableConfig* c) {
   int64_t dim;
   TF_RETURN_IF_ERROR(ctx->GetAttr("table_name", &c->name));
   TF_RETURN_IF_ERROR(ctx->GetAttr("dim", &dim));
-  c->dim = static_cast<int>(dim);
+  c->dim = ClampDim(dim);
   TF_RETURN_IF_ERROR(ctx->GetAttr("vocabulary_size", &c->vocabulary_size));
   TF_RETURN_IF_ERROR(ctx->GetAttr("max_rows", &c->max_rows));
   TF_RETURN_IF_ERROR(ctx->GetAttr("initializer", &initializer));
@@ -91,6 +92,7 @@ class HetTableGatherOp : public TableKernel {
   void Run(OpKernelContext* ctx, TableShard& table) override {
     const Tensor& keys = ctx->input(1);
     const int64_t n = keys.NumElements();
+    OP_REQUIRES_OK(ctx, CheckVector(table.config().name, "keys", keys));
     Tensor* values = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, dim_}), &values));
     OP_REQUIRES_OK(ctx, ToTf(table.Gather(keys.flat<int64_t>().data(), n, values->flat<float>().data())));
@@ -103,11 +105,15 @@ class HetTablePullOp : public TableKernel {
   void Run(OpKernelContext* ctx, TableShard& table) override {
     const Tensor& keys = ctx->input(1);
     const int64_t n = keys.NumElements();
-    OP_REQUIRES_OK(ctx, CheckShape(table.config().name, "clocks", ctx->input(2), n, 0));
+    const std::string& name = table.config().name;
+    OP_REQUIRES_OK(ctx, CheckVector(name, "keys", keys));
+    OP_REQUIRES_OK(ctx, CheckShape(name, "clocks", ctx->input(2), n, 0));
+    int64_t read_staleness;
+    OP_REQUIRES_OK(ctx, ReadScalar(name, "read_staleness", ctx->input(3), &read_staleness));
     PulledRows pulled;
     OP_REQUIRES_OK(ctx, ToTf(table.Pull(keys.flat<int64_t>().data(),
-                                        ctx->input(2).flat<int64_t>().data(), n,
-                                        ctx->input(3).scalar<int64_t>()(), &pulled)));
+                                        ctx->input(2).flat<int64_t>().data(), n, read_staleness,
+                                        &pulled)));
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 0, pulled.positions));
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 1, pulled.values, dim_));
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 2, pulled.clocks));
@@ -123,8 +129,11 @@ class HetTablePushOp : public TableKernel {
     const std::string& name = table.config().name;
     const Tensor& keys = ctx->input(1);
     const int64_t n = keys.NumElements();
+    OP_REQUIRES_OK(ctx, CheckVector(name, "keys", keys));
     OP_REQUIRES_OK(ctx, CheckShape(name, "gradients", ctx->input(2), n, dim_));
     OP_REQUIRES_OK(ctx, CheckShape(name, "update counts", ctx->input(3), n, 0));
+    float learning_rate;
+    OP_REQUIRES_OK(ctx, ReadScalar(name, "learning rate", ctx->input(4), &learning_rate));
     const int64_t out_rows = return_rows_ ? n : 0;
     Tensor* values = nullptr;
     Tensor* clocks = nullptr;
@@ -132,7 +141,7 @@ class HetTablePushOp : public TableKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({out_rows}), &clocks));
     OP_REQUIRES_OK(ctx, ToTf(table.Push(
                             keys.flat<int64_t>().data(), ctx->input(2).flat<float>().data(),
-                            ctx->input(3).flat<int64_t>().data(), n, ctx->input(4).scalar<float>()(),
+                            ctx->input(3).flat<int64_t>().data(), n, learning_rate,
                             return_rows_ ? values->flat<float>().data() : nullptr,
                             return_rows_ ? clocks->flat<int64_t>().data() : nullptr)));
   }
@@ -151,9 +160,11 @@ class HetTableExportOp : public TableKernel {
                 tensorflow::errors::InvalidArgument("table '", table.config().name, "' has ",
                                                     table.num_slots(), " optimizer slots, not ",
                                                     num_slots_));
+    int64_t offset, limit;
+    OP_REQUIRES_OK(ctx, ReadScalar(table.config().name, "export offset", ctx->input(1), &offset));
+    OP_REQUIRES_OK(ctx, ReadScalar(table.config().name, "export limit", ctx->input(2), &limit));
     TableChunk chunk;
-    OP_REQUIRES_OK(ctx, ToTf(table.Export(ctx->input(1).scalar<int64_t>()(),
-                                          ctx->input(2).scalar<int64_t>()(), &chunk)));
+    OP_REQUIRES_OK(ctx, ToTf(table.Export(offset, limit, &chunk)));
     const int64_t n = static_cast<int64_t>(chunk.keys.size());
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 0, chunk.keys));
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 1, chunk.values, dim_));
@@ -175,6 +186,7 @@ class HetTableImportOp : public TableKernel {
     const std::string& name = table.config().name;
     const Tensor& keys = ctx->input(1);
     const int64_t n = keys.NumElements();
+    OP_REQUIRES_OK(ctx, CheckVector(name, "imported keys", keys));
     OP_REQUIRES_OK(ctx, CheckShape(name, "imported values", ctx->input(2), n, table.dim()));
     const Tensor& slots = ctx->input(3);
     OP_REQUIRES(ctx,

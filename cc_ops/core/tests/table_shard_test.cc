@@ -172,7 +172,7 @@ HET_TEST(UnknownOptimizerAndInitializerAreRejected) {
   EXPECT_OK(het::ParseOptimizerKind("Adagrad", &kind));
   auto config = Config(het::OptimizerKind::kSGD, 0);
   std::unique_ptr<het::TableShard> t;
-  EXPECT_INVALID(het::TableShard::Create(config, &t), "dim must be positive");
+  EXPECT_INVALID(het::TableShard::Create(config, &t), "dim must be between 1 and");
 }
 
 HET_TEST(ConcurrentPushesLoseNoUpdate) {
