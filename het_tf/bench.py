@@ -193,7 +193,9 @@ def summarize(results, traffic):
     limit = runs.get("limit", {}).get("samples_per_second")
     rows = []
     for name, label, _ in CONFIGURATIONS:
-        run = runs.get(name, {})
+        if name not in runs:  # left out with --only
+            continue
+        run = runs[name]
         if run.get("failed"):
             rows.append({"name": name, "label": label, "failed": run["reason"]})
             continue

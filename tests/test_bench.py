@@ -16,11 +16,16 @@ def run(args, timeout=900):
 
 def test_bench_runs_configurations_and_writes_figures_and_plots(tmp_path):
     out = tmp_path / "bench"
+    # The cluster run behind shaped links (tests run as root; test_link.py
+    # checks the links themselves).
     done = run(["--only", "limit", "het-nocache", "--samples", "40960", "--eval-samples", "8192",
-                "--out", str(out)])
+                "--link", "1gbit", "--out", str(out)])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     assert set(results["runs"]) == {"limit", "het-nocache"}
+    assert results["link"] == "1gbit" and "Links between tasks: 1gbit" in done.stdout
+    assert results["runs"]["het-nocache"]["config"]["link"] == "1gbit"
+    assert results["runs"]["limit"]["config"]["link"] is None  # one process: nothing to shape
     rows = {r["name"]: r for r in results["table"]}
     assert rows["limit"]["ratio_to_limit"] == 1.0
     assert rows["het-nocache"]["samples_per_second"] > 0
@@ -37,7 +42,7 @@ def test_bench_runs_configurations_and_writes_figures_and_plots(tmp_path):
 
 
 def test_bench_refuses_what_it_cannot_do(tmp_path):
-    done = run(["--link", "100mbit", "--out", str(tmp_path / "b")], timeout=120)
-    assert done.returncode == 2 and "--link is not available yet" in done.stderr
+    done = run(["--link", "fast", "--out", str(tmp_path / "b")], timeout=120)
+    assert done.returncode == 2 and "give a rate as tc writes it" in done.stderr
     done = run(["--only", "fastest", "--out", str(tmp_path / "b")], timeout=120)
     assert done.returncode == 2 and "no such configuration" in done.stderr
