@@ -62,7 +62,7 @@ test: build cc-test sanitize bazel-build
 
 # The fuzz tests of every op and of HetEmbedding with many more examples
 # than `make test` runs (docs/reliability.md).
-FUZZ_EXAMPLES ?= 2000
+FUZZ_EXAMPLES ?= 1000
 fuzz: build
 	HET_TF_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q --timeout=0 tests/test_fuzz.py
 

@@ -105,12 +105,12 @@ def any_tensor():
 
 
 def attr_values(attr):
-    """The attr's default and neighbours of it, plus values that break its
-    constraints. Sizes stay small: a legal but huge size is a memory test,
-    not a fuzz case (see test_huge_sizes_are_refused_not_allocated)."""
+    """Usual values and values that break the attr's constraints; 2^40 for
+    sizes is refused or harmless (a cache that large is refused before it is
+    allocated: tests/test_ops_errors.py)."""
     kind = attr.type
     if kind == "int":
-        base = [-(1 << 40), -1, 0, 1, 2, DIM, 5, 100]
+        base = [-(1 << 40), -1, 0, 1, 2, DIM, 5, 100, 1 << 32, 1 << 40]
     elif kind == "float":
         base = ODD_FLOATS
     elif kind == "bool":

@@ -116,6 +116,21 @@ def test_bad_cache_settings(unique_name, kwargs, message):
         het_tf.WorkerCache(table, het_tf.CacheConfig(**settings))
 
 
+def test_sizes_that_cannot_fit_are_refused_not_allocated():
+    # About 100 TiB of cache: refused before a byte is allocated.
+    with pytest.raises(tf.errors.ResourceExhaustedError,
+                       match="table 'huge': a cache of 2147483647 rows would take"):
+        het_tf.ops.het_cache(table_name="huge", dim=4096, capacity=(1 << 31) - 1,
+                             shared_name="huge0")
+    # 2^32 + 3 must not wrap to a dim of 3.
+    with pytest.raises(tf.errors.InvalidArgumentError, match="table 'huge': dim must be between"):
+        het_tf.ops.het_table_shard(table_name="huge", dim=(1 << 32) + 3, shared_name="huge1")
+    # 2^32 shards would wrap to 0, a division by zero.
+    with pytest.raises(tf.errors.InvalidArgumentError, match="num_shards must be at most"):
+        het_tf.ops.het_shard_index(tf.constant([1], tf.int64), num_shards=1 << 32,
+                                   table_name="huge")
+
+
 def test_raw_ops_reject_unknown_names_naming_the_table():
     with pytest.raises(tf.errors.InvalidArgumentError, match="table 'raw': unknown optimizer 'nadam'"):
         het_tf.ops.het_table_shard(table_name="raw", dim=2, optimizer="nadam", shared_name="raw0")

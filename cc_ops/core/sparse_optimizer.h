@@ -42,6 +42,11 @@ void InitializeSlots(const OptimizerConfig& config, int dim, float* slots);
 void ApplyUpdate(const OptimizerConfig& config, float learning_rate, const float* grad, int dim,
                  float* row, float* slots, int64_t* step);
 
+// The most updates one push may carry: a push costs `count` optimizer steps,
+// so an unchecked count (2^63) would never finish. Caches push a row once
+// it has this many pending updates, whatever the write bound.
+constexpr int64_t kMaxUpdatesPerPush = int64_t{1} << 20;
+
 // Applies a push of `count` updates whose gradients sum to `grad_sum`: the
 // optimizer steps `count` times with the mean gradient, as if each update had
 // been pushed on its own with that gradient (SGD takes the sum in one step,

@@ -231,9 +231,10 @@ Status TableShard::Push(const int64_t* keys, const float* grads, const int64_t* 
                                    ": learning rate must be finite and >= 0");
   }
   for (int64_t i = 0; i < n; ++i) {
-    if (counts[i] <= 0) {
+    if (counts[i] <= 0 || counts[i] > kMaxUpdatesPerPush) {
       return Status::InvalidArgument("table " + Quote(config_.name) +
-                                     ": update counts must be positive, got " +
+                                     ": update counts must be between 1 and " +
+                                     std::to_string(kMaxUpdatesPerPush) + ", got " +
                                      std::to_string(counts[i]) + " for id " +
                                      std::to_string(keys[i]));
     }

@@ -281,7 +281,8 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
       delta[j] += step;
     }
     ++local_clock_[slot];
-    if (config_.write_staleness >= 0 && PendingCount(slot) > config_.write_staleness) {
+    if ((config_.write_staleness >= 0 && PendingCount(slot) > config_.write_staleness) ||
+        PendingCount(slot) >= kMaxUpdatesPerPush) {
       due->Add(keys_[slot], pending, dim, PendingCount(slot));
     }
   }

@@ -1,4 +1,5 @@
 // Thin adapters from the table ops to het::TableShard.
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -246,6 +247,12 @@ class HetShardIndexOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("num_shards", &num_shards_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("vocabulary_size", &vocabulary_size_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("table_name", &table_name_));
+    // Shard indices are int32 outputs; a wider count would wrap (to 0: a
+    // division by zero).
+    OP_REQUIRES(ctx, num_shards_ <= std::numeric_limits<int32_t>::max(),
+                tensorflow::errors::InvalidArgument("table '", table_name_,
+                                                    "': num_shards must be at most 2^31-1, got ",
+                                                    num_shards_));
   }
   void Compute(OpKernelContext* ctx) override {
     const Tensor& keys = ctx->input(0);

@@ -1,6 +1,7 @@
 #include <memory>
 
 #include "cc_ops/core/memory_budget.h"
+#include "cc_ops/core/sparse_optimizer.h"
 #include "cc_ops/core/table_shard.h"
 #include "cc_ops/core/tests/harness.h"
 #include "cc_ops/core/worker_cache.h"
@@ -35,6 +36,43 @@ HET_TEST(DimBeyondTheLimitIsRefusedAndNotWrapped) {
   c.capacity = 1;
   std::unique_ptr<het::WorkerCache> cache;
   EXPECT_INVALID(het::WorkerCache::Create(c, &cache), "dim must be between 1 and 65536");
+}
+
+}  // namespace
+
+namespace {
+
+// With no write bound a hot row could gather more pending updates than one
+// push may carry; the cache pushes it when it reaches the most a push takes.
+HET_TEST(UnboundedWriteStalenessPushesAtTheMostAPushCarries) {
+  het::CacheConfig c;
+  c.table_name = "hot";
+  c.dim = 1;
+  c.capacity = 4;
+  c.read_staleness = -1;
+  c.write_staleness = -1;
+  std::unique_ptr<het::WorkerCache> cache;
+  EXPECT_OK(het::WorkerCache::Create(c, &cache));
+  const int64_t key = 7;
+  het::LookupPlan plan;
+  EXPECT_OK(cache->Prepare(&key, 1, true, &plan));
+  const int32_t position = 0;
+  const float row = 0.0f;
+  const int64_t clock = 0;
+  float out = 0.0f;
+  EXPECT_OK(cache->Complete(&key, 1, &position, 1, &row, &clock, true, &out));
+  const float grad = 1.0f;
+  int64_t pushed_at = 0, pushed_count = 0;
+  for (int64_t step = 1; step <= het::kMaxUpdatesPerPush && pushed_at == 0; ++step) {
+    het::Pushes due;
+    EXPECT_OK(cache->Accumulate(&key, 1, &grad, 0.1f, &due));
+    if (due.size() > 0) {
+      pushed_at = step;
+      pushed_count = due.counts[0];
+    }
+  }
+  EXPECT_EQ(pushed_at, het::kMaxUpdatesPerPush);
+  EXPECT_EQ(pushed_count, het::kMaxUpdatesPerPush);
 }
 
 }  // namespace

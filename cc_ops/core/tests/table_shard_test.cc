@@ -158,7 +158,11 @@ HET_TEST(BadPushesChangeNothing) {
   grads[5] = 1;
   counts[1] = 0;
   EXPECT_INVALID(t->Push(keys.data(), grads.data(), counts.data(), 2, 0.1f, nullptr, nullptr),
-                 "update counts must be positive");
+                 "update counts must be between 1 and 1048576, got 0");
+  // A count of 2^63 - 1 would be that many Adagrad steps: refused at once.
+  counts[1] = INT64_MAX;
+  EXPECT_INVALID(t->Push(keys.data(), grads.data(), counts.data(), 2, 0.1f, nullptr, nullptr),
+                 "update counts must be between 1 and 1048576");
   EXPECT_OK(t->Gather(keys.data(), 2, after.data()));
   for (int i = 0; i < 8; ++i) EXPECT_EQ(before[i], after[i]);
   EXPECT_EQ(t->Counters().updates_applied, 0u);
