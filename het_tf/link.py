@@ -54,6 +54,7 @@ class EmulatedLinks:
         # the kernel's timer granularity.
         self._burst = max(32 * 1024, int(bits / 8 / 100))
         tag = os.getpid() % 100000
+        self._tag = tag
         self._bridge = f"hb{tag}"
         self._subnet = f"10.231.{tag % 250}"
         self._prefix = f"het{tag}"
@@ -80,7 +81,7 @@ class EmulatedLinks:
         """Puts task `name` in a namespace of its own; returns its address."""
         index = len(self._tasks)
         namespace = f"{self._prefix}-{index}"
-        host_end, task_end = f"hv{os.getpid() % 100000}-{index}", f"ht{index}"
+        host_end, task_end = f"hv{self._tag}-{index}", f"ht{index}"
         address = f"{self._subnet}.{index + 2}"
         self._tasks[name] = (namespace, host_end, address)
         in_ns = ("ip", "netns", "exec", namespace)

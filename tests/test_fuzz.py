@@ -67,8 +67,8 @@ shapes = st.lists(st.integers(0, 4), min_size=0, max_size=3)
 
 
 @st.composite
-def int_tensors(draw, dtype=tf.int64, shape=None):
-    shape = draw(shapes) if shape is None else shape
+def int_tensors(draw, dtype=tf.int64):
+    shape = draw(shapes)
     n = int(np.prod(shape)) if shape else 1
     info = np.iinfo(dtype.as_numpy_dtype)
     values = draw(st.lists(st.one_of(st.sampled_from(EXTREME_INTS), st.integers(-3, 40)),
@@ -79,8 +79,8 @@ def int_tensors(draw, dtype=tf.int64, shape=None):
 
 
 @st.composite
-def float_tensors(draw, shape=None, dtype=tf.float32):
-    shape = draw(shapes) if shape is None else shape
+def float_tensors(draw, dtype=tf.float32):
+    shape = draw(shapes)
     n = int(np.prod(shape)) if shape else 1
     values = draw(st.lists(st.one_of(st.sampled_from(ODD_FLOATS), st.floats(-2, 2)),
                            min_size=n, max_size=n))

@@ -4,6 +4,12 @@
 
 namespace het {
 
+Status CheckDim(const std::string& owner, int dim) {
+  if (dim >= 1 && dim <= kMaxDim) return Status::Ok();
+  return Status::InvalidArgument(owner + ": dim must be between 1 and " + std::to_string(kMaxDim) +
+                                 ", got " + std::to_string(dim));
+}
+
 uint64_t PhysicalMemoryBytes() {
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page_size = sysconf(_SC_PAGE_SIZE);

@@ -19,6 +19,9 @@ inline int ClampDim(int64_t dim) {
   return static_cast<int>(dim > kMaxDim ? kMaxDim + 1 : (dim < 0 ? -1 : dim));
 }
 
+// InvalidArgument naming `owner` unless 1 <= dim <= kMaxDim.
+Status CheckDim(const std::string& owner, int dim);
+
 // Physical memory of this machine, in bytes.
 uint64_t PhysicalMemoryBytes();
 

@@ -16,10 +16,7 @@ std::string Quote(const std::string& s) { return "'" + s + "'"; }
 }  // namespace
 
 Status ValidateTableConfig(const TableConfig& c) {
-  if (c.dim <= 0 || c.dim > kMaxDim) {
-    return Status::InvalidArgument("table " + Quote(c.name) + ": dim must be between 1 and " +
-                                   std::to_string(kMaxDim) + ", got " + std::to_string(c.dim));
-  }
+  HET_RETURN_IF_ERROR(CheckDim("table " + Quote(c.name), c.dim));
   if (c.vocabulary_size == 0 || c.vocabulary_size < -1) {
     return Status::InvalidArgument("table " + Quote(c.name) +
                                    ": vocabulary size must be positive, or -1 for dynamic keys");

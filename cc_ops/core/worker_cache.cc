@@ -33,10 +33,7 @@ void Pushes::Add(int64_t key, const float* grad, int dim, int64_t count) {
 
 Status ValidateCacheConfig(const CacheConfig& c) {
   const std::string name = "table '" + c.table_name + "'";
-  if (c.dim <= 0 || c.dim > kMaxDim) {
-    return Status::InvalidArgument(name + ": dim must be between 1 and " +
-                                   std::to_string(kMaxDim) + ", got " + std::to_string(c.dim));
-  }
+  HET_RETURN_IF_ERROR(CheckDim(name, c.dim));
   if (c.capacity <= 0 || c.capacity >= (int64_t{1} << 31)) {
     return Status::InvalidArgument(name + ": cache capacity must be between 1 and 2^31-1 rows, got " +
                                    std::to_string(c.capacity));
