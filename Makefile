@@ -12,7 +12,7 @@ CORE_TEST_SOURCES := $(wildcard cc_ops/core/tests/*.cc cc_ops/core/tests/*.h)
 BAZEL ?= $(shell command -v bazel-4 || echo bazel)
 BAZEL_FLAGS := --repo_env=PYTHON_BIN_PATH=$(abspath $(PY))
 
-.PHONY: setup build test test-hybrid fuzz soak demo bench cc-test sanitize bazel-build clean
+.PHONY: setup build test fuzz soak demo bench cc-test sanitize bazel-build clean
 
 setup: $(VENV)/.deps
 
@@ -58,7 +58,7 @@ bazel-build: $(VENV)/.deps
 	$(BAZEL) build $(BAZEL_FLAGS) //cc_ops:all
 
 test: build cc-test sanitize bazel-build
-	$(PY) -m pytest -q -m "not hybrid_cluster" tests
+	$(PY) -m pytest -q tests
 
 # The fuzz tests of every op and of HetEmbedding with many more examples
 # than `make test` runs (docs/reliability.md).
@@ -71,11 +71,6 @@ fuzz: build
 soak: build
 	rm -rf $(CURDIR)/build/soak
 	$(PY) tools/fault_soak.py --out $(CURDIR)/build/soak
-
-# Hybrid mode's multi-process tests: kept out of `make test` while the PS
-# task's intermittent crash under two Horovod clients is open (docs/hybrid.md).
-test-hybrid: build
-	$(PY) -m pytest -q -m hybrid_cluster tests
 
 # The main job on the default data: WDL on synthetic Criteo-like data, in
 # ParameterServerStrategy mode on a local cluster (1 PS, 2 workers); then the

@@ -78,27 +78,20 @@ def init(addresses=None):
     port = _unique_client_port(hvd, host)
     job = f"rank{hvd.rank()}"
     cluster = tf.train.ClusterSpec({"ps": addresses, job: [f"{host}:{port}"]})
-    tf.config.experimental_connect_to_cluster(cluster, job_name=job, task_index=0,
-                                              make_master_device_default=False)
-    _distinct_function_names(hvd.rank())
+    # One rank at a time. A TensorFlow 2.16 server that has no client context
+    # yet replaces its collective executor manager when a client connects
+    # (EagerServiceImpl::CreateContext). Two ranks connecting at once both find
+    # it empty, and the first rank's context keeps the manager the second one
+    # freed: the PS task then dies with SIGSEGV the first time that context
+    # builds a kernel (docs/hybrid.md). Once one context exists, later
+    # connections leave the manager alone.
+    for turn in range(hvd.size()):
+        if turn == hvd.rank():
+            tf.config.experimental_connect_to_cluster(cluster, job_name=job, task_index=0,
+                                                      make_master_device_default=False)
+        barrier()
     _connected["num_ps"] = len(addresses)
     return _connected["num_ps"]
-
-
-def _distinct_function_names(rank):
-    """Moves this rank's TensorFlow name counter to a range of its own.
-
-    Every rank traces the same code, so without this they give their
-    functions the same names (`__inference_train_function_3038`), and the
-    parts of those functions that run on a PS task arrive there under equal
-    names from different clients. The PS task's intermittent SIGSEGV in
-    EagerServiceImpl::RunComponentFunction was rarer with distinct names
-    (1 in 13 two-rank clusters, against 2 in 6), not gone (docs/hybrid.md).
-    """
-    from tensorflow.python.framework import ops
-
-    for _ in range(rank << 20):
-        ops.uid()
 
 
 def _unique_client_port(hvd, host):
