@@ -1,5 +1,5 @@
-"""`het-tf train` end to end in real processes: local and ParameterServerStrategy
-mode (a cluster it starts itself), TSV input with malformed lines, the run
+"""`het-tf train` end to end in real processes: local, ParameterServerStrategy
+and hybrid mode (a cluster it starts itself), TSV input with malformed lines, the run
 folder's figures, and the export served by a process without het_tf."""
 import json
 import os
@@ -59,6 +59,19 @@ def test_train_ps_mode_starts_and_stops_its_own_cluster(tmp_path):
                          "--eval-samples", "16384", "--staleness", "10")
     assert "[ps:1]" in out and "[worker:1]" in out
     assert metrics["workers"] == 2
+    check_run_folder(run_dir, metrics)
+    assert processes_mentioning(str(run_dir), "cmdline") == []
+
+
+def test_train_hybrid_mode_starts_and_stops_its_own_cluster(tmp_path):
+    run_dir = tmp_path / "hybrid"
+    metrics, out = train(run_dir, "--mode", "hybrid", "--ps", "2", "--workers", "2",
+                         "--model", "wdl", "--samples", "160000", "--batch-size", "512",
+                         "--eval-samples", "16384")
+    assert "[ps:1]" in out and "[horovod]" in out
+    assert metrics["workers"] == 2
+    # Both ranks' batches count: steps of 512 on each of the 2 ranks.
+    assert metrics["train_samples"] % (2 * 512) == 0 and metrics["train_samples"] > 100000
     check_run_folder(run_dir, metrics)
     assert processes_mentioning(str(run_dir), "cmdline") == []
 
