@@ -30,6 +30,11 @@ def parse_args():
     return p.parse_args()
 
 
+def dense_digest(model):
+    dense = [w for name in ("hidden", "score") for w in model.get_layer(name).get_weights()]
+    return hashlib.sha256(b"".join(w.tobytes() for w in dense)).hexdigest()
+
+
 def main():
     args = parse_args()
     hybrid.init()  # first, like hvd.init(): before any model is built
@@ -49,6 +54,11 @@ def main():
             result["restored_rows"] = int(layer.table.stats()["rows"])
         callbacks.append(hybrid.Checkpoint(args.checkpoint_dir))
 
+    step_digests = []
+    if args.result_dir:  # the dense weights after every step, to compare the ranks
+        callbacks.append(tf_keras.callbacks.LambdaCallback(
+            on_train_batch_end=lambda batch, logs: step_digests.append(dense_digest(model))))
+
     # Each rank reads its own part of the data.
     ids, labels = skewed_data(1000 + rank, args.samples, args.vocab)
     history = model.fit(ids, labels, batch_size=args.batch_size, epochs=args.epochs,
@@ -56,12 +66,11 @@ def main():
 
     hybrid.flush_and_clear(model)
     hybrid.barrier()  # every rank's updates are on the shards now
-    dense = [w for name in ("hidden", "score") for w in model.get_layer(name).get_weights()]
     keys, _, _, clocks, _ = (t.numpy() for t in layer.table.export_all())
     stats = layer.het_stats()
     result.update(
         losses=history.history.get("loss", []),
-        dense_digest=hashlib.sha256(b"".join(w.tobytes() for w in dense)).hexdigest(),
+        dense_digest=dense_digest(model), step_digests=step_digests,
         cache_updates_pushed=stats["cache_updates_pushed"], hit_rate=stats["hit_rate"],
         table_updates_applied=stats["table_updates_applied"], clock_sum=int(clocks.sum()),
         table_rows=len(keys))

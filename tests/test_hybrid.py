@@ -72,6 +72,10 @@ def test_ranks_share_tables_and_keep_dense_weights_identical(tmp_path, ps):
         assert r["losses"][-1] < r["losses"][0] - 0.02
         assert r["hit_rate"] > 0.2
     assert ranks[0]["dense_digest"] == ranks[1]["dense_digest"]  # to the bit
+    # ... after every step, and the steps do change them.
+    steps = ranks[0]["step_digests"]
+    assert len(steps) == 3 * 2048 // 32 and steps == ranks[1]["step_digests"]
+    assert len(set(steps)) == len(steps)
     # One table for both ranks: its clocks count both ranks' pushed updates.
     pushed = ranks[0]["cache_updates_pushed"] + ranks[1]["cache_updates_pushed"]
     assert pushed == ranks[0]["table_updates_applied"] == ranks[0]["clock_sum"] > 0
