@@ -87,18 +87,24 @@ char* TableShard::FindOrCreate(Stripe& stripe, int64_t key, bool* created) {
   return p;
 }
 
-void TableShard::GroupByStripe(const int64_t* keys, int64_t n, std::vector<int32_t>* order,
-                               std::array<int32_t, kStripes + 1>* starts) const {
-  std::array<int32_t, kStripes + 1> counts{};
+template <typename Visit>
+void TableShard::ForEachByStripe(const int64_t* keys, int64_t n, Visit visit) {
+  std::array<int32_t, kStripes + 1> starts{};
   std::vector<uint8_t> stripe_of(n);
   for (int64_t i = 0; i < n; ++i) {
     stripe_of[i] = static_cast<uint8_t>(StripeOf(keys[i]));
-    ++counts[stripe_of[i] + 1];
+    ++starts[stripe_of[i] + 1];
   }
-  for (int s = 0; s < kStripes; ++s) counts[s + 1] += counts[s];
-  *starts = counts;
-  order->resize(n);
-  for (int64_t i = 0; i < n; ++i) (*order)[counts[stripe_of[i]]++] = static_cast<int32_t>(i);
+  for (int s = 0; s < kStripes; ++s) starts[s + 1] += starts[s];
+  std::array<int32_t, kStripes + 1> next = starts;
+  std::vector<int32_t> order(n);
+  for (int64_t i = 0; i < n; ++i) order[next[stripe_of[i]]++] = static_cast<int32_t>(i);
+  for (int s = 0; s < kStripes; ++s) {
+    if (starts[s] == starts[s + 1]) continue;
+    Stripe& stripe = stripes_[s];
+    std::lock_guard<std::mutex> lock(stripe.mu);
+    for (int32_t k = starts[s]; k < starts[s + 1]; ++k) visit(stripe, order[k]);
+  }
 }
 
 class TableShard::RowReservation {
@@ -114,17 +120,10 @@ class TableShard::RowReservation {
 Status TableShard::ReserveNewRows(const int64_t* keys, int64_t n,
                                   std::unique_ptr<RowReservation>* out) {
   if (config_.max_rows < 0) return Status::Ok();
-  std::vector<int32_t> order;
-  std::array<int32_t, kStripes + 1> starts;
-  GroupByStripe(keys, n, &order, &starts);
   int64_t absent = 0;
-  for (int s = 0; s < kStripes; ++s) {
-    if (starts[s] == starts[s + 1]) continue;
-    std::lock_guard<std::mutex> lock(stripes_[s].mu);
-    for (int32_t k = starts[s]; k < starts[s + 1]; ++k) {
-      absent += stripes_[s].index.Find(keys[order[k]]) == KeyIndex::kAbsent;
-    }
-  }
+  ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
+    absent += stripe.index.Find(keys[i]) == KeyIndex::kAbsent;
+  });
   // Concurrent requests reserve before creating, so together they cannot
   // pass the limit; a key new to two of them is counted twice, which only
   // errs on the side of refusing.
@@ -146,21 +145,12 @@ Status TableShard::Gather(const int64_t* keys, int64_t n, float* values) {
   HET_RETURN_IF_ERROR(CheckKeys(config_.name, config_.vocabulary_size, keys, n));
   std::unique_ptr<RowReservation> reservation;
   HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
-  std::vector<int32_t> order;
-  std::array<int32_t, kStripes + 1> starts;
-  GroupByStripe(keys, n, &order, &starts);
   const int dim = config_.dim;
-  for (int s = 0; s < kStripes; ++s) {
-    if (starts[s] == starts[s + 1]) continue;
-    Stripe& stripe = stripes_[s];
-    std::lock_guard<std::mutex> lock(stripe.mu);
-    for (int32_t k = starts[s]; k < starts[s + 1]; ++k) {
-      const int32_t i = order[k];
-      bool created;
-      char* p = FindOrCreate(stripe, keys[i], &created);
-      std::memcpy(values + int64_t{i} * dim, Values(p), sizeof(float) * dim);
-    }
-  }
+  ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
+    bool created;
+    char* p = FindOrCreate(stripe, keys[i], &created);
+    std::memcpy(values + int64_t{i} * dim, Values(p), sizeof(float) * dim);
+  });
   keys_checked_.fetch_add(n, std::memory_order_relaxed);
   rows_sent_.fetch_add(n, std::memory_order_relaxed);
   pull_requests_.fetch_add(1, std::memory_order_relaxed);
@@ -174,32 +164,23 @@ Status TableShard::Pull(const int64_t* keys, const int64_t* clocks, int64_t n,
   HET_RETURN_IF_ERROR(CheckKeys(config_.name, config_.vocabulary_size, keys, n));
   std::unique_ptr<RowReservation> reservation;
   HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
-  std::vector<int32_t> order;
-  std::array<int32_t, kStripes + 1> starts;
-  GroupByStripe(keys, n, &order, &starts);
   const int dim = config_.dim;
   // Stripes are visited out of request order, so stale rows are copied by
   // request position first and compacted afterwards.
   std::vector<uint8_t> stale(n, 0);
   std::vector<float> values_by_pos;
   std::vector<int64_t> clock_by_pos(n, 0);
-  for (int s = 0; s < kStripes; ++s) {
-    if (starts[s] == starts[s + 1]) continue;
-    Stripe& stripe = stripes_[s];
-    std::lock_guard<std::mutex> lock(stripe.mu);
-    for (int32_t k = starts[s]; k < starts[s + 1]; ++k) {
-      const int32_t i = order[k];
-      bool created;
-      char* p = FindOrCreate(stripe, keys[i], &created);
-      const int64_t server_clock = *Clock(p);
-      if (clocks[i] < 0 || (read_staleness >= 0 && server_clock - clocks[i] > read_staleness)) {
-        if (values_by_pos.empty()) values_by_pos.resize(size_t(n) * dim);
-        stale[i] = 1;
-        clock_by_pos[i] = server_clock;
-        std::memcpy(values_by_pos.data() + size_t(i) * dim, Values(p), sizeof(float) * dim);
-      }
+  ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
+    bool created;
+    char* p = FindOrCreate(stripe, keys[i], &created);
+    const int64_t server_clock = *Clock(p);
+    if (clocks[i] < 0 || (read_staleness >= 0 && server_clock - clocks[i] > read_staleness)) {
+      if (values_by_pos.empty()) values_by_pos.resize(size_t(n) * dim);
+      stale[i] = 1;
+      clock_by_pos[i] = server_clock;
+      std::memcpy(values_by_pos.data() + size_t(i) * dim, Values(p), sizeof(float) * dim);
     }
-  }
+  });
   out->positions.clear();
   out->values.clear();
   out->clocks.clear();
@@ -245,28 +226,19 @@ Status TableShard::Push(const int64_t* keys, const float* grads, const int64_t* 
   }
   std::unique_ptr<RowReservation> reservation;
   HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
-  std::vector<int32_t> order;
-  std::array<int32_t, kStripes + 1> starts;
-  GroupByStripe(keys, n, &order, &starts);
   uint64_t updates = 0;
   std::vector<float> mean(dim);
-  for (int s = 0; s < kStripes; ++s) {
-    if (starts[s] == starts[s + 1]) continue;
-    Stripe& stripe = stripes_[s];
-    std::lock_guard<std::mutex> lock(stripe.mu);
-    for (int32_t k = starts[s]; k < starts[s + 1]; ++k) {
-      const int32_t i = order[k];
-      bool created;
-      char* p = FindOrCreate(stripe, keys[i], &created);
-      ApplyUpdates(config_.optimizer, learning_rate, grads + int64_t{i} * dim, counts[i], dim,
-                   Values(p), Slots(p), NeedsStepCount(config_.optimizer.kind) ? Step(p) : nullptr,
-                   &mean);
-      *Clock(p) += counts[i];
-      updates += counts[i];
-      if (values != nullptr) std::memcpy(values + int64_t{i} * dim, Values(p), sizeof(float) * dim);
-      if (clocks != nullptr) clocks[i] = *Clock(p);
-    }
-  }
+  ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
+    bool created;
+    char* p = FindOrCreate(stripe, keys[i], &created);
+    ApplyUpdates(config_.optimizer, learning_rate, grads + int64_t{i} * dim, counts[i], dim,
+                 Values(p), Slots(p), NeedsStepCount(config_.optimizer.kind) ? Step(p) : nullptr,
+                 &mean);
+    *Clock(p) += counts[i];
+    updates += counts[i];
+    if (values != nullptr) std::memcpy(values + int64_t{i} * dim, Values(p), sizeof(float) * dim);
+    if (clocks != nullptr) clocks[i] = *Clock(p);
+  });
   push_requests_.fetch_add(1, std::memory_order_relaxed);
   rows_pushed_.fetch_add(n, std::memory_order_relaxed);
   updates_applied_.fetch_add(updates, std::memory_order_relaxed);
@@ -360,23 +332,15 @@ Status TableShard::Import(const TableChunk& chunk) {
   }
   std::unique_ptr<RowReservation> reservation;
   HET_RETURN_IF_ERROR(ReserveNewRows(chunk.keys.data(), static_cast<int64_t>(n), &reservation));
-  std::vector<int32_t> order;
-  std::array<int32_t, kStripes + 1> starts;
-  GroupByStripe(chunk.keys.data(), static_cast<int64_t>(n), &order, &starts);
-  for (int s = 0; s < kStripes; ++s) {
-    if (starts[s] == starts[s + 1]) continue;
-    Stripe& stripe = stripes_[s];
-    std::lock_guard<std::mutex> lock(stripe.mu);
-    for (int32_t k = starts[s]; k < starts[s + 1]; ++k) {
-      const size_t i = static_cast<size_t>(order[k]);
-      bool created;
-      char* p = FindOrCreate(stripe, chunk.keys[i], &created);
-      std::memcpy(Values(p), chunk.values.data() + i * dim, sizeof(float) * dim);
-      std::memcpy(Slots(p), chunk.slots.data() + i * slot_floats, sizeof(float) * slot_floats);
-      *Clock(p) = chunk.clocks[i];
-      if (NeedsStepCount(config_.optimizer.kind)) *Step(p) = chunk.steps[i];
-    }
-  }
+  ForEachByStripe(chunk.keys.data(), static_cast<int64_t>(n), [&](Stripe& stripe, int32_t at) {
+    const size_t i = static_cast<size_t>(at);
+    bool created;
+    char* p = FindOrCreate(stripe, chunk.keys[i], &created);
+    std::memcpy(Values(p), chunk.values.data() + i * dim, sizeof(float) * dim);
+    std::memcpy(Slots(p), chunk.slots.data() + i * slot_floats, sizeof(float) * slot_floats);
+    *Clock(p) = chunk.clocks[i];
+    if (NeedsStepCount(config_.optimizer.kind)) *Step(p) = chunk.steps[i];
+  });
   return Status::Ok();
 }
 

@@ -128,9 +128,10 @@ class TableShard {
   char* RowAt(const Stripe& stripe, uint32_t row) const;
   // Finds or creates the row of key; the stripe's lock must be held.
   char* FindOrCreate(Stripe& stripe, int64_t key, bool* created);
-  // Groups request positions by stripe so that each stripe is locked once.
-  void GroupByStripe(const int64_t* keys, int64_t n, std::vector<int32_t>* order,
-                     std::array<int32_t, kStripes + 1>* starts) const;
+  // Calls visit(stripe, i) for every request position i, grouped by stripe
+  // with the stripe's lock held, so that each stripe is locked once a request.
+  template <typename Visit>
+  void ForEachByStripe(const int64_t* keys, int64_t n, Visit visit);
 
   float* Values(char* row) const { return reinterpret_cast<float*>(row); }
   float* Slots(char* row) const { return reinterpret_cast<float*>(row) + config_.dim; }
