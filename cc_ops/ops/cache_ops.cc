@@ -74,14 +74,7 @@ REGISTER_OP("HetCacheComplete")
     .Output("rows: float")
     .Attr("dim: int >= 1")
     .Attr("training: bool = true")
-    .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle keys;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &keys));
-      DimensionHandle dim;
-      TF_RETURN_IF_ERROR(DimAttr(c, "dim", &dim));
-      c->set_output(0, c->Matrix(c->Dim(keys, 0), dim));
-      return tensorflow::OkStatus();
-    })
+    .SetShapeFn(RowPerKeyShape)
     .Doc(R"doc(
 Second half of a cached lookup: takes the missing and stale rows the shards
 returned and gives the rows of all unique keys. In training it inserts and

@@ -16,6 +16,17 @@ inline tensorflow::Status DimAttr(tensorflow::shape_inference::InferenceContext*
   return tensorflow::OkStatus();
 }
 
+// Ops that answer one row per key: input 1 holds the keys (rank 1) and
+// output 0 is [number of keys, dim].
+inline tensorflow::Status RowPerKeyShape(tensorflow::shape_inference::InferenceContext* c) {
+  tensorflow::shape_inference::ShapeHandle keys;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &keys));
+  tensorflow::shape_inference::DimensionHandle dim;
+  TF_RETURN_IF_ERROR(DimAttr(c, "dim", &dim));
+  c->set_output(0, c->Matrix(c->Dim(keys, 0), dim));
+  return tensorflow::OkStatus();
+}
+
 // Stats ops: a vector of names and a vector of values.
 inline tensorflow::Status StatsShape(tensorflow::shape_inference::InferenceContext* c) {
   c->set_output(0, c->Vector(c->UnknownDim()));

@@ -48,14 +48,7 @@ REGISTER_OP("HetTableGather")
     .Input("keys: int64")
     .Output("values: float")
     .Attr("dim: int >= 1")
-    .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle keys;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &keys));
-      DimensionHandle dim;
-      TF_RETURN_IF_ERROR(DimAttr(c, "dim", &dim));
-      c->set_output(0, c->Matrix(c->Dim(keys, 0), dim));
-      return tensorflow::OkStatus();
-    })
+    .SetShapeFn(RowPerKeyShape)
     .Doc("Rows of `keys`, created on first touch: the no-cache read.");
 
 REGISTER_OP("HetTablePull")
