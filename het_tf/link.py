@@ -53,11 +53,10 @@ class EmulatedLinks:
         # A burst of 10 ms of traffic (at least 32 KiB) keeps tbf accurate at
         # the kernel's timer granularity.
         self._burst = max(32 * 1024, int(bits / 8 / 100))
-        tag = os.getpid() % 100000
-        self._tag = tag
-        self._bridge = f"hb{tag}"
-        self._subnet = f"10.231.{tag % 250}"
-        self._prefix = f"het{tag}"
+        self._tag = os.getpid() % 100000
+        self._bridge = f"hb{self._tag}"
+        self._subnet = f"10.231.{self._tag % 250}"
+        self._prefix = f"het{self._tag}"
         self._tasks = {}  # name -> (namespace, host-side veth, address)
         try:
             self._sh("ip", "link", "add", self._bridge, "type", "bridge")

@@ -4,7 +4,11 @@ Records when this rank's connection to the PS tasks started and ended
 inside het_tf.hybrid.init(), then has every rank build and run a function
 on the PS tasks (a new kernel in each rank's context there, which is what
 crashed a PS task whose collective executor manager two simultaneous
-connections had replaced). Rank 0 writes every rank's record to RESULT.
+connections had replaced).
+
+    hybrid_connect_probe.py RESULT STEPS
+
+Rank 0 writes every rank's record to RESULT.
 """
 import json
 import os
@@ -20,8 +24,7 @@ from het_tf import hybrid  # noqa: E402
 from het_tf.config import TableConfig  # noqa: E402
 from het_tf.table import ShardedTable  # noqa: E402
 
-STEPS = 20
-
+result_path, steps = sys.argv[1], int(sys.argv[2])
 connect = tf.config.experimental_connect_to_cluster
 window = {}
 
@@ -48,12 +51,12 @@ def step(keys):
     return tf.reduce_sum(rows)
 
 
-for i in range(STEPS):
+for i in range(steps):
     step(tf.constant([rank, 100 + i], tf.int64))
 hybrid.barrier()  # every rank's pushes are on the shards
 clocks = table.export_all()[3].numpy()
 records = hvd.allgather_object({"rank": rank, "start": window["start"], "end": window["end"],
                                 "clock_sum": int(clocks.sum())})
 if rank == 0:
-    with open(sys.argv[1], "w") as f:
+    with open(result_path, "w") as f:
         json.dump(records, f)

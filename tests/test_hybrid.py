@@ -16,6 +16,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "examples", "hybrid_train.py")
 CONNECT_PROBE = os.path.join(ROOT, "tests", "hybrid_connect_probe.py")
 TIMEOUT = 300
+# What each rank trains on in examples/hybrid_train.py.
+SAMPLES, BATCH_SIZE, EPOCHS = 2048, 32, 3
 
 
 def run_ranks(log_dir, ps, ranks, command):
@@ -45,7 +47,8 @@ def run_ranks(log_dir, ps, ranks, command):
 
 def run_hybrid(result_dir, ps, extra=()):
     run_ranks(result_dir, ps, 2, [sys.executable, SCRIPT, "--result-dir", str(result_dir),
-                                  *extra])
+                                  "--samples", str(SAMPLES), "--batch-size", str(BATCH_SIZE),
+                                  "--epochs", str(EPOCHS), *extra])
     return [json.loads((result_dir / f"rank{r}.json").read_text()) for r in range(2)]
 
 
@@ -53,14 +56,14 @@ def test_ranks_connect_to_the_ps_tasks_one_at_a_time(tmp_path):
     """Ranks connecting at once made a PS task free the collective executor
     manager an earlier connection's context still used (SIGSEGV on that
     task). Three ranks, each then running new functions on both PS tasks."""
-    result = tmp_path / "connect.json"
-    run_ranks(tmp_path, 2, 3, [sys.executable, CONNECT_PROBE, str(result)])
+    result, steps = tmp_path / "connect.json", 20
+    run_ranks(tmp_path, 2, 3, [sys.executable, CONNECT_PROBE, str(result), str(steps)])
     records = sorted(json.loads(result.read_text()), key=lambda r: r["start"])
     assert sorted(r["rank"] for r in records) == [0, 1, 2]
     for earlier, later in zip(records, records[1:]):
         assert earlier["end"] <= later["start"], f"connections overlapped: {records}"
     # Every rank's 2 updates a step reached the shared table.
-    assert {r["clock_sum"] for r in records} == {3 * 2 * 20}
+    assert {r["clock_sum"] for r in records} == {3 * 2 * steps}
 
 
 @pytest.mark.parametrize("ps", [1, 2])
@@ -74,7 +77,7 @@ def test_ranks_share_tables_and_keep_dense_weights_identical(tmp_path, ps):
     assert ranks[0]["dense_digest"] == ranks[1]["dense_digest"]  # to the bit
     # ... after every step, and the steps do change them.
     steps = ranks[0]["step_digests"]
-    assert len(steps) == 3 * 2048 // 32 and steps == ranks[1]["step_digests"]
+    assert len(steps) == EPOCHS * SAMPLES // BATCH_SIZE and steps == ranks[1]["step_digests"]
     assert len(set(steps)) == len(steps)
     # One table for both ranks: its clocks count both ranks' pushed updates.
     pushed = ranks[0]["cache_updates_pushed"] + ranks[1]["cache_updates_pushed"]
