@@ -70,7 +70,8 @@ class WorkerCache:
                 table_name=self.table.config.name, dim=self.dim, capacity=c.capacity,
                 vocabulary_size=self.table.config.vocabulary_size, policy=c.policy,
                 pin_threshold=c.pin_threshold, read_staleness=c.read_staleness,
-                write_staleness=c.write_staleness, shared_name=self.shared_name)
+                write_staleness=c.write_staleness, shared_name=self.shared_name,
+                **self.table.config.optimizer.op_attrs())
 
     def stats(self):
         """Counters summed over every worker's cache (eager)."""
@@ -100,33 +101,36 @@ class WorkerCache:
         with self._placed(self.device):
             unique, inverse, clocks = self._ops.het_cache_prepare(self.handle(), ids,
                                                                   training=training)
+        # Training takes whole states: local steps need the optimizer's slots.
         positions, values, row_clocks = self.table.pull(unique, clocks,
-                                                        self.config.read_staleness)
+                                                        self.config.read_staleness,
+                                                        with_slots=training)
         with self._placed(self.device):
             rows = self._ops.het_cache_complete(self.handle(), unique, positions, values,
                                                 row_clocks, dim=self.dim, training=training)
         return rows, unique, inverse
 
     def apply_gradients(self, unique_keys, unique_grads, learning_rate):
-        """One local update per unique key; pushes whatever is due."""
+        """One local optimizer step per unique key; pushes whatever is due."""
         with self._placed(self.device):
-            keys, grads, counts = self._ops.het_cache_accumulate(
+            keys, deltas, counts = self._ops.het_cache_accumulate(
                 self.handle(), unique_keys, unique_grads, tf.cast(learning_rate, tf.float32),
                 dim=self.dim)
-        return self._push_and_ack(keys, grads, counts, learning_rate)
+        return self._push_and_ack(keys, deltas, counts, learning_rate)
 
     def flush(self, learning_rate):
         """Pushes every pending update of every worker's cache; returns the
         ops that acknowledge them."""
         def one(device):
             with self._placed(device):
-                keys, grads, counts = self._ops.het_cache_flush(self.handle(device), dim=self.dim)
-            return self._push_and_ack(keys, grads, counts, learning_rate, device)
+                keys, deltas, counts = self._ops.het_cache_flush(self.handle(device),
+                                                                 dim=self.dim)
+            return self._push_and_ack(keys, deltas, counts, learning_rate, device)
 
         return self._on_every_worker(one)
 
-    def _push_and_ack(self, keys, grads, counts, learning_rate, device=None):
-        values, clocks = self.table.push(keys, grads, counts, learning_rate, return_rows=True)
+    def _push_and_ack(self, keys, deltas, counts, learning_rate, device=None):
+        values, clocks = self.table.push_deltas(keys, deltas, counts, learning_rate)
         with self._placed(device or self.device):
             return self._ops.het_cache_ack_push(self.handle(device), keys, counts, values,
                                                 clocks)

@@ -76,12 +76,16 @@ class ShardedTable:
             lambda s, h, k: self._ops.het_table_gather(h, k, dim=self.dim), keys)
         return rows[0] if origin is None else tf.dynamic_stitch(origin, rows)
 
-    def pull(self, keys, clocks, read_staleness):
+    def pull(self, keys, clocks, read_staleness, with_slots=False):
         """The clock-checked read: (positions, rows, clocks) of the keys
-        whose cached copy is missing or staler than the read bound."""
+        whose cached copy is missing or staler than the read bound. With
+        slots, each row comes as its whole state (values, then the
+        optimizer's slots), as a training cache needs it."""
         staleness = tf.constant(read_staleness, tf.int64)
+        num_slots = self.config.num_slots if with_slots else 0
         origin, answers = self._on_shards(
-            lambda s, h, k, c: self._ops.het_table_pull(h, k, c, staleness, dim=self.dim),
+            lambda s, h, k, c: self._ops.het_table_pull(h, k, c, staleness, dim=self.dim,
+                                                        num_slots=num_slots),
             keys, clocks)
         if origin is None:
             return tuple(answers[0])
@@ -108,6 +112,20 @@ class ShardedTable:
             deps = [a[1] for a in answers]
             with tf.control_dependencies(deps):
                 return tf.zeros([0, self.dim]), tf.zeros([0], tf.int64)
+        return (tf.dynamic_stitch(origin, [a[0] for a in answers]),
+                tf.dynamic_stitch(origin, [a[1] for a in answers]))
+
+    def push_deltas(self, keys, deltas, counts, learning_rate):
+        """Merges caches' state deltas (see HetTablePushDeltas); the rows'
+        states after the merge and their clocks come back in the order of
+        `keys`."""
+        lr = tf.cast(learning_rate, tf.float32)
+        origin, answers = self._on_shards(
+            lambda s, h, k, d, c: self._ops.het_table_push_deltas(
+                h, k, d, c, lr, dim=self.dim, num_slots=self.config.num_slots),
+            keys, deltas, counts)
+        if origin is None:
+            return tuple(answers[0])
         return (tf.dynamic_stitch(origin, [a[0] for a in answers]),
                 tf.dynamic_stitch(origin, [a[1] for a in answers]))
 

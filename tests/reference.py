@@ -29,10 +29,43 @@ def initial_row(key, dim, seed, low=-0.05, high=0.05):
     return np.array(row, np.float32)
 
 
+# The fields of a row's state, in the order the ops carry them.
+FIELDS = {"sgd": ("w",), "adagrad": ("w", "acc"), "adam": ("w", "m", "v")}
+
+
+def optimizer_step(optimizer, state, g, lr, step, delta=None):
+    """One update of `state` (a dict of the FIELDS arrays) with gradient g;
+    returns the new step count. With `delta`, each field's increment is also
+    added to delta's, exactly as applied (the cache's pending delta)."""
+    def add(field, increment):
+        state[field] = state[field] + increment
+        if delta is not None:
+            delta[field] = delta[field] + increment
+
+    lr32 = np.float32(lr)
+    if optimizer == "sgd":
+        add("w", -(lr32 * g))
+    elif optimizer == "adagrad":
+        add("acc", g * g)
+        add("w", -(lr32 * g / np.sqrt(state["acc"] + np.float32(1e-7))))
+    elif optimizer == "adam":
+        step += 1
+        # The C++ takes powers of the float32 betas in double precision.
+        b1, b2 = float(np.float32(0.9)), float(np.float32(0.999))
+        alpha = np.float32(float(lr32) * math.sqrt(1 - b2 ** step) / (1 - b1 ** step))
+        add("m", (g - state["m"]) * np.float32(1 - np.float32(0.9)))
+        add("v", (g * g - state["v"]) * np.float32(1 - np.float32(0.999)))
+        add("w", -(alpha * state["m"] / (np.sqrt(state["v"]) + np.float32(1e-7))))
+    else:
+        raise ValueError(optimizer)
+    return step
+
+
 class RefTable:
     def __init__(self, dim, optimizer="sgd", seed=0, vocabulary_size=None):
         self.dim, self.optimizer, self.seed = dim, optimizer, seed
         self.vocabulary_size = vocabulary_size
+        self.fields = FIELDS[optimizer]
         self.rows = {}  # key -> dict(w, acc, m, v, clock, step)
         self.updates_applied = 0
 
@@ -44,56 +77,55 @@ class RefTable:
                                   v=np.zeros(self.dim, np.float32), clock=0, step=0)
         return self.rows[key]
 
+    def state(self, key):
+        r = self.row(key)
+        return {f: r[f].copy() for f in self.fields}
+
     def pull(self, keys, clocks, read_staleness):
+        """(position, state, clock) of each missing or stale key."""
         out = []
         for i, (k, c) in enumerate(zip(keys, clocks)):
             r = self.row(k)
             if c < 0 or (read_staleness >= 0 and r["clock"] - c > read_staleness):
-                out.append((i, r["w"].copy(), r["clock"]))
+                out.append((i, self.state(k), r["clock"]))
         return out
 
     def push(self, key, grad, count, lr):
+        """The no-cache write: `count` steps with the mean gradient."""
         r = self.row(key)
         g = grad.astype(np.float32)
         if self.optimizer == "sgd" or count == 1:
-            self._step(r, g, lr)
+            r["step"] = optimizer_step(self.optimizer, r, g, lr, r["step"])
         else:  # count steps with the mean gradient
             mean = g * np.float32(1.0 / np.float32(count))
             for _ in range(count):
-                self._step(r, mean, lr)
+                r["step"] = optimizer_step(self.optimizer, r, mean, lr, r["step"])
         r["clock"] += count
         self.updates_applied += count
         return r["w"].copy(), r["clock"]
 
-    def _step(self, r, g, lr):
-        lr32 = np.float32(lr)
-        if self.optimizer == "sgd":
-            r["w"] = r["w"] - lr32 * g
-        elif self.optimizer == "adagrad":
-            r["acc"] = r["acc"] + g * g
-            r["w"] = r["w"] - lr32 * g / np.sqrt(r["acc"] + np.float32(1e-7))
-        elif self.optimizer == "adam":
-            r["step"] += 1
-            t = r["step"]
-            # The C++ takes powers of the float32 betas in double precision.
-            b1, b2 = float(np.float32(0.9)), float(np.float32(0.999))
-            alpha = np.float32(float(lr32) * math.sqrt(1 - b2 ** t) / (1 - b1 ** t))
-            r["m"] = r["m"] + (g - r["m"]) * np.float32(1 - np.float32(0.9))
-            r["v"] = r["v"] + (g * g - r["v"]) * np.float32(1 - np.float32(0.999))
-            r["w"] = r["w"] - alpha * r["m"] / (np.sqrt(r["v"]) + np.float32(1e-7))
-        else:
-            raise ValueError(self.optimizer)
+    def push_delta(self, key, delta, count):
+        """A cache's write: every field takes its change."""
+        r = self.row(key)
+        for f in self.fields:
+            r[f] = r[f] + delta[f]
+        r["step"] += count
+        r["clock"] += count
+        self.updates_applied += count
+        return self.state(key), r["clock"]
 
 
 class RefCache:
-    """Entries hold row, c_s, c_c, pending gradient and pending local delta.
-    The victim is the attached entry with the lowest (bucket, attach order)."""
+    """Entries hold a state (row and slots), c_s, c_c and the pending delta of
+    every field. Local steps follow the table's optimizer, with Adam's step
+    count taken from the local clock. The victim is the attached entry with
+    the lowest (bucket, attach order)."""
 
     def __init__(self, table, capacity, policy, read_staleness, write_staleness, pin_threshold):
         self.table, self.capacity, self.policy = table, capacity, policy
         self.s_r, self.s_w, self.pin = read_staleness, write_staleness, pin_threshold
         self.entries = {}
-        self.outbox = []  # (key, grad, count)
+        self.outbox = []  # (key, delta, count)
         self.seq = 0
         self.counters = dict(lookups=0, unique_keys=0, hits=0, misses=0, stale_refreshes=0,
                              evictions=0, dirty_evictions=0, rows_pulled=0, rows_pushed=0,
@@ -110,6 +142,9 @@ class RefCache:
         e["touches"], e["attached"], e["seq"] = touches, True, self.seq
         self.seq += 1
 
+    def _zeros(self):
+        return {f: np.zeros(self.table.dim, np.float32) for f in self.table.fields}
+
     def lookup(self, ids, training):
         unique = list(dict.fromkeys(ids))
         if training and len(unique) > self.capacity:
@@ -117,20 +152,20 @@ class RefCache:
         clocks = [self.entries[k]["cc"] if k in self.entries else -1 for k in unique]
         self.counters["lookups"] += len(ids)
         self.counters["unique_keys"] += len(unique)
-        answer = {i: (w, c) for i, w, c in self.table.pull(unique, clocks, self.s_r)}
+        answer = {i: (state, c) for i, state, c in self.table.pull(unique, clocks, self.s_r)}
         self.counters["rows_pulled"] += len(answer)
         out = []
         if not training:
             for i, k in enumerate(unique):
                 e = self.entries.get(k)
                 if i not in answer:
-                    out.append(e["row"].copy())
+                    out.append(e["state"]["w"].copy())
                     self.counters["hits"] += 1
                 elif e is None:
-                    out.append(answer[i][0])
+                    out.append(answer[i][0]["w"])
                     self.counters["misses"] += 1
                 else:
-                    out.append(answer[i][0] + e["pd"])
+                    out.append(answer[i][0]["w"] + e["pd"]["w"])
                     self.counters["stale_refreshes"] += 1
             return unique, out
         for k in unique:
@@ -141,11 +176,11 @@ class RefCache:
             if i not in answer:
                 self.counters["hits"] += 1
                 continue
-            w, clock = answer[i]
+            fresh, clock = answer[i]
             e = self.entries.get(k)
             if e is not None:
                 pending = e["cc"] - e["cs"]
-                e["row"] = w + e["pd"]
+                e["state"] = {f: fresh[f] + e["pd"][f] for f in fresh}
                 e["cs"], e["cc"] = clock, clock + pending
                 self.counters["stale_refreshes"] += 1
                 continue
@@ -153,52 +188,46 @@ class RefCache:
                 victim = min((e for e in self.entries.values() if e["attached"]),
                              key=lambda e: (self._bucket(e["touches"]), e["seq"]))
                 if victim["cc"] > victim["cs"]:
-                    self.outbox.append((victim["key"], victim["pg"].copy(),
+                    self.outbox.append((victim["key"], victim["pd"],
                                         victim["cc"] - victim["cs"]))
                     self.counters["dirty_evictions"] += 1
                 del self.entries[victim["key"]]
                 self.counters["evictions"] += 1
-            zeros = np.zeros(self.table.dim, np.float32)
-            self.entries[k] = dict(key=k, row=w, cs=clock, cc=clock, pg=zeros.copy(),
-                                   pd=zeros.copy(), touches=0, attached=False)
+            self.entries[k] = dict(key=k, state=fresh, cs=clock, cc=clock, pd=self._zeros(),
+                                   touches=0, attached=False)
             inserted.add(k)
             self.counters["misses"] += 1
         for k in unique:
             e = self.entries[k]
             self._attach(e, 1 if k in inserted else e["touches"] + 1)
-            out.append(e["row"].copy())
+            out.append(e["state"]["w"].copy())
         return unique, out
 
     def apply_gradients(self, keys, grads, lr):
         due = list(self.outbox)
-        step_scale = np.float32(-lr)
         for k, g in zip(keys, grads):
             e = self.entries[k]
-            g = g.astype(np.float32)
-            step = step_scale * g
-            e["pg"] = e["pg"] + g
-            e["row"] = e["row"] + step
-            e["pd"] = e["pd"] + step
+            optimizer_step(self.table.optimizer, e["state"], g.astype(np.float32), lr, e["cc"],
+                           delta=e["pd"])
             e["cc"] += 1
             if self.s_w >= 0 and e["cc"] - e["cs"] > self.s_w:
-                due.append((k, e["pg"].copy(), e["cc"] - e["cs"]))
-        self._push_and_ack(due, lr)
+                due.append((k, dict(e["pd"]), e["cc"] - e["cs"]))
+        self._push_and_ack(due)
 
     def flush(self, lr):
-        due = list(self.outbox) + [(k, e["pg"].copy(), e["cc"] - e["cs"])
+        due = list(self.outbox) + [(k, dict(e["pd"]), e["cc"] - e["cs"])
                                    for k, e in self.entries.items() if e["cc"] > e["cs"]]
-        self._push_and_ack(due, lr)
+        self._push_and_ack(due)
 
-    def _push_and_ack(self, due, lr):
+    def _push_and_ack(self, due):
         outbox_keys = {k for k, _, _ in self.outbox}
-        for k, g, count in due:
-            w, clock = self.table.push(k, g, count, lr)
+        for k, delta, count in due:
+            state, clock = self.table.push_delta(k, delta, count)
             self.counters["rows_pushed"] += 1
             self.counters["updates_pushed"] += count
             if k in outbox_keys:
                 continue
             e = self.entries[k]
-            e["pg"] = np.zeros_like(e["pg"])
-            e["pd"] = np.zeros_like(e["pd"])
-            e["row"], e["cs"], e["cc"] = w, clock, clock
+            e["pd"] = self._zeros()
+            e["state"], e["cs"], e["cc"] = state, clock, clock
         self.outbox = []

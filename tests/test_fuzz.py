@@ -190,12 +190,20 @@ def build_call(draw, op, ctx):
     if op == "HetTablePull":
         keys = unique_keys(draw)
         clocks = np.array([draw(st.integers(-1, 4)) for _ in keys], np.int64)
-        return [th, keys, clocks, np.int64(draw(st.integers(-1, 3)))], dict(dim=DIM)
+        return ([th, keys, clocks, np.int64(draw(st.integers(-1, 3)))],
+                dict(dim=DIM, num_slots=draw(st.sampled_from([0, 1]))))
     if op == "HetTablePush":
         keys = unique_keys(draw)
         counts = np.array([draw(st.integers(1, 4)) for _ in keys], np.int64)
         return ([th, keys, finite(draw, (len(keys), DIM)), counts,
                  np.float32(draw(st.floats(0, 1)))], dict(dim=DIM, return_rows=draw(st.booleans())))
+    if op == "HetTablePushDeltas":
+        keys = unique_keys(draw)
+        counts = np.array([draw(st.integers(1, 4)) for _ in keys], np.int64)
+        deltas = finite(draw, (len(keys), 2 * DIM))
+        deltas[:, DIM:] = np.abs(deltas[:, DIM:])  # Adagrad's accumulator only grows
+        return ([th, keys, deltas, counts, np.float32(draw(st.floats(0, 1)))],
+                dict(dim=DIM, num_slots=1))
     if op == "HetTableExport":
         return ([th, np.int64(draw(st.integers(0, 5))), np.int64(draw(st.integers(0, 5)))],
                 dict(dim=DIM, num_slots=1))
@@ -215,15 +223,15 @@ def build_call(draw, op, ctx):
     if op == "HetCacheComplete":
         training = draw(st.booleans())
         unique, _inverse, clocks = OPS.het_cache_prepare(ch, unique_keys(draw), training=training)
-        positions, values, row_clocks = table.pull(unique, clocks, 2)
+        positions, values, row_clocks = table.pull(unique, clocks, 2, with_slots=training)
         return [ch, unique, positions, values, row_clocks], dict(dim=DIM, training=training)
     if op == "HetCacheAccumulate":
         keys = unique_keys(draw, max_size=4)
         cache.lookup(tf.constant(keys), training=True)
         return [ch, keys, finite(draw, (len(keys), DIM)), np.float32(0.1)], dict(dim=DIM)
     if op == "HetCacheAckPush":
-        keys, grads, counts = OPS.het_cache_flush(ch, dim=DIM)
-        values, clocks = table.push(keys, grads, counts, 0.1)
+        keys, deltas, counts = OPS.het_cache_flush(ch, dim=DIM)
+        values, clocks = table.push_deltas(keys, deltas, counts, 0.1)
         return [ch, keys, counts, values, clocks], {}
     if op == "HetParseCriteo":
         n = draw(st.integers(0, 4))
@@ -305,7 +313,7 @@ FUZZED_OPS = sorted(OP_DEFS)
 
 def test_every_op_is_fuzzed():
     """The fuzz below covers the library's whole op list, found at run time."""
-    assert len(FUZZED_OPS) == 24 and all(OP_DEFS[name] is not None for name in FUZZED_OPS)
+    assert len(FUZZED_OPS) == 25 and all(OP_DEFS[name] is not None for name in FUZZED_OPS)
 
 
 @pytest.mark.parametrize("op_name", FUZZED_OPS)

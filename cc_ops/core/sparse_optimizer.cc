@@ -43,6 +43,15 @@ Status ValidateOptimizer(const OptimizerConfig& c) {
   return Status::Ok();
 }
 
+Status CheckLearningRate(const std::string& name, const OptimizerConfig& c, float lr) {
+  if (!std::isfinite(lr) || lr < 0 || (c.kind == OptimizerKind::kFtrl && lr == 0)) {
+    return Status::InvalidArgument(name + ": learning rate must be finite and " +
+                                   (c.kind == OptimizerKind::kFtrl ? "> 0 for ftrl" : ">= 0") +
+                                   ", got " + std::to_string(lr));
+  }
+  return Status::Ok();
+}
+
 int NumSlots(OptimizerKind kind) {
   switch (kind) {
     case OptimizerKind::kSGD:
@@ -75,17 +84,40 @@ void InitializeSlots(const OptimizerConfig& config, int dim, float* slots) {
   }
 }
 
+int StateWidth(OptimizerKind kind, int dim) { return dim * (1 + NumSlots(kind)); }
+
+namespace {
+
+// FTRL-proximal's row as a function of its linear and accumulator slots.
+float FtrlWeight(const OptimizerConfig& c, float lr, float linear, float acc) {
+  const float l2 = c.l2 + c.beta / (2.0f * lr);
+  const float quadratic = std::pow(acc, -c.learning_rate_power) / lr + 2.0f * l2;
+  return std::fabs(linear) > c.l1 ? (std::copysign(c.l1, linear) - linear) / quadratic : 0.0f;
+}
+
+// field += increment, and the increment joins the field's delta if tracked.
+inline void Add(float* field, float increment, float* delta) {
+  *field += increment;
+  if (delta != nullptr) *delta += increment;
+}
+
+}  // namespace
+
 void ApplyUpdate(const OptimizerConfig& c, float lr, const float* g, int dim, float* w,
-                 float* slots, int64_t* step) {
+                 float* slots, int64_t* step, float* delta) {
+  // Field j of the state is at delta[j], slot k's at delta[(1 + k) * dim + j].
+  auto d = [delta, dim](int field, int j) {
+    return delta == nullptr ? nullptr : delta + size_t(field) * dim + j;
+  };
   switch (c.kind) {
     case OptimizerKind::kSGD:
-      for (int j = 0; j < dim; ++j) w[j] -= lr * g[j];
+      for (int j = 0; j < dim; ++j) Add(&w[j], -(lr * g[j]), d(0, j));
       break;
     case OptimizerKind::kAdagrad: {
       float* acc = slots;
       for (int j = 0; j < dim; ++j) {
-        acc[j] += g[j] * g[j];
-        w[j] -= lr * g[j] / std::sqrt(acc[j] + c.epsilon);
+        Add(&acc[j], g[j] * g[j], d(1, j));
+        Add(&w[j], -(lr * g[j] / std::sqrt(acc[j] + c.epsilon)), d(0, j));
       }
       break;
     }
@@ -97,9 +129,9 @@ void ApplyUpdate(const OptimizerConfig& c, float lr, const float* g, int dim, fl
       const double b2_power = std::pow(static_cast<double>(c.beta_2), static_cast<double>(t));
       const float alpha = static_cast<float>(lr * std::sqrt(1.0 - b2_power) / (1.0 - b1_power));
       for (int j = 0; j < dim; ++j) {
-        m[j] += (g[j] - m[j]) * (1.0f - c.beta_1);
-        v[j] += (g[j] * g[j] - v[j]) * (1.0f - c.beta_2);
-        w[j] -= alpha * m[j] / (std::sqrt(v[j]) + c.epsilon);
+        Add(&m[j], (g[j] - m[j]) * (1.0f - c.beta_1), d(1, j));
+        Add(&v[j], (g[j] * g[j] - v[j]) * (1.0f - c.beta_2), d(2, j));
+        Add(&w[j], -(alpha * m[j] / (std::sqrt(v[j]) + c.epsilon)), d(0, j));
       }
       break;
     }
@@ -107,20 +139,30 @@ void ApplyUpdate(const OptimizerConfig& c, float lr, const float* g, int dim, fl
       float* acc = slots;
       float* linear = slots + dim;
       const float p = -c.learning_rate_power;
-      const float l2 = c.l2 + c.beta / (2.0f * lr);
       for (int j = 0; j < dim; ++j) {
         const float acc_new = acc[j] + g[j] * g[j];
         const float sigma = (std::pow(acc_new, p) - std::pow(acc[j], p)) / lr;
-        linear[j] += g[j] - sigma * w[j];
-        const float quadratic = std::pow(acc_new, p) / lr + 2.0f * l2;
-        w[j] = std::fabs(linear[j]) > c.l1
-                   ? (std::copysign(c.l1, linear[j]) - linear[j]) / quadratic
-                   : 0.0f;
-        acc[j] = acc_new;
+        Add(&linear[j], g[j] - sigma * w[j], d(2, j));
+        Add(&acc[j], g[j] * g[j], d(1, j));
+        const float w_new = FtrlWeight(c, lr, linear[j], acc[j]);
+        if (delta != nullptr) *d(0, j) += w_new - w[j];
+        w[j] = w_new;
       }
       break;
     }
   }
+}
+
+void ApplyDelta(const OptimizerConfig& c, float lr, const float* delta, int64_t count, int dim,
+                float* w, float* slots, int64_t* step) {
+  const int slot_floats = NumSlots(c.kind) * dim;
+  for (int j = 0; j < slot_floats; ++j) slots[j] += delta[dim + j];
+  if (c.kind == OptimizerKind::kFtrl) {
+    for (int j = 0; j < dim; ++j) w[j] = FtrlWeight(c, lr, slots[dim + j], slots[j]);
+    return;
+  }
+  for (int j = 0; j < dim; ++j) w[j] += delta[j];
+  if (NeedsStepCount(c.kind)) *step += count;
 }
 
 void ApplyUpdates(const OptimizerConfig& config, float learning_rate, const float* grad_sum,

@@ -30,6 +30,11 @@ struct OptimizerConfig {
 Status ParseOptimizerKind(const std::string& name, OptimizerKind* kind);
 Status ValidateOptimizer(const OptimizerConfig& config);
 
+// A learning rate fed to an update must be finite and >= 0; FTRL divides by
+// it, so it needs > 0. `name` says whose update it was.
+Status CheckLearningRate(const std::string& name, const OptimizerConfig& config,
+                         float learning_rate);
+
 // Number of dim-sized float slots a row carries.
 int NumSlots(OptimizerKind kind);
 // Whether a row also carries its own step count.
@@ -37,10 +42,26 @@ bool NeedsStepCount(OptimizerKind kind);
 
 void InitializeSlots(const OptimizerConfig& config, int dim, float* slots);
 
+// A row's state as a worker cache holds it and pulls and pushes carry it:
+// the row's dim values followed by its slots, StateWidth floats in all.
+int StateWidth(OptimizerKind kind, int dim);
+
 // Applies one update with gradient `grad` to `row`. `slots` holds
-// NumSlots() * dim floats; `step` is the row's step count (Adam only).
+// NumSlots() * dim floats; `step` is the row's step count (Adam only). When
+// `delta` is not null it holds StateWidth floats laid out as a state, and
+// each field's change is added to it: exactly the increment the field took,
+// so that ApplyDelta of one update's delta reproduces the update to the bit.
 void ApplyUpdate(const OptimizerConfig& config, float learning_rate, const float* grad, int dim,
-                 float* row, float* slots, int64_t* step);
+                 float* row, float* slots, int64_t* step, float* delta = nullptr);
+
+// Merges a worker's accumulated state delta of `count` local updates into a
+// shard's row: each value and slot takes its change, Adam's step advances by
+// `count`, and FTRL's row is recomputed from its merged slots (its values are
+// a function of them). With no other writer since the worker's copy was
+// taken, the row ends where the worker's copy did, up to the rounding of
+// summing the increments separately (docs/consistency.md).
+void ApplyDelta(const OptimizerConfig& config, float learning_rate, const float* delta,
+                int64_t count, int dim, float* row, float* slots, int64_t* step);
 
 // The most updates one push may carry: a push costs `count` optimizer steps,
 // so an unchecked count (2^63) would never finish. Caches push a row once

@@ -160,11 +160,12 @@ Status TableShard::Gather(const int64_t* keys, int64_t n, float* values) {
 }
 
 Status TableShard::Pull(const int64_t* keys, const int64_t* clocks, int64_t n,
-                        int64_t read_staleness, PulledRows* out) {
+                        int64_t read_staleness, bool with_slots, PulledRows* out) {
   HET_RETURN_IF_ERROR(CheckKeys(config_.name, config_.vocabulary_size, keys, n));
   std::unique_ptr<RowReservation> reservation;
   HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
-  const int dim = config_.dim;
+  // Values and slots are contiguous in a row, so a state is one copy.
+  const int width = with_slots ? state_width() : config_.dim;
   // Stripes are visited out of request order, so stale rows are copied by
   // request position first and compacted afterwards.
   std::vector<uint8_t> stale(n, 0);
@@ -175,10 +176,10 @@ Status TableShard::Pull(const int64_t* keys, const int64_t* clocks, int64_t n,
     char* p = FindOrCreate(stripe, keys[i], &created);
     const int64_t server_clock = *Clock(p);
     if (clocks[i] < 0 || (read_staleness >= 0 && server_clock - clocks[i] > read_staleness)) {
-      if (values_by_pos.empty()) values_by_pos.resize(size_t(n) * dim);
+      if (values_by_pos.empty()) values_by_pos.resize(size_t(n) * width);
       stale[i] = 1;
       clock_by_pos[i] = server_clock;
-      std::memcpy(values_by_pos.data() + size_t(i) * dim, Values(p), sizeof(float) * dim);
+      std::memcpy(values_by_pos.data() + size_t(i) * width, Values(p), sizeof(float) * width);
     }
   });
   out->positions.clear();
@@ -188,42 +189,53 @@ Status TableShard::Pull(const int64_t* keys, const int64_t* clocks, int64_t n,
     if (!stale[i]) continue;
     out->positions.push_back(static_cast<int32_t>(i));
     out->clocks.push_back(clock_by_pos[i]);
-    out->values.insert(out->values.end(), values_by_pos.begin() + size_t(i) * dim,
-                       values_by_pos.begin() + size_t(i + 1) * dim);
+    out->values.insert(out->values.end(), values_by_pos.begin() + size_t(i) * width,
+                       values_by_pos.begin() + size_t(i + 1) * width);
   }
   const size_t m = out->positions.size();
   pull_requests_.fetch_add(1, std::memory_order_relaxed);
   keys_checked_.fetch_add(n, std::memory_order_relaxed);
   rows_sent_.fetch_add(m, std::memory_order_relaxed);
   bytes_received_.fetch_add(16 * n, std::memory_order_relaxed);
-  bytes_sent_.fetch_add((sizeof(float) * dim + 8 + 4) * m, std::memory_order_relaxed);
+  bytes_sent_.fetch_add((sizeof(float) * width + 8 + 4) * m, std::memory_order_relaxed);
   return Status::Ok();
 }
 
-Status TableShard::Push(const int64_t* keys, const float* grads, const int64_t* counts, int64_t n,
-                        float learning_rate, float* values, int64_t* clocks) {
+Status TableShard::CheckPush(const int64_t* keys, const float* values, int width,
+                             const int64_t* counts, int64_t n, float learning_rate,
+                             const char* what) const {
   HET_RETURN_IF_ERROR(CheckKeys(config_.name, config_.vocabulary_size, keys, n));
-  const int dim = config_.dim;
-  if (!std::isfinite(learning_rate) || learning_rate < 0) {
-    return Status::InvalidArgument("table " + Quote(config_.name) +
-                                   ": learning rate must be finite and >= 0");
-  }
+  const std::string name = "table " + Quote(config_.name);
+  HET_RETURN_IF_ERROR(CheckLearningRate(name, config_.optimizer, learning_rate));
   for (int64_t i = 0; i < n; ++i) {
     if (counts[i] <= 0 || counts[i] > kMaxUpdatesPerPush) {
-      return Status::InvalidArgument("table " + Quote(config_.name) +
-                                     ": update counts must be between 1 and " +
+      return Status::InvalidArgument(name + ": update counts must be between 1 and " +
                                      std::to_string(kMaxUpdatesPerPush) + ", got " +
                                      std::to_string(counts[i]) + " for id " +
                                      std::to_string(keys[i]));
     }
   }
-  for (int64_t i = 0; i < n * dim; ++i) {
-    if (!std::isfinite(grads[i])) {
-      return Status::InvalidArgument("table " + Quote(config_.name) +
-                                     ": non-finite gradient for id " +
-                                     std::to_string(keys[i / dim]) + "; nothing was applied");
+  for (int64_t i = 0; i < n * width; ++i) {
+    if (!std::isfinite(values[i])) {
+      return Status::InvalidArgument(name + ": non-finite " + what + " for id " +
+                                     std::to_string(keys[i / width]) + "; nothing was applied");
     }
   }
+  return Status::Ok();
+}
+
+void TableShard::CountPush(int64_t n, uint64_t updates, int width, bool returned) {
+  push_requests_.fetch_add(1, std::memory_order_relaxed);
+  rows_pushed_.fetch_add(n, std::memory_order_relaxed);
+  updates_applied_.fetch_add(updates, std::memory_order_relaxed);
+  bytes_received_.fetch_add((8 + 8 + sizeof(float) * width) * n, std::memory_order_relaxed);
+  if (returned) bytes_sent_.fetch_add((8 + sizeof(float) * width) * n, std::memory_order_relaxed);
+}
+
+Status TableShard::Push(const int64_t* keys, const float* grads, const int64_t* counts, int64_t n,
+                        float learning_rate, float* values, int64_t* clocks) {
+  const int dim = config_.dim;
+  HET_RETURN_IF_ERROR(CheckPush(keys, grads, dim, counts, n, learning_rate, "gradient"));
   std::unique_ptr<RowReservation> reservation;
   HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
   uint64_t updates = 0;
@@ -239,13 +251,43 @@ Status TableShard::Push(const int64_t* keys, const float* grads, const int64_t* 
     if (values != nullptr) std::memcpy(values + int64_t{i} * dim, Values(p), sizeof(float) * dim);
     if (clocks != nullptr) clocks[i] = *Clock(p);
   });
-  push_requests_.fetch_add(1, std::memory_order_relaxed);
-  rows_pushed_.fetch_add(n, std::memory_order_relaxed);
-  updates_applied_.fetch_add(updates, std::memory_order_relaxed);
-  bytes_received_.fetch_add((8 + 8 + sizeof(float) * dim) * n, std::memory_order_relaxed);
-  if (values != nullptr) {
-    bytes_sent_.fetch_add((8 + sizeof(float) * dim) * n, std::memory_order_relaxed);
+  CountPush(n, updates, dim, values != nullptr);
+  return Status::Ok();
+}
+
+Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
+                              int64_t n, float learning_rate, float* states, int64_t* clocks) {
+  const int width = state_width();
+  HET_RETURN_IF_ERROR(CheckPush(keys, deltas, width, counts, n, learning_rate, "delta"));
+  // Accumulators only grow (by squared gradients): a negative change could
+  // only come from a corrupt push, and would take a square root of < 0.
+  const OptimizerKind kind = config_.optimizer.kind;
+  if (kind == OptimizerKind::kAdagrad || kind == OptimizerKind::kFtrl) {
+    for (int64_t i = 0; i < n; ++i) {
+      for (int j = 0; j < config_.dim; ++j) {
+        if (deltas[i * width + config_.dim + j] < 0) {
+          return Status::InvalidArgument("table " + Quote(config_.name) +
+                                         ": negative accumulator change for id " +
+                                         std::to_string(keys[i]) + "; nothing was applied");
+        }
+      }
+    }
   }
+  std::unique_ptr<RowReservation> reservation;
+  HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
+  uint64_t updates = 0;
+  ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
+    bool created;
+    char* p = FindOrCreate(stripe, keys[i], &created);
+    ApplyDelta(config_.optimizer, learning_rate, deltas + int64_t{i} * width, counts[i],
+               config_.dim, Values(p), Slots(p),
+               NeedsStepCount(kind) ? Step(p) : nullptr);
+    *Clock(p) += counts[i];
+    updates += counts[i];
+    if (states != nullptr) std::memcpy(states + int64_t{i} * width, Values(p), sizeof(float) * width);
+    if (clocks != nullptr) clocks[i] = *Clock(p);
+  });
+  CountPush(n, updates, width, states != nullptr);
   return Status::Ok();
 }
 

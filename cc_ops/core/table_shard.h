@@ -54,7 +54,7 @@ struct TableCounters {
 // Rows handed to a worker by Pull: only those that were missing or stale.
 struct PulledRows {
   std::vector<int32_t> positions;  // into the request's key list, ascending
-  std::vector<float> values;       // positions.size() * dim
+  std::vector<float> values;       // positions.size() * (dim, or StateWidth with slots)
   std::vector<int64_t> clocks;
 };
 
@@ -77,6 +77,7 @@ class TableShard {
   const std::string& table_name() const { return config_.name; }
   int dim() const { return config_.dim; }
   int num_slots() const { return num_slots_; }
+  int state_width() const { return config_.dim * (1 + num_slots_); }
 
   // Values of every key, creating missing rows.
   Status Gather(const int64_t* keys, int64_t n, float* values);
@@ -84,15 +85,24 @@ class TableShard {
   // The clock-checked read: clocks[i] is the local clock of the worker's
   // cached copy of keys[i], or -1 when it has none. A row is returned when it
   // is missing on the worker or when its server clock exceeds the worker's
-  // clock by more than read_staleness (negative: never stale).
+  // clock by more than read_staleness (negative: never stale). With slots,
+  // each row comes as its whole state (values then optimizer slots), for a
+  // cache that takes the optimizer's steps locally.
   Status Pull(const int64_t* keys, const int64_t* clocks, int64_t n, int64_t read_staleness,
-              PulledRows* out);
+              bool with_slots, PulledRows* out);
 
   // Applies grads[i] (the sum of counts[i] local gradients) with the
   // optimizer and advances the row's clock by counts[i]. When values or
   // clocks are not null they receive each row after its update.
   Status Push(const int64_t* keys, const float* grads, const int64_t* counts, int64_t n,
               float learning_rate, float* values, int64_t* clocks);
+
+  // A cache's push: merges deltas[i] (StateWidth floats, what counts[i]
+  // local optimizer steps changed in the row's state) with ApplyDelta and
+  // advances the clock by counts[i]. When states or clocks are not null they
+  // receive each row's state after the merge, for the cache to take.
+  Status PushDeltas(const int64_t* keys, const float* deltas, const int64_t* counts, int64_t n,
+                    float learning_rate, float* states, int64_t* clocks);
 
   int64_t Size() const;
   size_t BytesPerRow() const { return row_bytes_; }
@@ -138,6 +148,13 @@ class TableShard {
   int64_t* Clock(char* row) const { return reinterpret_cast<int64_t*>(row + clock_offset_); }
   int64_t* Step(char* row) const { return reinterpret_cast<int64_t*>(row + clock_offset_ + 8); }
   int64_t* Key(char* row) const { return reinterpret_cast<int64_t*>(row + key_offset_); }
+
+  // Checks a push's learning rate, counts and values (n * width floats)
+  // before anything changes.
+  Status CheckPush(const int64_t* keys, const float* values, int width, const int64_t* counts,
+                   int64_t n, float learning_rate, const char* what) const;
+  // Records one push of n rows, w floats each, in the traffic counters.
+  void CountPush(int64_t n, uint64_t updates, int width, bool returned);
 
   TableConfig config_;
   int num_slots_;

@@ -25,9 +25,9 @@ Status CheckUnique(const std::string& name, const int64_t* keys, int64_t n) {
 
 }  // namespace
 
-void Pushes::Add(int64_t key, const float* grad, int dim, int64_t count) {
+void Pushes::Add(int64_t key, const float* delta, int width, int64_t count) {
   keys.push_back(key);
-  grads.insert(grads.end(), grad, grad + dim);
+  deltas.insert(deltas.end(), delta, delta + width);
   counts.push_back(count);
 }
 
@@ -41,9 +41,13 @@ Status ValidateCacheConfig(const CacheConfig& c) {
   if (c.policy == CachePolicy::kLFUPinned && c.pin_threshold == 0) {
     return Status::InvalidArgument(name + ": the pin threshold must be at least 1");
   }
-  // The cache is allocated in full when it is made: rows, pending gradients
-  // and deltas, three 8-byte fields and about 32 bytes of index and order.
-  const double bytes = double(c.capacity) * (12.0 * c.dim + 24 + 32);
+  Status s = ValidateOptimizer(c.optimizer);
+  if (!s.ok()) return Status::InvalidArgument(name + ": " + s.message());
+  // The cache is allocated in full when it is made: each row's state (values
+  // and slots) and its pending delta, three 8-byte fields and about 32 bytes
+  // of index and order.
+  const double bytes =
+      double(c.capacity) * (8.0 * StateWidth(c.optimizer.kind, c.dim) + 24 + 32);
   return CheckFitsInMemory(name, "a cache of " + std::to_string(c.capacity) + " rows", bytes);
 }
 
@@ -55,14 +59,14 @@ Status WorkerCache::Create(const CacheConfig& config, std::unique_ptr<WorkerCach
 
 WorkerCache::WorkerCache(const CacheConfig& config)
     : config_(config),
+      width_(StateWidth(config.optimizer.kind, config.dim)),
       index_(static_cast<size_t>(config.capacity)),
       order_(config.policy, config.capacity, config.pin_threshold),
       keys_(config.capacity, 0),
       server_clock_(config.capacity, 0),
       local_clock_(config.capacity, 0),
-      rows_(size_t(config.capacity) * config.dim, 0.0f),
-      pending_grad_(size_t(config.capacity) * config.dim, 0.0f),
-      pending_delta_(size_t(config.capacity) * config.dim, 0.0f) {
+      states_(size_t(config.capacity) * width_, 0.0f),
+      pending_delta_(size_t(config.capacity) * width_, 0.0f) {
   free_slots_.reserve(config.capacity);
   for (int64_t s = config.capacity - 1; s >= 0; --s) free_slots_.push_back(static_cast<int32_t>(s));
 }
@@ -71,7 +75,7 @@ size_t WorkerCache::MemoryBytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return sizeof(*this) + index_.MemoryBytes() +
          keys_.capacity() * sizeof(int64_t) * 3 +  // keys and both clocks
-         (rows_.capacity() + pending_grad_.capacity() + pending_delta_.capacity()) * sizeof(float) +
+         (states_.capacity() + pending_delta_.capacity()) * sizeof(float) +
          free_slots_.capacity() * sizeof(int32_t);
 }
 
@@ -128,7 +132,7 @@ int32_t WorkerCache::TakeSlot() {
   if (PendingCount(slot) > 0) {
     // The key is not in this batch, so it cannot be updated again before
     // the outbox goes out with this step's pushes.
-    outbox_.Add(keys_[slot], PendingGrad(slot), config_.dim, PendingCount(slot));
+    outbox_.Add(keys_[slot], PendingDelta(slot), width_, PendingCount(slot));
     ++counters_.dirty_evictions;
   }
   index_.Erase(keys_[slot]);
@@ -137,9 +141,11 @@ int32_t WorkerCache::TakeSlot() {
 }
 
 Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_t* positions,
-                             int64_t m, const float* rows, const int64_t* clocks, bool training,
+                             int64_t m, const float* states, const int64_t* clocks, bool training,
                              float* rows_out) {
   const int dim = config_.dim;
+  // Training answers carry whole states; evaluation only reads rows.
+  const int answer_width = training ? width_ : dim;
   if (m > u) {
     return Status::InvalidArgument(Name() + ": " + std::to_string(m) + " rows returned for " +
                                    std::to_string(u) + " ids");
@@ -177,11 +183,11 @@ Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_
     for (int64_t i = 0; i < u; ++i) {
       float* out = rows_out + size_t(i) * dim;
       if (answer[i] < 0) {
-        std::memcpy(out, Row(slots[i]), sizeof(float) * dim);
+        std::memcpy(out, State(slots[i]), sizeof(float) * dim);
         ++hits;
         continue;
       }
-      const float* fresh = rows + size_t(answer[i]) * dim;
+      const float* fresh = states + size_t(answer[i]) * answer_width;
       if (slots[i] < 0) {
         std::memcpy(out, fresh, sizeof(float) * dim);
         ++misses;
@@ -203,13 +209,13 @@ Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_
         ++hits;
         continue;
       }
-      const float* fresh = rows + size_t(answer[i]) * dim;
+      const float* fresh = states + size_t(answer[i]) * answer_width;
       int32_t slot = slots[i];
       if (slot >= 0) {
         const int64_t pending = PendingCount(slot);
         const float* delta = PendingDelta(slot);
-        float* row = Row(slot);
-        for (int j = 0; j < dim; ++j) row[j] = fresh[j] + delta[j];
+        float* state = State(slot);
+        for (int j = 0; j < width_; ++j) state[j] = fresh[j] + delta[j];
         server_clock_[slot] = clocks[answer[i]];
         local_clock_[slot] = clocks[answer[i]] + pending;
         ++refreshes;
@@ -220,9 +226,8 @@ Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_
       inserted[i] = true;
       keys_[slot] = unique_keys[i];
       index_.Insert(unique_keys[i], static_cast<uint32_t>(slot));
-      std::memcpy(Row(slot), fresh, sizeof(float) * dim);
-      std::memset(PendingGrad(slot), 0, sizeof(float) * dim);
-      std::memset(PendingDelta(slot), 0, sizeof(float) * dim);
+      std::memcpy(State(slot), fresh, sizeof(float) * width_);
+      std::memset(PendingDelta(slot), 0, sizeof(float) * width_);
       server_clock_[slot] = local_clock_[slot] = clocks[answer[i]];
       ++misses;
     }
@@ -230,23 +235,21 @@ Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_
       const int32_t slot = slots[i];
       // A slot just taken still carries its previous occupant's count.
       order_.Attach(slot, inserted[i] ? 1 : order_.touches(slot) + 1);
-      std::memcpy(rows_out + size_t(i) * dim, Row(slot), sizeof(float) * dim);
+      std::memcpy(rows_out + size_t(i) * dim, State(slot), sizeof(float) * dim);
     }
   }
   counters_.hits += hits;
   counters_.misses += misses;
   counters_.stale_refreshes += refreshes;
   counters_.rows_pulled += m;
-  counters_.bytes_received += (kPositionBytes + kClockBytes + sizeof(float) * dim) * m;
+  counters_.bytes_received += (kPositionBytes + kClockBytes + sizeof(float) * answer_width) * m;
   return Status::Ok();
 }
 
 Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grads,
                                float learning_rate, Pushes* due) {
   const int dim = config_.dim;
-  if (!std::isfinite(learning_rate)) {
-    return Status::InvalidArgument(Name() + ": learning rate must be finite");
-  }
+  HET_RETURN_IF_ERROR(CheckLearningRate(Name(), config_.optimizer, learning_rate));
   for (int64_t i = 0; i < n * dim; ++i) {
     if (!std::isfinite(grads[i])) {
       return Status::InvalidArgument(Name() + ": non-finite gradient for id " +
@@ -267,28 +270,23 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
   }
   for (int64_t i = 0; i < n; ++i) {
     const int32_t slot = slots[i];
-    const float* g = grads + size_t(i) * dim;
-    float* row = Row(slot);
-    float* pending = PendingGrad(slot);
-    float* delta = PendingDelta(slot);
-    for (int j = 0; j < dim; ++j) {
-      const float step = -learning_rate * g[j];
-      pending[j] += g[j];
-      row[j] += step;
-      delta[j] += step;
-    }
+    float* state = State(slot);
+    // Adam's step count is the row's clock: the shard advances both by one
+    // per update applied.
+    int64_t step = local_clock_[slot];
+    ApplyUpdate(config_.optimizer, learning_rate, grads + size_t(i) * dim, dim, state,
+                state + dim, &step, PendingDelta(slot));
     ++local_clock_[slot];
     if ((config_.write_staleness >= 0 && PendingCount(slot) > config_.write_staleness) ||
         PendingCount(slot) >= kMaxUpdatesPerPush) {
-      due->Add(keys_[slot], pending, dim, PendingCount(slot));
+      due->Add(keys_[slot], PendingDelta(slot), width_, PendingCount(slot));
     }
   }
   return Status::Ok();
 }
 
 Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* counts,
-                            const float* rows, const int64_t* clocks) {
-  const int dim = config_.dim;
+                            const float* states, const int64_t* clocks) {
   std::lock_guard<std::mutex> lock(mu_);
   KeyIndex in_outbox(outbox_.size());
   for (size_t i = 0; i < outbox_.size(); ++i) in_outbox.Insert(outbox_.keys[i], uint32_t(i));
@@ -315,10 +313,9 @@ Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* count
       continue;
     }
     const uint32_t slot = index_.Find(keys[i]);
-    std::memset(PendingGrad(slot), 0, sizeof(float) * dim);
-    std::memset(PendingDelta(slot), 0, sizeof(float) * dim);
-    if (rows != nullptr) {
-      std::memcpy(Row(slot), rows + size_t(i) * dim, sizeof(float) * dim);
+    std::memset(PendingDelta(slot), 0, sizeof(float) * width_);
+    if (states != nullptr) {
+      std::memcpy(State(slot), states + size_t(i) * width_, sizeof(float) * width_);
       server_clock_[slot] = local_clock_[slot] = clocks[i];
     } else {
       server_clock_[slot] = local_clock_[slot];
@@ -327,14 +324,15 @@ Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* count
   Pushes undelivered;
   for (size_t i = 0; i < outbox_.size(); ++i) {
     if (!delivered[i]) {
-      undelivered.Add(outbox_.keys[i], outbox_.grads.data() + i * dim, dim, outbox_.counts[i]);
+      undelivered.Add(outbox_.keys[i], outbox_.deltas.data() + i * width_, width_,
+                      outbox_.counts[i]);
     }
   }
   outbox_ = std::move(undelivered);
   counters_.rows_pushed += n;
   counters_.updates_pushed += updates;
-  counters_.bytes_sent += (kKeyBytes + kCountBytes + sizeof(float) * dim) * n;
-  if (rows != nullptr) counters_.bytes_received += (kClockBytes + sizeof(float) * dim) * n;
+  counters_.bytes_sent += (kKeyBytes + kCountBytes + sizeof(float) * width_) * n;
+  if (states != nullptr) counters_.bytes_received += (kClockBytes + sizeof(float) * width_) * n;
   return Status::Ok();
 }
 
@@ -345,7 +343,7 @@ void WorkerCache::Flush(Pushes* out) {
     const int32_t s = static_cast<int32_t>(slot);
     if (index_.Find(keys_[s]) != static_cast<uint32_t>(s)) continue;  // free slot
     if (PendingCount(s) > 0) {
-      out->Add(keys_[s], pending_grad_.data() + slot * config_.dim, config_.dim, PendingCount(s));
+      out->Add(keys_[s], PendingDelta(s), width_, PendingCount(s));
     }
   }
 }

@@ -1,8 +1,10 @@
 // A worker's cache of hot rows with HET's clock-checked consistency.
 //
-// Each entry holds a row, the server clock c_s it was fetched at, its local
-// clock c_c = c_s + local updates, and the pending gradient sum not yet
-// pushed. One lookup runs as Prepare (unique keys and their clocks go to the
+// Each entry holds a row's state (its values and the table optimizer's
+// slots), the server clock c_s it was fetched at, its local clock c_c = c_s +
+// local updates, and the pending delta: what those local updates changed in
+// every field of the state, not yet pushed. Local updates follow the table's
+// own optimizer, so a cached row moves the way the shard will move it. One lookup runs as Prepare (unique keys and their clocks go to the
 // shards), the shards' Pull, then Complete (only missing or stale rows come
 // back). One update runs as Accumulate (local step, pushes due by the write
 // bound), the shards' Push, then AckPush. The halves are separate calls
@@ -19,6 +21,7 @@
 
 #include "cc_ops/core/eviction_order.h"
 #include "cc_ops/core/key_index.h"
+#include "cc_ops/core/sparse_optimizer.h"
 #include "cc_ops/core/status.h"
 
 namespace het {
@@ -28,6 +31,7 @@ struct CacheConfig {
   int dim = 0;
   int64_t capacity = 0;          // rows
   int64_t vocabulary_size = -1;  // as the table's; ids are checked before sending
+  OptimizerConfig optimizer;     // as the table's: local steps follow it
   CachePolicy policy = CachePolicy::kLFU;
   uint64_t pin_threshold = 100;  // LFU-opt only
   // A cached copy is valid while c_g <= c_c + read_staleness; pending updates
@@ -47,9 +51,9 @@ struct LookupPlan {
 // Outputs of this type are replaced, not appended to.
 struct Pushes {
   std::vector<int64_t> keys;
-  std::vector<float> grads;    // keys.size() * dim, summed local gradients
-  std::vector<int64_t> counts; // local updates each sum holds
-  void Add(int64_t key, const float* grad, int dim, int64_t count);
+  std::vector<float> deltas;   // keys.size() * StateWidth: each row's state delta
+  std::vector<int64_t> counts; // local updates each delta holds
+  void Add(int64_t key, const float* delta, int width, int64_t count);
   size_t size() const { return keys.size(); }
 };
 
@@ -75,6 +79,8 @@ class WorkerCache {
   const CacheConfig& config() const { return config_; }
   const std::string& table_name() const { return config_.table_name; }
   int dim() const { return config_.dim; }
+  // Floats of a row's state: what training pulls and pushes carry per row.
+  int width() const { return width_; }
   size_t MemoryBytes() const;
   int64_t size() const;
   CacheCounters Counters() const;
@@ -83,26 +89,28 @@ class WorkerCache {
   // batch must fit in the cache.
   Status Prepare(const int64_t* ids, int64_t n, bool training, LookupPlan* plan);
 
-  // Takes the shards' answer for plan.unique_keys (rows and clocks at
-  // ascending `positions`) and writes all u unique rows to `rows_out`. In
-  // training, missing rows are inserted and stale ones refreshed with their
-  // own pending updates re-applied; a row evicted with pending updates keeps
-  // them in an outbox that goes out with the next pushes. Out of training
-  // nothing changes, so evaluation never causes a push.
+  // Takes the shards' answer for plan.unique_keys (clocks at ascending
+  // `positions`, with full states in training and bare rows out of it) and
+  // writes all u unique rows to `rows_out`. In training, missing rows are
+  // inserted and stale ones refreshed with their own pending deltas
+  // re-applied; a row evicted with pending updates keeps them in an outbox
+  // that goes out with the next pushes. Out of training nothing changes, so
+  // evaluation never causes a push.
   Status Complete(const int64_t* unique_keys, int64_t u, const int32_t* positions, int64_t m,
-                  const float* rows, const int64_t* clocks, bool training, float* rows_out);
+                  const float* states, const int64_t* clocks, bool training, float* rows_out);
 
-  // One local update per key (keys unique and cached): the row takes a plain
-  // SGD step so later reads see this worker's own writes, the gradient joins
-  // the pending sum. `due` receives the outbox and every entry past the
-  // write bound; they stay pending until AckPush.
+  // One local update per key (keys unique and cached): the entry takes the
+  // table optimizer's step with its own copy of the slots, so later reads see
+  // this worker's own writes as the shard will apply them, and every field's
+  // change joins the pending delta. `due` receives the outbox and every entry
+  // past the write bound; they stay pending until AckPush.
   Status Accumulate(const int64_t* keys, int64_t n, const float* grads, float learning_rate,
                     Pushes* due);
 
-  // Clears what a push delivered (and counts it as pushed). With rows and
-  // clocks from the shards, the entry becomes the server's row; without,
-  // only the pending sum is cleared.
-  Status AckPush(const int64_t* keys, int64_t n, const int64_t* counts, const float* rows,
+  // Clears what a push delivered (and counts it as pushed). With states and
+  // clocks from the shards, the entry becomes the server's row and slots;
+  // without, only the pending delta is cleared.
+  Status AckPush(const int64_t* keys, int64_t n, const int64_t* counts, const float* states,
                  const int64_t* clocks);
 
   // Everything pending, for a flush before checkpoints and at the end; the
@@ -116,20 +124,20 @@ class WorkerCache {
  private:
   explicit WorkerCache(const CacheConfig& config);
   std::string Name() const { return "table '" + config_.table_name + "'"; }
-  float* Row(int32_t slot) { return rows_.data() + size_t(slot) * config_.dim; }
-  float* PendingGrad(int32_t slot) { return pending_grad_.data() + size_t(slot) * config_.dim; }
-  float* PendingDelta(int32_t slot) { return pending_delta_.data() + size_t(slot) * config_.dim; }
+  float* State(int32_t slot) { return states_.data() + size_t(slot) * width_; }
+  float* PendingDelta(int32_t slot) { return pending_delta_.data() + size_t(slot) * width_; }
   int64_t PendingCount(int32_t slot) const { return local_clock_[slot] - server_clock_[slot]; }
   // A free slot, evicting a victim whose pending updates go to the outbox.
   int32_t TakeSlot();
 
   const CacheConfig config_;
+  const int width_;
   mutable std::mutex mu_;
   KeyIndex index_;
   EvictionOrder order_;
   std::vector<int32_t> free_slots_;
   std::vector<int64_t> keys_, server_clock_, local_clock_;
-  std::vector<float> rows_, pending_grad_, pending_delta_;
+  std::vector<float> states_, pending_delta_;  // capacity * width_ each
   Pushes outbox_;  // evicted with pending updates, not yet acknowledged
   CacheCounters counters_;
 };

@@ -23,9 +23,9 @@ using CacheKernel = CoreKernel<WorkerCache>;
 
 namespace {
 
-tensorflow::Status OutputPushes(OpKernelContext* ctx, const Pushes& p, int64_t dim) {
+tensorflow::Status OutputPushes(OpKernelContext* ctx, const Pushes& p, int64_t width) {
   TF_RETURN_IF_ERROR(OutputVector(ctx, 0, p.keys));
-  TF_RETURN_IF_ERROR(OutputVector(ctx, 1, p.grads, dim));
+  TF_RETURN_IF_ERROR(OutputVector(ctx, 1, p.deltas, width));
   return OutputVector(ctx, 2, p.counts);
 }
 
@@ -46,6 +46,7 @@ class HetCacheOp : public tensorflow::ResourceOpKernel<WorkerCacheResource> {
     config_.pin_threshold = static_cast<uint64_t>(pin_threshold);
     OP_REQUIRES_OK(ctx, ctx->GetAttr("read_staleness", &config_.read_staleness));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("write_staleness", &config_.write_staleness));
+    OP_REQUIRES_OK(ctx, ParseOptimizerAttrs(ctx, config_.table_name, &config_.optimizer));
     Status s = ParseCachePolicy(policy, &config_.policy);
     OP_REQUIRES(ctx, s.ok(),
                 tensorflow::errors::InvalidArgument("table '", config_.table_name, "': ", s.message()));
@@ -61,11 +62,12 @@ class HetCacheOp : public tensorflow::ResourceOpKernel<WorkerCacheResource> {
 
   tensorflow::Status VerifyResource(WorkerCacheResource* resource) override {
     const CacheConfig& have = resource->core().config();
-    if (have.dim != config_.dim || have.capacity != config_.capacity) {
+    if (have.dim != config_.dim || have.capacity != config_.capacity ||
+        have.optimizer.kind != config_.optimizer.kind) {
       return tensorflow::errors::InvalidArgument(
           "the cache of table '", config_.table_name, "' already exists on this device with dim ",
           have.dim, " and ", have.capacity, " rows; asked for dim ", config_.dim, " and ",
-          config_.capacity, " rows");
+          config_.capacity, " rows, or for another optimizer");
     }
     return tensorflow::OkStatus();
   }
@@ -106,7 +108,9 @@ class HetCacheCompleteOp : public CacheKernel {
     const int64_t m = ctx->input(2).NumElements();
     OP_REQUIRES_OK(ctx, CheckVector(name, "unique keys", keys));
     OP_REQUIRES_OK(ctx, CheckShape(name, "returned positions", ctx->input(2), m, 0));
-    OP_REQUIRES_OK(ctx, CheckShape(name, "returned rows", ctx->input(3), m, dim_));
+    // Training answers carry whole states (values and slots), evaluation rows.
+    OP_REQUIRES_OK(ctx, CheckShape(name, training_ ? "returned states" : "returned rows",
+                                   ctx->input(3), m, training_ ? cache.width() : dim_));
     OP_REQUIRES_OK(ctx, CheckShape(name, "returned clocks", ctx->input(4), m, 0));
     Tensor* rows = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({u, dim_}), &rows));
@@ -136,7 +140,7 @@ class HetCacheAccumulateOp : public CacheKernel {
     OP_REQUIRES_OK(ctx, ToTf(cache.Accumulate(keys.flat<int64_t>().data(), n,
                                               ctx->input(2).flat<float>().data(), learning_rate,
                                               &due)));
-    OP_REQUIRES_OK(ctx, OutputPushes(ctx, due, dim_));
+    OP_REQUIRES_OK(ctx, OutputPushes(ctx, due, cache.width()));
   }
 };
 
@@ -150,7 +154,7 @@ class HetCacheAckPushOp : public CacheKernel {
     OP_REQUIRES_OK(ctx, CheckShape(name, "pushed counts", ctx->input(2), n, 0));
     const bool with_rows = ctx->input(3).NumElements() > 0 || n == 0;
     if (with_rows) {
-      OP_REQUIRES_OK(ctx, CheckShape(name, "pushed rows", ctx->input(3), n, cache.config().dim));
+      OP_REQUIRES_OK(ctx, CheckShape(name, "pushed states", ctx->input(3), n, cache.width()));
       OP_REQUIRES_OK(ctx, CheckShape(name, "pushed clocks", ctx->input(4), n, 0));
     }
     OP_REQUIRES_OK(ctx, ToTf(cache.AckPush(
@@ -166,7 +170,7 @@ class HetCacheFlushOp : public CacheKernel {
   void Run(OpKernelContext* ctx, WorkerCache& cache) override {
     Pushes pending;
     cache.Flush(&pending);
-    OP_REQUIRES_OK(ctx, OutputPushes(ctx, pending, dim_));
+    OP_REQUIRES_OK(ctx, OutputPushes(ctx, pending, cache.width()));
   }
 };
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "cc_ops/core/sparse_optimizer.h"
 #include "tensorflow/core/framework/node_def_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
@@ -73,6 +74,24 @@ inline tensorflow::Status OutputStats(tensorflow::OpKernelContext* ctx,
     names->flat<tensorflow::tstring>()(i) = stats[i].first;
     values->flat<int64_t>()(i) = stats[i].second;
   }
+  return tensorflow::OkStatus();
+}
+
+// The optimizer attrs (HET_OPTIMIZER_ATTRS) of a table or of its cache.
+inline tensorflow::Status ParseOptimizerAttrs(tensorflow::OpKernelConstruction* ctx,
+                                              const std::string& table, OptimizerConfig* c) {
+  std::string name;
+  TF_RETURN_IF_ERROR(ctx->GetAttr("optimizer", &name));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("beta_1", &c->beta_1));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("beta_2", &c->beta_2));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("epsilon", &c->epsilon));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("initial_accumulator_value", &c->initial_accumulator));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("l1", &c->l1));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("l2", &c->l2));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("learning_rate_power", &c->learning_rate_power));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("ftrl_beta", &c->beta));
+  Status s = ParseOptimizerKind(name, &c->kind);
+  if (!s.ok()) return tensorflow::errors::InvalidArgument("table '", table, "': ", s.message());
   return tensorflow::OkStatus();
 }
 

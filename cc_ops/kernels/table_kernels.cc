@@ -27,7 +27,7 @@ using TableKernel = CoreKernel<TableShard>;
 namespace {
 
 tensorflow::Status ParseTableConfig(OpKernelConstruction* ctx, TableConfig* c) {
-  std::string initializer, optimizer;
+  std::string initializer;
   int64_t dim;
   TF_RETURN_IF_ERROR(ctx->GetAttr("table_name", &c->name));
   TF_RETURN_IF_ERROR(ctx->GetAttr("dim", &dim));
@@ -38,20 +38,20 @@ tensorflow::Status ParseTableConfig(OpKernelConstruction* ctx, TableConfig* c) {
   TF_RETURN_IF_ERROR(ctx->GetAttr("initializer_a", &c->initializer.a));
   TF_RETURN_IF_ERROR(ctx->GetAttr("initializer_b", &c->initializer.b));
   TF_RETURN_IF_ERROR(ctx->GetAttr("seed", &c->initializer.seed));
-  TF_RETURN_IF_ERROR(ctx->GetAttr("optimizer", &optimizer));
-  TF_RETURN_IF_ERROR(ctx->GetAttr("beta_1", &c->optimizer.beta_1));
-  TF_RETURN_IF_ERROR(ctx->GetAttr("beta_2", &c->optimizer.beta_2));
-  TF_RETURN_IF_ERROR(ctx->GetAttr("epsilon", &c->optimizer.epsilon));
-  TF_RETURN_IF_ERROR(ctx->GetAttr("initial_accumulator_value", &c->optimizer.initial_accumulator));
-  TF_RETURN_IF_ERROR(ctx->GetAttr("l1", &c->optimizer.l1));
-  TF_RETURN_IF_ERROR(ctx->GetAttr("l2", &c->optimizer.l2));
-  TF_RETURN_IF_ERROR(ctx->GetAttr("learning_rate_power", &c->optimizer.learning_rate_power));
-  TF_RETURN_IF_ERROR(ctx->GetAttr("ftrl_beta", &c->optimizer.beta));
-  const std::string prefix = "table '" + c->name + "': ";
+  TF_RETURN_IF_ERROR(ParseOptimizerAttrs(ctx, c->name, &c->optimizer));
   Status s = ParseInitializerKind(initializer, &c->initializer.kind);
-  if (s.ok()) s = ParseOptimizerKind(optimizer, &c->optimizer.kind);
-  if (!s.ok()) return tensorflow::errors::InvalidArgument(prefix, s.message());
+  if (!s.ok()) return tensorflow::errors::InvalidArgument("table '", c->name, "': ", s.message());
   return ToTf(ValidateTableConfig(*c));
+}
+
+// An op's num_slots attr must be the table's (or 0, rows only, where allowed).
+tensorflow::Status CheckNumSlots(const TableShard& table, int64_t num_slots, bool rows_only_ok) {
+  if (num_slots == table.num_slots() || (rows_only_ok && num_slots == 0)) {
+    return tensorflow::OkStatus();
+  }
+  return tensorflow::errors::InvalidArgument("table '", table.config().name, "' has ",
+                                             table.num_slots(), " optimizer slots, not ",
+                                             num_slots);
 }
 
 }  // namespace
@@ -102,7 +102,9 @@ class HetTableGatherOp : public TableKernel {
 
 class HetTablePullOp : public TableKernel {
  public:
-  using TableKernel::TableKernel;
+  explicit HetTablePullOp(OpKernelConstruction* ctx) : TableKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_slots", &num_slots_));
+  }
   void Run(OpKernelContext* ctx, TableShard& table) override {
     const Tensor& keys = ctx->input(1);
     const int64_t n = keys.NumElements();
@@ -111,14 +113,48 @@ class HetTablePullOp : public TableKernel {
     OP_REQUIRES_OK(ctx, CheckShape(name, "clocks", ctx->input(2), n, 0));
     int64_t read_staleness;
     OP_REQUIRES_OK(ctx, ReadScalar(name, "read_staleness", ctx->input(3), &read_staleness));
+    OP_REQUIRES_OK(ctx, CheckNumSlots(table, num_slots_, true));
     PulledRows pulled;
     OP_REQUIRES_OK(ctx, ToTf(table.Pull(keys.flat<int64_t>().data(),
                                         ctx->input(2).flat<int64_t>().data(), n, read_staleness,
-                                        &pulled)));
+                                        num_slots_ > 0, &pulled)));
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 0, pulled.positions));
-    OP_REQUIRES_OK(ctx, OutputVector(ctx, 1, pulled.values, dim_));
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 1, pulled.values, dim_ * (1 + num_slots_)));
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 2, pulled.clocks));
   }
+
+ private:
+  int64_t num_slots_ = 0;
+};
+
+class HetTablePushDeltasOp : public TableKernel {
+ public:
+  explicit HetTablePushDeltasOp(OpKernelConstruction* ctx) : TableKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_slots", &num_slots_));
+  }
+  void Run(OpKernelContext* ctx, TableShard& table) override {
+    const std::string& name = table.config().name;
+    const Tensor& keys = ctx->input(1);
+    const int64_t n = keys.NumElements();
+    const int64_t width = table.state_width();
+    OP_REQUIRES_OK(ctx, CheckNumSlots(table, num_slots_, false));
+    OP_REQUIRES_OK(ctx, CheckVector(name, "keys", keys));
+    OP_REQUIRES_OK(ctx, CheckShape(name, "state deltas", ctx->input(2), n, width));
+    OP_REQUIRES_OK(ctx, CheckShape(name, "update counts", ctx->input(3), n, 0));
+    float learning_rate;
+    OP_REQUIRES_OK(ctx, ReadScalar(name, "learning rate", ctx->input(4), &learning_rate));
+    Tensor* states = nullptr;
+    Tensor* clocks = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, width}), &states));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({n}), &clocks));
+    OP_REQUIRES_OK(ctx, ToTf(table.PushDeltas(
+                            keys.flat<int64_t>().data(), ctx->input(2).flat<float>().data(),
+                            ctx->input(3).flat<int64_t>().data(), n, learning_rate,
+                            states->flat<float>().data(), clocks->flat<int64_t>().data())));
+  }
+
+ private:
+  int64_t num_slots_;
 };
 
 class HetTablePushOp : public TableKernel {
@@ -157,10 +193,7 @@ class HetTableExportOp : public TableKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("num_slots", &num_slots_));
   }
   void Run(OpKernelContext* ctx, TableShard& table) override {
-    OP_REQUIRES(ctx, table.num_slots() == num_slots_,
-                tensorflow::errors::InvalidArgument("table '", table.config().name, "' has ",
-                                                    table.num_slots(), " optimizer slots, not ",
-                                                    num_slots_));
+    OP_REQUIRES_OK(ctx, CheckNumSlots(table, num_slots_, false));
     int64_t offset, limit;
     OP_REQUIRES_OK(ctx, ReadScalar(table.config().name, "export offset", ctx->input(1), &offset));
     OP_REQUIRES_OK(ctx, ReadScalar(table.config().name, "export limit", ctx->input(2), &limit));
@@ -287,6 +320,7 @@ HET_CPU_KERNEL("HetTableShard", HetTableShardOp);
 HET_CPU_KERNEL("HetTableGather", HetTableGatherOp);
 HET_CPU_KERNEL("HetTablePull", HetTablePullOp);
 HET_CPU_KERNEL("HetTablePush", HetTablePushOp);
+HET_CPU_KERNEL("HetTablePushDeltas", HetTablePushDeltasOp);
 HET_CPU_KERNEL("HetTableExport", HetTableExportOp);
 HET_CPU_KERNEL("HetTableImport", HetTableImportOp);
 HET_CPU_KERNEL("HetTableClear", HetTableClearOp);

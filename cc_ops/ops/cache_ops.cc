@@ -15,11 +15,10 @@ using tensorflow::shape_inference::ShapeHandle;
 namespace {
 
 tensorflow::Status PushListShape(InferenceContext* c) {
-  DimensionHandle dim;
-  TF_RETURN_IF_ERROR(DimAttr(c, "dim", &dim));
   DimensionHandle n = c->UnknownDim();
   c->set_output(0, c->Vector(n));
-  c->set_output(1, c->Matrix(n, dim));
+  // State deltas: dim values and the optimizer's slots, as wide as the state.
+  c->set_output(1, c->Matrix(n, c->UnknownDim()));
   c->set_output(2, c->Vector(n));
   return tensorflow::OkStatus();
 }
@@ -36,6 +35,7 @@ REGISTER_OP("HetCache")
     .Attr("pin_threshold: int >= 1 = 100")
     .Attr("read_staleness: int = 100")
     .Attr("write_staleness: int = 100")
+    .HET_OPTIMIZER_ATTRS
     .Attr("container: string = ''")
     .Attr("shared_name: string = ''")
     .SetIsStateful()
@@ -43,7 +43,8 @@ REGISTER_OP("HetCache")
     .Doc(R"doc(
 Creates, or finds by shared_name on this device, a worker cache of `capacity`
 rows with LRU, LFU or LFU-opt eviction and HET's per-row clocks. Negative
-staleness bounds are unbounded.
+staleness bounds are unbounded. The optimizer attrs must be the table's: the
+cache takes its local steps with them.
 )doc");
 
 REGISTER_OP("HetCachePrepare")
@@ -77,9 +78,9 @@ REGISTER_OP("HetCacheComplete")
     .SetShapeFn(RowPerKeyShape)
     .Doc(R"doc(
 Second half of a cached lookup: takes the missing and stale rows the shards
-returned and gives the rows of all unique keys. In training it inserts and
-refreshes entries (re-applying their own pending updates); otherwise it
-changes nothing.
+returned (whole states in training, bare rows otherwise) and gives the rows
+of all unique keys. In training it inserts and refreshes entries
+(re-applying their own pending deltas); otherwise it changes nothing.
 )doc");
 
 REGISTER_OP("HetCacheAccumulate")
@@ -88,14 +89,14 @@ REGISTER_OP("HetCacheAccumulate")
     .Input("grads: float")
     .Input("learning_rate: float")
     .Output("push_keys: int64")
-    .Output("push_grads: float")
+    .Output("push_deltas: float")
     .Output("push_counts: int64")
     .Attr("dim: int >= 1")
     .SetShapeFn(PushListShape)
     .Doc(R"doc(
-Records one local update per (unique, cached) key and returns the pushes that
-are now due, namely rows past the write bound and rows evicted with pending
-updates.
+Takes one local step of the table's optimizer per (unique, cached) key and
+returns the pushes that are now due, as state deltas: rows past the write
+bound and rows evicted with pending updates.
 )doc");
 
 REGISTER_OP("HetCacheAckPush")
@@ -106,14 +107,14 @@ REGISTER_OP("HetCacheAckPush")
     .Input("row_clocks: int64")
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
     .Doc(R"doc(
-Marks pushes as delivered. With the rows and clocks HetTablePush returned
-(non-empty `values`), the entries become the server's rows.
+Marks pushes as delivered. With the states and clocks HetTablePushDeltas
+returned (non-empty `values`), the entries become the server's rows.
 )doc");
 
 REGISTER_OP("HetCacheFlush")
     .Input("cache: resource")
     .Output("push_keys: int64")
-    .Output("push_grads: float")
+    .Output("push_deltas: float")
     .Output("push_counts: int64")
     .Attr("dim: int >= 1")
     .SetShapeFn(PushListShape)

@@ -22,15 +22,7 @@ REGISTER_OP("HetTableShard")
     .Attr("initializer_a: float = -0.05")
     .Attr("initializer_b: float = 0.05")
     .Attr("seed: int = 0")
-    .Attr("optimizer: string = 'adagrad'")
-    .Attr("beta_1: float = 0.9")
-    .Attr("beta_2: float = 0.999")
-    .Attr("epsilon: float = 1e-7")
-    .Attr("initial_accumulator_value: float = 0.1")
-    .Attr("l1: float = 0.0")
-    .Attr("l2: float = 0.0")
-    .Attr("learning_rate_power: float = -0.5")
-    .Attr("ftrl_beta: float = 0.0")
+    .HET_OPTIMIZER_ATTRS
     .Attr("container: string = ''")
     .Attr("shared_name: string = ''")
     .SetIsStateful()
@@ -60,15 +52,16 @@ REGISTER_OP("HetTablePull")
     .Output("values: float")
     .Output("row_clocks: int64")
     .Attr("dim: int >= 1")
+    .Attr("num_slots: int >= 0 = 0")
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle unused;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &unused));
       TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 1, &unused));
       TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 0, &unused));
-      DimensionHandle dim;
-      TF_RETURN_IF_ERROR(DimAttr(c, "dim", &dim));
+      DimensionHandle width;
+      TF_RETURN_IF_ERROR(StateWidthAttr(c, &width));
       c->set_output(0, c->Vector(c->UnknownDim()));
-      c->set_output(1, c->Matrix(c->UnknownDim(), dim));
+      c->set_output(1, c->Matrix(c->UnknownDim(), width));
       c->set_output(2, c->Vector(c->UnknownDim()));
       return tensorflow::OkStatus();
     })
@@ -76,7 +69,39 @@ REGISTER_OP("HetTablePull")
 The clock-checked read. `clocks` holds the local clock of the caller's cached
 copy of each key, or -1 for none. Returns, at ascending positions, only the
 rows that are missing or whose server clock exceeds the caller's by more than
-read_staleness (negative: unbounded), with their server clocks.
+read_staleness (negative: unbounded), with their server clocks. With
+num_slots 0 each row is its dim values; with the table's number of slots it
+is the row's whole state, values then slots, for a training cache.
+)doc");
+
+REGISTER_OP("HetTablePushDeltas")
+    .Input("table: resource")
+    .Input("keys: int64")
+    .Input("deltas: float")
+    .Input("counts: int64")
+    .Input("learning_rate: float")
+    .Output("states: float")
+    .Output("row_clocks: int64")
+    .Attr("dim: int >= 1")
+    .Attr("num_slots: int >= 0")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle keys, unused;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &keys));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 2, &unused));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 1, &unused));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(4), 0, &unused));
+      DimensionHandle width;
+      TF_RETURN_IF_ERROR(StateWidthAttr(c, &width));
+      c->set_output(0, c->Matrix(c->Dim(keys, 0), width));
+      c->set_output(1, c->Vector(c->Dim(keys, 0)));
+      return tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+A worker cache's push: each key's state delta (what `counts` local optimizer
+steps changed in its values and slots) is merged into the row and its clock
+advances by the count. All keys and values are checked before any row
+changes. The rows' states after the merge and their clocks come back for the
+cache to take.
 )doc");
 
 REGISTER_OP("HetTablePush")

@@ -37,14 +37,13 @@ class LocalCluster {
     return het::Status::Ok();
   }
 
-  het::Status PushAll(const het::Pushes& p, float lr, std::vector<float>* rows,
-                      std::vector<int64_t>* clocks) {
-    if (rows) rows->assign(p.size() * dim_, 0.0f);
-    if (clocks) clocks->assign(p.size(), 0);
-    for (size_t i = 0; i < p.size(); ++i) {
-      HET_RETURN_IF_ERROR(ShardOfKey(p.keys[i]).Push(
-          &p.keys[i], p.grads.data() + i * dim_, &p.counts[i], 1, lr,
-          rows ? rows->data() + i * dim_ : nullptr, clocks ? clocks->data() + i : nullptr));
+  // The no-cache write: each key's gradient applied by its shard.
+  het::Status PushGradients(const std::vector<int64_t>& keys, const std::vector<float>& grads,
+                            float lr) {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const int64_t one = 1;
+      HET_RETURN_IF_ERROR(ShardOfKey(keys[i]).Push(&keys[i], grads.data() + i * dim_, &one, 1,
+                                                   lr, nullptr, nullptr));
     }
     return het::Status::Ok();
   }
@@ -61,7 +60,8 @@ class LocalCluster {
     for (int64_t i = 0; i < u; ++i) {
       het::PulledRows pulled;
       HET_RETURN_IF_ERROR(ShardOfKey(plan->unique_keys[i]).Pull(
-          &plan->unique_keys[i], &plan->clocks[i], 1, cache.config().read_staleness, &pulled));
+          &plan->unique_keys[i], &plan->clocks[i], 1, cache.config().read_staleness, training,
+          &pulled));
       if (!pulled.positions.empty()) {
         positions.push_back(static_cast<int32_t>(i));
         rows.insert(rows.end(), pulled.values.begin(), pulled.values.end());
@@ -88,10 +88,15 @@ class LocalCluster {
 
  private:
   het::Status PushAndAck(het::WorkerCache& cache, const het::Pushes& p, float lr) {
-    std::vector<float> rows;
-    std::vector<int64_t> clocks;
-    HET_RETURN_IF_ERROR(PushAll(p, lr, &rows, &clocks));
-    return cache.AckPush(p.keys.data(), p.size(), p.counts.data(), rows.data(), clocks.data());
+    const int width = cache.width();
+    std::vector<float> states(p.size() * width);
+    std::vector<int64_t> clocks(p.size());
+    for (size_t i = 0; i < p.size(); ++i) {
+      HET_RETURN_IF_ERROR(ShardOfKey(p.keys[i]).PushDeltas(
+          &p.keys[i], p.deltas.data() + i * width, &p.counts[i], 1, lr,
+          states.data() + i * width, clocks.data() + i));
+    }
+    return cache.AckPush(p.keys.data(), p.size(), p.counts.data(), states.data(), clocks.data());
   }
 
   int dim_;

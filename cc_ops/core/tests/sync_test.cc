@@ -20,8 +20,9 @@ het::TableConfig Table(het::OptimizerKind kind, int dim) {
 }
 
 het::CacheConfig Cache(int dim, int64_t capacity, het::CachePolicy policy, int64_t s_read,
-                       int64_t s_write) {
+                       int64_t s_write, het::OptimizerKind kind = het::OptimizerKind::kSGD) {
   het::CacheConfig c;
+  c.optimizer.kind = kind;  // the table's
   c.table_name = "emb";
   c.dim = dim;
   c.capacity = capacity;
@@ -76,10 +77,11 @@ std::map<int64_t, std::vector<float>> TableContents(LocalCluster& cluster, std::
 
 HET_TEST(StalenessZeroMatchesTheNoCachePathExactly) {
   const int dim = 5;
-  for (auto kind : {het::OptimizerKind::kSGD, het::OptimizerKind::kAdagrad, het::OptimizerKind::kAdam}) {
+  for (auto kind : {het::OptimizerKind::kSGD, het::OptimizerKind::kAdagrad, het::OptimizerKind::kAdam,
+                    het::OptimizerKind::kFtrl}) {
     for (auto policy : {het::CachePolicy::kLRU, het::CachePolicy::kLFU, het::CachePolicy::kLFUPinned}) {
       LocalCluster cached(Table(kind, dim), 2), direct(Table(kind, dim), 2);
-      auto cache = MakeCache(Cache(dim, 40, policy, 0, 0));  // small: evicts every step
+      auto cache = MakeCache(Cache(dim, 40, policy, 0, 0, kind));  // small: evicts every step
       auto batches = Batches(60, 24, 300, 11);
       for (int step = 0; step < static_cast<int>(batches.size()); ++step) {
         het::LookupPlan plan;
@@ -89,17 +91,53 @@ HET_TEST(StalenessZeroMatchesTheNoCachePathExactly) {
         EXPECT_TRUE(via_cache == via_table);
         auto grads = Gradients(via_table, dim, step);
         EXPECT_OK(cached.Update(*cache, plan.unique_keys, grads, 0.05f));
-        het::Pushes p;
-        p.keys = plan.unique_keys;
-        p.grads = grads;
-        p.counts.assign(plan.unique_keys.size(), 1);
-        EXPECT_OK(direct.PushAll(p, 0.05f, nullptr, nullptr));
+        EXPECT_OK(direct.PushGradients(plan.unique_keys, grads, 0.05f));
       }
       std::map<int64_t, int64_t> ca, cb;
       EXPECT_TRUE(TableContents(cached, &ca) == TableContents(direct, &cb));
       EXPECT_TRUE(ca == cb);
       EXPECT_TRUE(cache->Counters().evictions > 0);
     }
+  }
+}
+
+// Reads see a worker's own writes as the table's optimizer makes them: with
+// one worker and nothing pushed, every cached read equals the no-cache path
+// to the bit, whatever the optimizer (the local step is the shard's step on
+// the same state). After the flush the shard holds the same rows, up to the
+// rounding of merging the summed increments.
+HET_TEST(LocalStepsFollowTheTablesOptimizer) {
+  const int dim = 4;
+  for (auto kind : {het::OptimizerKind::kSGD, het::OptimizerKind::kAdagrad, het::OptimizerKind::kAdam,
+                    het::OptimizerKind::kFtrl}) {
+    LocalCluster cached(Table(kind, dim), 2), direct(Table(kind, dim), 2);
+    // Unbounded write bound and a cache that holds every key: no push at all.
+    auto cache = MakeCache(Cache(dim, 400, het::CachePolicy::kLFU, -1, -1, kind));
+    auto batches = Batches(40, 32, 300, 17);
+    std::vector<float> via_cache, via_table;
+    for (int step = 0; step < static_cast<int>(batches.size()); ++step) {
+      het::LookupPlan plan;
+      EXPECT_OK(cached.Lookup(*cache, batches[step], true, &plan, &via_cache));
+      EXPECT_OK(direct.GatherRows(plan.unique_keys, &via_table));
+      EXPECT_TRUE(via_cache == via_table);
+      auto grads = Gradients(via_table, dim, step);
+      EXPECT_OK(cached.Update(*cache, plan.unique_keys, grads, 0.05f));
+      EXPECT_OK(direct.PushGradients(plan.unique_keys, grads, 0.05f));
+    }
+    EXPECT_EQ(cache->Counters().rows_pushed, 0u);
+    EXPECT_OK(cached.Flush(*cache, 0.05f));
+    std::map<int64_t, int64_t> ca, cb;
+    auto a = TableContents(cached, &ca), b = TableContents(direct, &cb);
+    EXPECT_TRUE(ca == cb);
+    double worst = 0;
+    for (const auto& kv : b) {
+      for (int j = 0; j < dim; ++j) {
+        const double want = kv.second[j], got = a[kv.first][j];
+        worst = std::max(worst, std::fabs(got - want) / std::max(1e-3, std::fabs(want)));
+      }
+    }
+    // Up to 40 increments summed apart from the row: a few float ulps.
+    EXPECT_TRUE(worst < 1e-5);
   }
 }
 
@@ -248,7 +286,7 @@ HET_TEST(CountersAddUpAndLfuBeatsLruOnSkewedKeys) {
   int i = 0;
   for (auto policy : {het::CachePolicy::kLRU, het::CachePolicy::kLFU}) {
     LocalCluster cluster(Table(het::OptimizerKind::kAdagrad, dim), 2);
-    auto cache = MakeCache(Cache(dim, 200, policy, 10, 10));
+    auto cache = MakeCache(Cache(dim, 200, policy, 10, 10, het::OptimizerKind::kAdagrad));
     auto batches = Batches(300, 64, 5000, 9);
     for (int step = 0; step < 300; ++step) {
       het::LookupPlan plan;

@@ -79,7 +79,7 @@ HET_TEST(FixedVocabularyRejectsBadIdsWithoutCreatingRows) {
   keys = {3, -1};
   std::vector<int64_t> clocks = {-1, -1};
   het::PulledRows pulled;
-  EXPECT_INVALID(t->Pull(keys.data(), clocks.data(), 2, 0, &pulled), "'t'");
+  EXPECT_INVALID(t->Pull(keys.data(), clocks.data(), 2, 0, false, &pulled), "'t'");
   EXPECT_EQ(t->Size(), 0);
 }
 
@@ -135,14 +135,14 @@ HET_TEST(PullReturnsOnlyMissingOrStaleRows) {
   EXPECT_OK(t->Push(&keys[1], grad.data(), &count, 1, 0.1f, nullptr, nullptr));  // clock(2) = 5
   std::vector<int64_t> clocks = {-1, 2, 0};  // 1 missing; 2 cached at 2; 3 cached at 0
   het::PulledRows pulled;
-  EXPECT_OK(t->Pull(keys.data(), clocks.data(), 3, 3, &pulled));
+  EXPECT_OK(t->Pull(keys.data(), clocks.data(), 3, 3, false, &pulled));
   EXPECT_EQ(pulled.positions.size(), 1u);  // 2 is 3 behind: fresh at bound 3
   EXPECT_EQ(pulled.positions[0], 0);
-  EXPECT_OK(t->Pull(keys.data(), clocks.data(), 3, 2, &pulled));
+  EXPECT_OK(t->Pull(keys.data(), clocks.data(), 3, 2, false, &pulled));
   EXPECT_EQ(pulled.positions.size(), 2u);
   EXPECT_EQ(pulled.positions[1], 1);
   EXPECT_EQ(pulled.clocks[1], 5);
-  EXPECT_OK(t->Pull(keys.data(), clocks.data(), 3, -1, &pulled));  // unbounded
+  EXPECT_OK(t->Pull(keys.data(), clocks.data(), 3, -1, false, &pulled));  // unbounded
   EXPECT_EQ(pulled.positions.size(), 1u);
 }
 
@@ -163,6 +163,18 @@ HET_TEST(BadPushesChangeNothing) {
   counts[1] = INT64_MAX;
   EXPECT_INVALID(t->Push(keys.data(), grads.data(), counts.data(), 2, 0.1f, nullptr, nullptr),
                  "update counts must be between 1 and 1048576");
+  // A cache's push of state deltas (values then Adagrad's accumulator).
+  counts = {1, 1};
+  std::vector<float> deltas(16, 0.5f);
+  deltas[7] = INFINITY;
+  EXPECT_INVALID(t->PushDeltas(keys.data(), deltas.data(), counts.data(), 2, 0.1f, nullptr, nullptr),
+                 "non-finite delta for id 1");
+  deltas[7] = -0.5f;  // an accumulator cannot shrink
+  EXPECT_INVALID(t->PushDeltas(keys.data(), deltas.data(), counts.data(), 2, 0.1f, nullptr, nullptr),
+                 "negative accumulator change for id 1");
+  deltas[7] = 0.5f;
+  EXPECT_INVALID(t->PushDeltas(keys.data(), deltas.data(), counts.data(), 2, NAN, nullptr, nullptr),
+                 "learning rate must be finite");
   EXPECT_OK(t->Gather(keys.data(), 2, after.data()));
   for (int i = 0; i < 8; ++i) EXPECT_EQ(before[i], after[i]);
   EXPECT_EQ(t->Counters().updates_applied, 0u);
@@ -199,7 +211,7 @@ HET_TEST(ConcurrentPushesLoseNoUpdate) {
         int64_t key = (r * 7) % 4;
         int64_t clock = 0;
         het::PulledRows pulled;
-        s = t->Pull(&key, &clock, 1, 0, &pulled);
+        s = t->Pull(&key, &clock, 1, 0, false, &pulled);
         if (!s.ok()) std::abort();
       }
     });
@@ -272,7 +284,7 @@ HET_TEST(RowLimitRefusesNewRowsAndChangesNothing) {
   EXPECT_TRUE(t->Push(mixed.data(), grads.data(), counts.data(), 2, 0.1f, nullptr, nullptr).code() ==
               het::StatusCode::kResourceExhausted);
   het::PulledRows pulled;
-  EXPECT_TRUE(t->Pull(mixed.data(), clocks.data(), 2, 0, &pulled).code() ==
+  EXPECT_TRUE(t->Pull(mixed.data(), clocks.data(), 2, 0, false, &pulled).code() ==
               het::StatusCode::kResourceExhausted);
   EXPECT_INVALID(het::Status::InvalidArgument(
                      t->Gather(mixed.data(), 2, values.data()).message()), "limit is 4");
