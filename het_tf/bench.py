@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 
+from het_tf import accuracy_sweep
 from het_tf.train import DEFAULT_DIM, default_run_dir, options
 
 # (name, what it is, `het-tf train` arguments). "limit" is the same model
@@ -40,9 +41,20 @@ CACHE_FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.15, 0.2)
 
 def add_arguments(p):
     p.add_argument("--model", choices=("wdl", "deepfm", "dcn"), default="wdl")
-    p.add_argument("--samples", type=int, default=1_000_000,
-                   help="training samples per configuration (default: the reduced size)")
-    p.add_argument("--eval-samples", type=int, default=100_000)
+    p.add_argument("--samples", type=int,
+                   help="training samples per run (default 1,000,000; with --sweep, the "
+                   "sweep size's)")
+    p.add_argument("--eval-samples", type=int,
+                   help="held-out samples per run (default 100,000; with --sweep, the sweep "
+                   "size's)")
+    p.add_argument("--sweep", action="store_true",
+                   help="instead of the configurations: held-out accuracy of SGD, Adagrad "
+                   "and Adam at staleness 0, 10, 100 and 10,000 and with the cache off, "
+                   "--repeats seeds each, as mean and spread (docs/benchmarks.md)")
+    p.add_argument("--sweep-size", choices=sorted(accuracy_sweep.SIZES), default="reduced",
+                   help="reduced: %s training samples a run; full: %s" % tuple(
+                       f"{accuracy_sweep.SIZES[k][0]:,}" for k in ("reduced", "full")))
+    p.add_argument("--repeats", type=int, default=3, help="--sweep: seeds per setting")
     p.add_argument("--ps", type=int, default=1)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=1024)
@@ -50,7 +62,8 @@ def add_arguments(p):
     p.add_argument("--zipf", type=float, default=1.1)
     p.add_argument("--out", help="output folder (default runs/bench-TIME)")
     p.add_argument("--only", nargs="+", metavar="NAME",
-                   help="run only these configurations (names as in the report)")
+                   help="run only these configurations (names as in the report; with "
+                   "--sweep, OPTIMIZER-SETTING such as adagrad-s100)")
     p.add_argument("--run-timeout", type=int, default=1200, help="seconds per training run")
     p.add_argument("--link", metavar="RATE",
                    help="put each task of the ps-mode clusters in a network namespace of its "
@@ -323,7 +336,6 @@ def _link(args, log):
         return None
     from het_tf import link
 
-    link.parse_rate(args.link)  # a bad rate is the caller's error, not a fallback
     try:
         link.check_available()
     except link.LinkUnavailable as e:
@@ -332,10 +344,48 @@ def _link(args, log):
     return args.link
 
 
+def _resolve_sizes(args):
+    """Fills --samples and --eval-samples from the sweep size or the defaults."""
+    samples, eval_samples = (accuracy_sweep.SIZES[args.sweep_size] if args.sweep
+                             else (1_000_000, 100_000))
+    args.samples = samples if args.samples is None else args.samples
+    args.eval_samples = eval_samples if args.eval_samples is None else args.eval_samples
+    if args.samples < 1 or args.eval_samples < 1:
+        raise ValueError("--samples and --eval-samples must be positive")
+    if args.sweep and (args.repeats < 1 or args.link):
+        raise ValueError("--sweep takes --repeats >= 1 and no --link")
+
+
+def _run_sweep(args, out, runs_dir, log, results):
+    def write(partial):
+        results.update(partial)
+        with open(os.path.join(out, "results.json"), "w") as f:
+            json.dump(results, f, indent=2)
+
+    swept = accuracy_sweep.run(args, lambda name, extra: _train(name, extra, args, runs_dir, log),
+                               log, write)
+    results["seconds"] = time.perf_counter() - log.started
+    write(swept)
+    with open(os.path.join(out, "report.md"), "w") as f:
+        f.write(swept["report"])
+    print(swept["report"], flush=True)
+    log(f"het-tf bench --sweep: wrote {out}/results.json and report.md")
+    return 0
+
+
 def run(args):
+    _resolve_sizes(args)
+    names = (set(accuracy_sweep.cells()) if args.sweep
+             else {c[0] for c in CONFIGURATIONS} | {n for n, _ in STALENESS_SWEEP})
     for name in args.only or ():
-        if name not in {c[0] for c in CONFIGURATIONS} | {n for n, _ in STALENESS_SWEEP}:
-            raise ValueError(f"--only {name!r}: no such configuration")
+        if name not in names:
+            raise ValueError(f"--only {name!r}: no such configuration"
+                             + (" of the sweep (OPTIMIZER-SETTING, such as adagrad-s100)"
+                                if args.sweep else ""))
+    if args.link:  # a bad rate is the caller's error, found before any folder is made
+        from het_tf.link import parse_rate
+
+        parse_rate(args.link)
     out = os.path.abspath(args.out) if args.out else default_run_dir("bench")
     runs_dir = os.path.join(out, "runs")
     os.makedirs(runs_dir, exist_ok=True)
@@ -345,6 +395,11 @@ def run(args):
     def log(message):
         print(f"[{time.perf_counter() - started:6.0f} s] {message}", flush=True)
 
+    log.started = started
+    if args.sweep:
+        return _run_sweep(args, out, runs_dir, log, {"config": options(args),
+                                                     "versions": _versions(),
+                                                     "command": " ".join(sys.argv)})
     link = _link(args, log)
     results = {"config": options(args), "versions": _versions(), "command": " ".join(sys.argv),
                "link": link or "loopback", "runs": {}}

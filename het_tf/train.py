@@ -87,6 +87,9 @@ def add_arguments(p):
                    help="training samples, all workers together")
     p.add_argument("--eval-samples", type=int, default=100_000,
                    help="held-out samples to evaluate on (0: skip)")
+    p.add_argument("--eval-before-flush", action="store_true",
+                   help="also evaluate before the caches' pending updates are pushed, as the "
+                   "workers' own copies stand (metrics.json 'before_flush')")
     p.add_argument("--batch-size", type=_positive, default=1024, help="per worker")
     p.add_argument("--dim", type=_positive, default=DEFAULT_DIM, help="embedding size")
     p.add_argument("--optimizer", choices=("adagrad", "adam", "sgd", "ftrl"), default="adagrad",
@@ -141,6 +144,13 @@ def run(args, argv):
         if not os.environ.get(hybrid.PS_ENV) and not os.environ.get("TF_CONFIG"):
             return cluster.launch(args.ps, args.workers, own_argv, hybrid=True)
     return _train(args)
+
+
+def _evaluate(model, eval_input, args):
+    steps = max(1, args.eval_samples // args.batch_size)
+    evaluation = model.evaluate(eval_input, steps=steps, return_dict=True, verbose=0)
+    return dict(auc=float(evaluation["auc"]), logloss=float(evaluation["logloss"]),
+                eval_samples=steps * args.batch_size)
 
 
 def _check(args):
@@ -371,6 +381,11 @@ def _train(args):
               "train_samples": epochs * steps_per_epoch * args.batch_size * size,
               "train_seconds": train_seconds, "samples_per_second": samples_per_second,
               "loss": history.get("loss", [])}
+    if args.eval_before_flush and args.eval_samples and rank == 0:
+        # The model as the workers' caches see it, before their pending
+        # updates reach the shards: the gap to the evaluation after the flush
+        # is what the flush moved (docs/consistency.md).
+        result["before_flush"] = _evaluate(model, eval_input, args)
     if hybrid:
         hybrid.flush_and_clear(model)
         hybrid.barrier()
@@ -390,12 +405,9 @@ def _train(args):
             read = {k: int(hybrid.allreduce_sum(v)) for k, v in read.items()}
         result.update(records_read=read["records"], malformed_records=read["malformed"])
     if args.eval_samples and rank == 0:
-        steps = max(1, args.eval_samples // args.batch_size)
-        evaluation = model.evaluate(eval_input, steps=steps, return_dict=True, verbose=0)
-        result.update(auc=float(evaluation["auc"]), logloss=float(evaluation["logloss"]),
-                      eval_samples=steps * args.batch_size)
+        result.update(_evaluate(model, eval_input, args))
         if inputs.synthetic is not None:
-            result["best_auc"] = _best_auc(inputs, steps * args.batch_size)
+            result["best_auc"] = _best_auc(inputs, result["eval_samples"])
     if not args.no_save:
         _save_and_export(model, args, result, inputs, hybrid, rank)
     if hybrid:

@@ -69,6 +69,8 @@ class HetEmbedding(tf_keras.layers.Layer):
         times stay cached).
       staleness: the bound on both reads and writes, in updates; None or
         math.inf is unbounded. read_staleness / write_staleness override it.
+        With both bounds 0 training is synchronous and the layer reads and
+        writes the shards directly, without a cache.
       seed: seeds the initializer; None derives one from the layer name, so
         a model rebuilt in another process gets the same rows.
       pin_threshold: touches after which lfu_opt pins a row.
@@ -192,6 +194,12 @@ class HetEmbedding(tf_keras.layers.Layer):
                                                               "read_staleness")
         write = both if write_staleness is None else _staleness(write_staleness, owner,
                                                                 "write_staleness")
+        if read == 0 and write == 0:
+            # Synchronous: a cached copy could only serve what the shards
+            # hold, while its clock checks, slot transfers and push
+            # acknowledgements would cost more bytes than the direct path,
+            # whose numbers are the same (docs/consistency.md).
+            return None
         config = CacheConfig(rows, policy if isinstance(policy, str) else repr(policy),
                              read, write, pin_threshold)
         try:

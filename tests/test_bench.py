@@ -46,3 +46,49 @@ def test_bench_refuses_what_it_cannot_do(tmp_path):
     assert done.returncode == 2 and "give a rate as tc writes it" in done.stderr
     done = run(["--only", "fastest", "--out", str(tmp_path / "b")], timeout=120)
     assert done.returncode == 2 and "no such configuration" in done.stderr
+    done = run(["--sweep", "--only", "adagrad-s7", "--out", str(tmp_path / "b")], timeout=120)
+    assert done.returncode == 2 and "no such configuration of the sweep" in done.stderr
+    done = run(["--sweep", "--repeats", "0", "--out", str(tmp_path / "b")], timeout=120)
+    assert done.returncode == 2 and "--repeats >= 1" in done.stderr
+    assert not (tmp_path / "b").exists()
+
+
+def test_accuracy_sweep_reports_mean_spread_and_paired_differences(tmp_path):
+    out = tmp_path / "sweep"
+    done = run(["--sweep", "--repeats", "2", "--only", "sgd-s0", "sgd-s100", "--samples", "40960",
+                "--eval-samples", "8192", "--out", str(out)])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert sorted(results["runs"]) == ["sgd-s0-seed0", "sgd-s0-seed1", "sgd-s100-seed0",
+                                       "sgd-s100-seed1"]
+    seeds = {name: r["config"]["seed"] for name, r in results["runs"].items()}
+    assert seeds == {"sgd-s0-seed0": 0, "sgd-s0-seed1": 1, "sgd-s100-seed0": 0,
+                     "sgd-s100-seed1": 1}
+    rows = {r["setting"]: r for r in results["table"]}
+    assert set(rows) == {"s0", "s100"}
+    aucs = [results["runs"][f"sgd-s100-seed{i}"]["auc"] for i in range(2)]
+    assert rows["s100"]["auc"]["n"] == 2 and abs(rows["s100"]["auc"]["mean"] - sum(aucs) / 2) < 1e-12
+    paired = [results["runs"][f"sgd-s100-seed{i}"]["auc"] - results["runs"][f"sgd-s0-seed{i}"]["auc"]
+              for i in range(2)]
+    assert abs(rows["s100"]["auc_minus_s0"]["mean"] - sum(paired) / 2) < 1e-12
+    assert rows["s0"]["auc_minus_s0"]["mean"] == 0
+    report = (out / "report.md").read_text()
+    assert "| sgd | s100 |" in report and " ± " in report
+
+
+def test_accuracy_sweep_summary_counts_failures_and_skips_missing_cells():
+    from het_tf import accuracy_sweep
+
+    runs = {"adam-s0-seed0": {"auc": 0.70, "logloss": 0.50},
+            "adam-s0-seed1": {"auc": 0.72, "logloss": 0.48},
+            "adam-s100-seed0": {"auc": 0.69, "logloss": 0.52},
+            "adam-s100-seed1": {"failed": True, "reason": "x"}}
+    rows = {(r["optimizer"], r["setting"]): r for r in accuracy_sweep.summarize(runs, 2)}
+    assert set(rows) == {("adam", "s0"), ("adam", "s100")}
+    s100 = rows[("adam", "s100")]
+    assert s100["failed"] == 1 and s100["auc"]["n"] == 1 and s100["auc"]["std"] is None
+    assert abs(s100["auc_minus_s0"]["mean"] - (0.69 - 0.70)) < 1e-12
+    s0 = rows[("adam", "s0")]
+    assert abs(s0["auc"]["std"] - 0.0141421356) < 1e-9  # sample standard deviation
+    assert "| adam | s100 | 0.6900 |" in accuracy_sweep.report(
+        list(rows.values()), {"repeats": 2, "samples": 1000, "workers": 2})

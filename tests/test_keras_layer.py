@@ -239,8 +239,9 @@ def test_layers_of_the_same_name_do_not_share_rows():
 def test_every_step_updates_the_table_with_steps_per_execution(cache_capacity):
     """With steps_per_execution > 1, Keras runs the steps in a loop, where
     Grappler once pruned the update of a constant-zero anchor gradient."""
-    layer = HetEmbedding(VOCAB, DIM, cache_capacity=cache_capacity, staleness=0,
-                         optimizer=tf_keras.optimizers.SGD(0.1))
+    layer = HetEmbedding(VOCAB, DIM, cache_capacity=cache_capacity, read_staleness=1,
+                         write_staleness=0, optimizer=tf_keras.optimizers.SGD(0.1))
+    assert (layer._cache_config is None) == (cache_capacity == 0)
     model = functional_model(layer)
     model.compile(tf_keras.optimizers.SGD(0.1), "binary_crossentropy", steps_per_execution=4)
     x, y = parity_data(n=640)
