@@ -69,12 +69,12 @@ def main():
 
     ops, handle, ids = het_tf.ops, cache.handle(), batches[0]
     unique, _, clocks = ops.het_cache_prepare(handle, ids, training=True)
-    positions, values, row_clocks = table.pull(unique, clocks, 100)
+    positions, values, row_clocks = table.pull(unique, clocks, 100, with_slots=True)
     grads = tf.ones([tf.size(unique), args.dim]) * 0.01
     kernels = {
         "unique (tf.unique, for scale)": lambda: tf.unique(ids),
         "HetCachePrepare": lambda: ops.het_cache_prepare(handle, ids, training=True),
-        "HetTablePull": lambda: table.pull(unique, clocks, 100),
+        "HetTablePull": lambda: table.pull(unique, clocks, 100, with_slots=True),
         "HetCacheComplete": lambda: ops.het_cache_complete(handle, unique, positions, values,
                                                             row_clocks, dim=args.dim,
                                                             training=True),

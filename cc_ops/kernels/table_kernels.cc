@@ -54,6 +54,18 @@ tensorflow::Status CheckNumSlots(const TableShard& table, int64_t num_slots, boo
                                              num_slots);
 }
 
+// A push's inputs after the handle: keys [n], values [n, width] (gradients
+// or state deltas), update counts [n] and a scalar learning rate.
+tensorflow::Status ReadPushInputs(OpKernelContext* ctx, const TableShard& table, const char* what,
+                                  int64_t width, float* learning_rate) {
+  const std::string& name = table.config().name;
+  const int64_t n = ctx->input(1).NumElements();
+  TF_RETURN_IF_ERROR(CheckVector(name, "keys", ctx->input(1)));
+  TF_RETURN_IF_ERROR(CheckShape(name, what, ctx->input(2), n, width));
+  TF_RETURN_IF_ERROR(CheckShape(name, "update counts", ctx->input(3), n, 0));
+  return ReadScalar(name, "learning rate", ctx->input(4), learning_rate);
+}
+
 }  // namespace
 
 class HetTableShardOp : public tensorflow::ResourceOpKernel<TableShardResource> {
@@ -133,16 +145,12 @@ class HetTablePushDeltasOp : public TableKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("num_slots", &num_slots_));
   }
   void Run(OpKernelContext* ctx, TableShard& table) override {
-    const std::string& name = table.config().name;
     const Tensor& keys = ctx->input(1);
     const int64_t n = keys.NumElements();
     const int64_t width = table.state_width();
     OP_REQUIRES_OK(ctx, CheckNumSlots(table, num_slots_, false));
-    OP_REQUIRES_OK(ctx, CheckVector(name, "keys", keys));
-    OP_REQUIRES_OK(ctx, CheckShape(name, "state deltas", ctx->input(2), n, width));
-    OP_REQUIRES_OK(ctx, CheckShape(name, "update counts", ctx->input(3), n, 0));
     float learning_rate;
-    OP_REQUIRES_OK(ctx, ReadScalar(name, "learning rate", ctx->input(4), &learning_rate));
+    OP_REQUIRES_OK(ctx, ReadPushInputs(ctx, table, "state deltas", width, &learning_rate));
     Tensor* states = nullptr;
     Tensor* clocks = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, width}), &states));
@@ -163,14 +171,10 @@ class HetTablePushOp : public TableKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("return_rows", &return_rows_));
   }
   void Run(OpKernelContext* ctx, TableShard& table) override {
-    const std::string& name = table.config().name;
     const Tensor& keys = ctx->input(1);
     const int64_t n = keys.NumElements();
-    OP_REQUIRES_OK(ctx, CheckVector(name, "keys", keys));
-    OP_REQUIRES_OK(ctx, CheckShape(name, "gradients", ctx->input(2), n, dim_));
-    OP_REQUIRES_OK(ctx, CheckShape(name, "update counts", ctx->input(3), n, 0));
     float learning_rate;
-    OP_REQUIRES_OK(ctx, ReadScalar(name, "learning rate", ctx->input(4), &learning_rate));
+    OP_REQUIRES_OK(ctx, ReadPushInputs(ctx, table, "gradients", dim_, &learning_rate));
     const int64_t out_rows = return_rows_ ? n : 0;
     Tensor* values = nullptr;
     Tensor* clocks = nullptr;

@@ -12,6 +12,20 @@ using tensorflow::shape_inference::DimensionHandle;
 using tensorflow::shape_inference::InferenceContext;
 using tensorflow::shape_inference::ShapeHandle;
 
+namespace {
+
+// A push's inputs after the handle: keys [n], values [n, width], update
+// counts [n] and a scalar learning rate.
+tensorflow::Status PushInputShapes(InferenceContext* c, ShapeHandle* keys) {
+  ShapeHandle unused;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, keys));
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 2, &unused));
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 1, &unused));
+  return c->WithRank(c->input(4), 0, &unused);
+}
+
+}  // namespace
+
 REGISTER_OP("HetTableShard")
     .Output("handle: resource")
     .Attr("table_name: string")
@@ -85,11 +99,8 @@ REGISTER_OP("HetTablePushDeltas")
     .Attr("dim: int >= 1")
     .Attr("num_slots: int >= 0")
     .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle keys, unused;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &keys));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 2, &unused));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 1, &unused));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(4), 0, &unused));
+      ShapeHandle keys;
+      TF_RETURN_IF_ERROR(PushInputShapes(c, &keys));
       DimensionHandle width;
       TF_RETURN_IF_ERROR(StateWidthAttr(c, &width));
       c->set_output(0, c->Matrix(c->Dim(keys, 0), width));
@@ -115,11 +126,8 @@ REGISTER_OP("HetTablePush")
     .Attr("dim: int >= 1")
     .Attr("return_rows: bool = true")
     .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle keys, unused;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &keys));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 2, &unused));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 1, &unused));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(4), 0, &unused));
+      ShapeHandle keys;
+      TF_RETURN_IF_ERROR(PushInputShapes(c, &keys));
       bool return_rows;
       TF_RETURN_IF_ERROR(c->GetAttr("return_rows", &return_rows));
       DimensionHandle dim;

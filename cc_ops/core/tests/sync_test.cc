@@ -73,6 +73,22 @@ std::map<int64_t, std::vector<float>> TableContents(LocalCluster& cluster, std::
   return out;
 }
 
+// Trains one worker's cache and the no-cache path on the same batches with
+// the same gradients, checking at every step that both read the same rows.
+void TrainSideBySide(LocalCluster& cached, het::WorkerCache& cache, LocalCluster& direct,
+                     const std::vector<std::vector<int64_t>>& batches, int dim) {
+  for (int step = 0; step < static_cast<int>(batches.size()); ++step) {
+    het::LookupPlan plan;
+    std::vector<float> via_cache, via_table;
+    EXPECT_OK(cached.Lookup(cache, batches[step], true, &plan, &via_cache));
+    EXPECT_OK(direct.GatherRows(plan.unique_keys, &via_table));
+    EXPECT_TRUE(via_cache == via_table);
+    auto grads = Gradients(via_table, dim, step);
+    EXPECT_OK(cached.Update(cache, plan.unique_keys, grads, 0.05f));
+    EXPECT_OK(direct.PushGradients(plan.unique_keys, grads, 0.05f));
+  }
+}
+
 }  // namespace
 
 HET_TEST(StalenessZeroMatchesTheNoCachePathExactly) {
@@ -82,17 +98,7 @@ HET_TEST(StalenessZeroMatchesTheNoCachePathExactly) {
     for (auto policy : {het::CachePolicy::kLRU, het::CachePolicy::kLFU, het::CachePolicy::kLFUPinned}) {
       LocalCluster cached(Table(kind, dim), 2), direct(Table(kind, dim), 2);
       auto cache = MakeCache(Cache(dim, 40, policy, 0, 0, kind));  // small: evicts every step
-      auto batches = Batches(60, 24, 300, 11);
-      for (int step = 0; step < static_cast<int>(batches.size()); ++step) {
-        het::LookupPlan plan;
-        std::vector<float> via_cache, via_table;
-        EXPECT_OK(cached.Lookup(*cache, batches[step], true, &plan, &via_cache));
-        EXPECT_OK(direct.GatherRows(plan.unique_keys, &via_table));
-        EXPECT_TRUE(via_cache == via_table);
-        auto grads = Gradients(via_table, dim, step);
-        EXPECT_OK(cached.Update(*cache, plan.unique_keys, grads, 0.05f));
-        EXPECT_OK(direct.PushGradients(plan.unique_keys, grads, 0.05f));
-      }
+      TrainSideBySide(cached, *cache, direct, Batches(60, 24, 300, 11), dim);
       std::map<int64_t, int64_t> ca, cb;
       EXPECT_TRUE(TableContents(cached, &ca) == TableContents(direct, &cb));
       EXPECT_TRUE(ca == cb);
@@ -113,17 +119,7 @@ HET_TEST(LocalStepsFollowTheTablesOptimizer) {
     LocalCluster cached(Table(kind, dim), 2), direct(Table(kind, dim), 2);
     // Unbounded write bound and a cache that holds every key: no push at all.
     auto cache = MakeCache(Cache(dim, 400, het::CachePolicy::kLFU, -1, -1, kind));
-    auto batches = Batches(40, 32, 300, 17);
-    std::vector<float> via_cache, via_table;
-    for (int step = 0; step < static_cast<int>(batches.size()); ++step) {
-      het::LookupPlan plan;
-      EXPECT_OK(cached.Lookup(*cache, batches[step], true, &plan, &via_cache));
-      EXPECT_OK(direct.GatherRows(plan.unique_keys, &via_table));
-      EXPECT_TRUE(via_cache == via_table);
-      auto grads = Gradients(via_table, dim, step);
-      EXPECT_OK(cached.Update(*cache, plan.unique_keys, grads, 0.05f));
-      EXPECT_OK(direct.PushGradients(plan.unique_keys, grads, 0.05f));
-    }
+    TrainSideBySide(cached, *cache, direct, Batches(40, 32, 300, 17), dim);
     EXPECT_EQ(cache->Counters().rows_pushed, 0u);
     EXPECT_OK(cached.Flush(*cache, 0.05f));
     std::map<int64_t, int64_t> ca, cb;
