@@ -70,7 +70,8 @@ class WorkerCache:
                 table_name=self.table.config.name, dim=self.dim, capacity=c.capacity,
                 vocabulary_size=self.table.config.vocabulary_size, policy=c.policy,
                 pin_threshold=c.pin_threshold, read_staleness=c.read_staleness,
-                write_staleness=c.write_staleness, shared_name=self.shared_name,
+                write_staleness=c.write_staleness, staleness_ramp=c.staleness_ramp,
+                shared_name=self.shared_name,
                 **self.table.config.optimizer.op_attrs())
 
     def stats(self):
@@ -99,11 +100,10 @@ class WorkerCache:
         the inverse map, for the gradient step."""
         ids = self.table.check_ids(ids)
         with self._placed(self.device):
-            unique, inverse, clocks = self._ops.het_cache_prepare(self.handle(), ids,
-                                                                  training=training)
+            unique, inverse, clocks, read_staleness = self._ops.het_cache_prepare(
+                self.handle(), ids, training=training)
         # Training takes whole states: local steps need the optimizer's slots.
-        positions, values, row_clocks = self.table.pull(unique, clocks,
-                                                        self.config.read_staleness,
+        positions, values, row_clocks = self.table.pull(unique, clocks, read_staleness,
                                                         with_slots=training)
         with self._placed(self.device):
             rows = self._ops.het_cache_complete(self.handle(), unique, positions, values,

@@ -105,6 +105,9 @@ class CacheConfig:
     read_staleness: int = 100   # -1: unbounded
     write_staleness: int = 100  # -1: unbounded
     pin_threshold: int = 100    # lfu_opt: touches after which a row is pinned
+    # > 0: the bounds in force are at most this worker's training steps /
+    # staleness_ramp, until they reach the bounds above (docs/consistency.md).
+    staleness_ramp: int = 0
 
     def validate(self, table):
         if not _is_int(self.capacity) or self.capacity < 1:
@@ -118,6 +121,9 @@ class CacheConfig:
                 _fail(table, f"{field} must be an int >= 0, or None for unbounded; got {value!r}")
         if not _is_int(self.pin_threshold) or self.pin_threshold < 1:
             _fail(table, f"pin_threshold must be a positive int, got {self.pin_threshold!r}")
+        if not _is_int(self.staleness_ramp) or self.staleness_ramp < 0:
+            _fail(table, "staleness_ramp must be an int >= 0 (0: no ramp), got "
+                  f"{self.staleness_ramp!r}")
         return self
 
 

@@ -81,7 +81,7 @@ class ShardedTable:
         whose cached copy is missing or staler than the read bound. With
         slots, each row comes as its whole state (values, then the
         optimizer's slots), as a training cache needs it."""
-        staleness = tf.constant(read_staleness, tf.int64)
+        staleness = tf.cast(read_staleness, tf.int64)
         num_slots = self.config.num_slots if with_slots else 0
         origin, answers = self._on_shards(
             lambda s, h, k, c: self._ops.het_table_pull(h, k, c, staleness, dim=self.dim,

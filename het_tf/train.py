@@ -45,11 +45,16 @@ def _cache_capacity(text):
 
 
 def _staleness(text):
+    if text == "auto":
+        return text
     if text in ("inf", "unbounded", "none"):
         return None
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
     if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: staleness must be >= 0 or 'inf'")
+        raise argparse.ArgumentTypeError(f"{text!r}: staleness must be 'auto', >= 0 or 'inf'")
     return value
 
 
@@ -81,8 +86,9 @@ def add_arguments(p):
                    help="rows cached per worker: a fraction of the vocabulary, a row count, "
                    "or 0 for no cache (default 0.1)")
     p.add_argument("--cache-policy", choices=("lfu", "lru", "lfu_opt"), default="lfu")
-    p.add_argument("--staleness", type=_staleness, default=100,
-                   help="bound on cached rows' staleness in updates, or 'inf' (default 100)")
+    p.add_argument("--staleness", type=_staleness, default="auto",
+                   help="bound on cached rows' staleness in updates, 'inf', or 'auto' (the "
+                   "default: up to 100, and at most a tenth of each worker's steps so far)")
     p.add_argument("--samples", type=_positive, default=1_000_000,
                    help="training samples, all workers together")
     p.add_argument("--eval-samples", type=int, default=100_000,

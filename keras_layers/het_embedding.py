@@ -36,12 +36,20 @@ def _is_keras3(value):
     return module.startswith("keras.") or module == "keras"
 
 
+# staleness="auto": bounds of 100 updates, but never more than a tenth of the
+# training steps this worker has taken, so that a short run is not all
+# inside one bound (docs/consistency.md, "The default bound").
+AUTO_STALENESS = 100
+AUTO_STALENESS_RAMP = 10
+
+
 def _staleness(value, owner, what):
     if value is None or (isinstance(value, float) and math.isinf(value) and value > 0):
         return UNBOUNDED
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        auto = ", or 'auto'" if what == "staleness" else ""
         raise ValueError(f"{owner}: {what} must be an int >= 0, or None / math.inf for "
-                         f"unbounded; got {value!r}")
+                         f"unbounded{auto}; got {value!r}")
     return int(value)
 
 
@@ -67,8 +75,11 @@ class HetEmbedding(tf_keras.layers.Layer):
         of input_dim, an int a row count; 0 turns the cache off.
       cache_policy: "lfu", "lru" or "lfu_opt" (rows touched pin_threshold
         times stay cached).
-      staleness: the bound on both reads and writes, in updates; None or
-        math.inf is unbounded. read_staleness / write_staleness override it.
+      staleness: "auto" (the default): bounds of 100 updates that are never
+        more than a tenth of the training steps this worker has taken so far;
+        or the bound on both reads and writes, in updates, from the first
+        step; None or math.inf is unbounded. read_staleness /
+        write_staleness override it (under "auto" they replace the 100).
         With both bounds 0 training is synchronous and the layer reads and
         writes the shards directly, without a cache.
       seed: seeds the initializer; None derives one from the layer name, so
@@ -80,7 +91,7 @@ class HetEmbedding(tf_keras.layers.Layer):
     """
 
     def __init__(self, input_dim, output_dim, embeddings_initializer="uniform", combiner=None,
-                 optimizer="adagrad", cache_capacity=0.1, cache_policy="lfu", staleness=100,
+                 optimizer="adagrad", cache_capacity=0.1, cache_policy="lfu", staleness="auto",
                  read_staleness=None, write_staleness=None, seed=None, name=None,
                  pin_threshold=100, max_rows=None, **kwargs):
         kwargs.setdefault("autocast", False)  # ids must stay ints
@@ -189,7 +200,8 @@ class HetEmbedding(tf_keras.layers.Layer):
                              f"number of rows; got {capacity!r}")
         if rows == 0:
             return None
-        both = _staleness(staleness, owner, "staleness")
+        auto = isinstance(staleness, str) and staleness == "auto"
+        both = AUTO_STALENESS if auto else _staleness(staleness, owner, "staleness")
         read = both if read_staleness is None else _staleness(read_staleness, owner,
                                                               "read_staleness")
         write = both if write_staleness is None else _staleness(write_staleness, owner,
@@ -201,7 +213,8 @@ class HetEmbedding(tf_keras.layers.Layer):
             # whose numbers are the same (docs/consistency.md).
             return None
         config = CacheConfig(rows, policy if isinstance(policy, str) else repr(policy),
-                             read, write, pin_threshold)
+                             read, write, pin_threshold,
+                             staleness_ramp=AUTO_STALENESS_RAMP if auto else 0)
         try:
             return config.validate(self.name)
         except ValueError as e:

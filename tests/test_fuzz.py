@@ -178,7 +178,8 @@ def build_call(draw, op, ctx):
                         policy=draw(st.sampled_from(["lfu", "lru", "lfu_opt"])),
                         pin_threshold=draw(st.integers(1, 4)),
                         read_staleness=draw(st.integers(-1, 5)),
-                        write_staleness=draw(st.integers(-1, 5)))
+                        write_staleness=draw(st.integers(-1, 5)),
+                        staleness_ramp=draw(st.integers(0, 3)))
     if op in ("HetTableClear", "HetTableStats"):
         return [th], {}
     if op in ("HetCacheClear", "HetCacheStats"):
@@ -222,7 +223,8 @@ def build_call(draw, op, ctx):
         return [ch, ids], dict(training=draw(st.booleans()))
     if op == "HetCacheComplete":
         training = draw(st.booleans())
-        unique, _inverse, clocks = OPS.het_cache_prepare(ch, unique_keys(draw), training=training)
+        unique, _inverse, clocks, _bound = OPS.het_cache_prepare(ch, unique_keys(draw),
+                                                                 training=training)
         positions, values, row_clocks = table.pull(unique, clocks, 2, with_slots=training)
         return [ch, unique, positions, values, row_clocks], dict(dim=DIM, training=training)
     if op == "HetCacheAccumulate":

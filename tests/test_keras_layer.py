@@ -172,6 +172,7 @@ def test_a_keras3_tensor_is_refused_with_a_hint():
     (dict(cache_capacity=-3), "cache_capacity must be"),
     (dict(input_dim=None, cache_capacity=0.1), "is a fraction of input_dim, but input_dim is None"),
     (dict(staleness=-2), "staleness must be an int >= 0"),
+    (dict(staleness="soon"), "or None / math.inf for unbounded, or 'auto'; got 'soon'"),
     (dict(embeddings_initializer="no_such_init"), "unknown embeddings_initializer"),
     (dict(input_dim=None, cache_capacity=10,
           embeddings_initializer=tf_keras.initializers.Orthogonal()), "cannot run row by row"),
@@ -181,6 +182,26 @@ def test_bad_settings_name_the_layer(kwargs, message):
     with pytest.raises(ValueError, match="HetEmbedding 'bad_layer'") as info:
         HetEmbedding(**settings)
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize("staleness", ["auto", 100])
+def test_the_auto_bound_keeps_a_short_run_synchronised(staleness):
+    """Under "auto" the bounds in force are a tenth of the worker's steps so
+    far: the first 10 steps push every update, as s=0 would; a fixed bound
+    of 100 pushes nothing in 10 steps."""
+    layer = HetEmbedding(VOCAB, DIM, cache_capacity=VOCAB, staleness=staleness)  # no evictions
+    model = functional_model(layer)
+    model.compile("adagrad", "binary_crossentropy")
+    x, y = parity_data(320)
+    model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+    stats = layer.cache.stats()
+    assert stats["steps"] == 10
+    if staleness == "auto":
+        assert layer.cache.config.staleness_ramp == 10
+        assert stats["updates_pushed"] == stats["unique_keys"]  # every update went out
+    else:
+        assert stats["updates_pushed"] == 0
+    assert HetEmbedding.from_config(layer.get_config()).staleness == staleness
 
 
 def test_bad_inputs_name_the_layer_and_change_nothing():

@@ -68,7 +68,7 @@ def main():
         print(f"{step.__name__}: {ms:.2f} ms a step")
 
     ops, handle, ids = het_tf.ops, cache.handle(), batches[0]
-    unique, _, clocks = ops.het_cache_prepare(handle, ids, training=True)
+    unique, _, clocks, _ = ops.het_cache_prepare(handle, ids, training=True)
     positions, values, row_clocks = table.pull(unique, clocks, 100, with_slots=True)
     grads = tf.ones([tf.size(unique), args.dim]) * 0.01
     kernels = {

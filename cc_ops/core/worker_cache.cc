@@ -1,5 +1,6 @@
 #include "cc_ops/core/worker_cache.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -41,6 +42,10 @@ Status ValidateCacheConfig(const CacheConfig& c) {
   if (c.policy == CachePolicy::kLFUPinned && c.pin_threshold == 0) {
     return Status::InvalidArgument(name + ": the pin threshold must be at least 1");
   }
+  if (c.staleness_ramp < 0) {
+    return Status::InvalidArgument(name + ": the staleness ramp must be >= 0 steps, got " +
+                                   std::to_string(c.staleness_ramp));
+  }
   Status s = ValidateOptimizer(c.optimizer);
   if (!s.ok()) return Status::InvalidArgument(name + ": " + s.message());
   // The cache is allocated in full when it is made: each row's state (values
@@ -79,6 +84,12 @@ size_t WorkerCache::MemoryBytes() const {
          free_slots_.capacity() * sizeof(int32_t);
 }
 
+int64_t WorkerCache::BoundInForce(int64_t configured) const {
+  if (config_.staleness_ramp <= 0) return configured;
+  const int64_t ramp = static_cast<int64_t>(counters_.steps) / config_.staleness_ramp;
+  return configured < 0 ? ramp : std::min(configured, ramp);
+}
+
 int64_t WorkerCache::size() const {
   std::lock_guard<std::mutex> lock(mu_);
   return static_cast<int64_t>(index_.size());
@@ -109,6 +120,7 @@ Status WorkerCache::Prepare(const int64_t* ids, int64_t n, bool training, Lookup
                                    " rows; raise cache_capacity or shrink the batch");
   }
   std::lock_guard<std::mutex> lock(mu_);
+  plan->read_staleness = BoundInForce(config_.read_staleness);
   plan->clocks.resize(u);
   for (int64_t i = 0; i < u; ++i) {
     const uint32_t slot = index_.Find(plan->unique_keys[i]);
@@ -258,6 +270,7 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
   }
   HET_RETURN_IF_ERROR(CheckUnique(Name(), keys, n));
   std::lock_guard<std::mutex> lock(mu_);
+  const int64_t write_staleness = BoundInForce(config_.write_staleness);
   *due = outbox_;
   std::vector<int32_t> slots(n);
   for (int64_t i = 0; i < n; ++i) {
@@ -277,11 +290,12 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
     ApplyUpdate(config_.optimizer, learning_rate, grads + size_t(i) * dim, dim, state,
                 state + dim, &step, PendingDelta(slot));
     ++local_clock_[slot];
-    if ((config_.write_staleness >= 0 && PendingCount(slot) > config_.write_staleness) ||
+    if ((write_staleness >= 0 && PendingCount(slot) > write_staleness) ||
         PendingCount(slot) >= kMaxUpdatesPerPush) {
       due->Add(keys_[slot], PendingDelta(slot), width_, PendingCount(slot));
     }
   }
+  ++counters_.steps;
   return Status::Ok();
 }
 

@@ -38,6 +38,11 @@ struct CacheConfig {
   // are pushed once c_c - c_s > write_staleness. Negative means unbounded.
   int64_t read_staleness = 100;
   int64_t write_staleness = 100;
+  // > 0: the bounds in force grow with this cache's training steps, at most
+  // steps / staleness_ramp each until they reach the bounds above, so that
+  // no bound spans more than a 1/staleness_ramp share of the training done
+  // (docs/consistency.md). 0: the bounds above from the first step.
+  int64_t staleness_ramp = 0;
 };
 
 Status ValidateCacheConfig(const CacheConfig& config);
@@ -46,6 +51,7 @@ struct LookupPlan {
   std::vector<int64_t> unique_keys;  // in order of first appearance
   std::vector<int32_t> inverse;      // ids[i] == unique_keys[inverse[i]]
   std::vector<int64_t> clocks;       // c_c of the cached copy, -1 if none
+  int64_t read_staleness = 0;        // the read bound in force, for the shards
 };
 
 // Outputs of this type are replaced, not appended to.
@@ -70,6 +76,7 @@ struct CacheCounters {
   uint64_t updates_pushed = 0;
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
+  uint64_t steps = 0;            // training updates (Accumulate calls)
 };
 
 class WorkerCache {
@@ -127,6 +134,8 @@ class WorkerCache {
   float* State(int32_t slot) { return states_.data() + size_t(slot) * width_; }
   float* PendingDelta(int32_t slot) { return pending_delta_.data() + size_t(slot) * width_; }
   int64_t PendingCount(int32_t slot) const { return local_clock_[slot] - server_clock_[slot]; }
+  // A configured bound as in force now (see CacheConfig::staleness_ramp).
+  int64_t BoundInForce(int64_t configured) const;
   // A free slot, evicting a victim whose pending updates go to the outbox.
   int32_t TakeSlot();
 

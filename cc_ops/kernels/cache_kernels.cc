@@ -46,6 +46,7 @@ class HetCacheOp : public tensorflow::ResourceOpKernel<WorkerCacheResource> {
     config_.pin_threshold = static_cast<uint64_t>(pin_threshold);
     OP_REQUIRES_OK(ctx, ctx->GetAttr("read_staleness", &config_.read_staleness));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("write_staleness", &config_.write_staleness));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("staleness_ramp", &config_.staleness_ramp));
     OP_REQUIRES_OK(ctx, ParseOptimizerAttrs(ctx, config_.table_name, &config_.optimizer));
     Status s = ParseCachePolicy(policy, &config_.policy);
     OP_REQUIRES(ctx, s.ok(),
@@ -90,6 +91,9 @@ class HetCachePrepareOp : public CacheKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, ids.shape(), &inverse));
     std::copy(plan.inverse.begin(), plan.inverse.end(), inverse->flat<int32_t>().data());
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 2, plan.clocks));
+    Tensor* read_staleness = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({}), &read_staleness));
+    read_staleness->scalar<int64_t>()() = plan.read_staleness;
   }
 
  private:
@@ -200,6 +204,7 @@ class HetCacheStatsOp : public CacheKernel {
                                              {"updates_pushed", int64_t(c.updates_pushed)},
                                              {"bytes_sent", int64_t(c.bytes_sent)},
                                              {"bytes_received", int64_t(c.bytes_received)},
+                                             {"steps", int64_t(c.steps)},
                                          }));
   }
 };

@@ -35,6 +35,7 @@ REGISTER_OP("HetCache")
     .Attr("pin_threshold: int >= 1 = 100")
     .Attr("read_staleness: int = 100")
     .Attr("write_staleness: int = 100")
+    .Attr("staleness_ramp: int = 0")
     .HET_OPTIMIZER_ATTRS
     .Attr("container: string = ''")
     .Attr("shared_name: string = ''")
@@ -43,8 +44,9 @@ REGISTER_OP("HetCache")
     .Doc(R"doc(
 Creates, or finds by shared_name on this device, a worker cache of `capacity`
 rows with LRU, LFU or LFU-opt eviction and HET's per-row clocks. Negative
-staleness bounds are unbounded. The optimizer attrs must be the table's: the
-cache takes its local steps with them.
+staleness bounds are unbounded. With staleness_ramp > 0 the bounds in force
+are at most the cache's training steps / staleness_ramp. The optimizer attrs
+must be the table's: the cache takes its local steps with them.
 )doc");
 
 REGISTER_OP("HetCachePrepare")
@@ -53,17 +55,19 @@ REGISTER_OP("HetCachePrepare")
     .Output("unique_keys: int64")
     .Output("inverse: int32")
     .Output("clocks: int64")
+    .Output("read_staleness: int64")
     .Attr("training: bool = true")
     .SetShapeFn([](InferenceContext* c) {
       c->set_output(0, c->Vector(c->UnknownDim()));
       c->set_output(1, c->input(1));
       c->set_output(2, c->Vector(c->UnknownDim()));
+      c->set_output(3, c->Scalar());
       return tensorflow::OkStatus();
     })
     .Doc(R"doc(
 First half of a cached lookup: the batch's unique keys, where each id went,
-and the local clock of each key's cached copy (-1 if none), to send to the
-table shards' HetTablePull.
+the local clock of each key's cached copy (-1 if none) and the read bound in
+force, to send to the table shards' HetTablePull.
 )doc");
 
 REGISTER_OP("HetCacheComplete")

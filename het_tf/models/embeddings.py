@@ -52,7 +52,7 @@ class EmbeddingSpec:
     """
 
     def __init__(self, kind="het", cardinalities=KAGGLE_CARDINALITIES, cache_capacity=0.1,
-                 cache_policy="lfu", staleness=100, optimizer="adagrad", learning_rate=0.05,
+                 cache_policy="lfu", staleness="auto", optimizer="adagrad", learning_rate=0.05,
                  seed=0):
         if kind not in KINDS:
             raise ValueError(f"embedding kind must be one of {', '.join(KINDS)}, got {kind!r}")

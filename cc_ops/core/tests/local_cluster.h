@@ -60,7 +60,7 @@ class LocalCluster {
     for (int64_t i = 0; i < u; ++i) {
       het::PulledRows pulled;
       HET_RETURN_IF_ERROR(ShardOfKey(plan->unique_keys[i]).Pull(
-          &plan->unique_keys[i], &plan->clocks[i], 1, cache.config().read_staleness, training,
+          &plan->unique_keys[i], &plan->clocks[i], 1, plan->read_staleness, training,
           &pulled));
       if (!pulled.positions.empty()) {
         positions.push_back(static_cast<int32_t>(i));

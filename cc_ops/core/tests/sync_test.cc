@@ -225,6 +225,36 @@ HET_TEST(RefreshKeepsTheWorkersOwnPendingUpdates) {
   EXPECT_EQ(clocks[-42], 5);
 }
 
+// With a ramp of 10 steps the bounds in force are a tenth of the cache's
+// training steps until they reach the configured 4 (read) and 6 (write).
+HET_TEST(StalenessRampBoundsGrowWithTrainingSteps) {
+  const int dim = 2;
+  LocalCluster cluster(Table(het::OptimizerKind::kAdagrad, dim), 1);
+  auto config = Cache(dim, 8, het::CachePolicy::kLRU, 4, 6, het::OptimizerKind::kAdagrad);
+  config.staleness_ramp = 10;
+  auto cache = MakeCache(config);
+  const std::vector<int64_t> ids = {3};
+  uint64_t expected_pushes = 0;
+  int64_t pending = 0;
+  for (int step = 0; step < 100; ++step) {
+    het::LookupPlan plan;
+    std::vector<float> rows;
+    EXPECT_OK(cluster.Lookup(*cache, ids, true, &plan, &rows));
+    EXPECT_EQ(plan.read_staleness, std::min<int64_t>(4, step / 10));
+    EXPECT_OK(cluster.Update(*cache, ids, {0.5f, 0.5f}, 0.1f));
+    // The one row is pushed once its pending updates pass the bound in force.
+    if (++pending > std::min<int64_t>(6, step / 10)) {
+      ++expected_pushes;
+      pending = 0;
+    }
+    EXPECT_EQ(cache->Counters().rows_pushed, expected_pushes);
+  }
+  EXPECT_EQ(cache->Counters().steps, 100u);
+  config.staleness_ramp = -1;
+  std::unique_ptr<het::WorkerCache> bad;
+  EXPECT_INVALID(het::WorkerCache::Create(config, &bad), "staleness ramp must be >= 0");
+}
+
 HET_TEST(EvaluationLookupsChangeNothing) {
   const int dim = 2;
   LocalCluster cluster(Table(het::OptimizerKind::kSGD, dim), 1);
