@@ -49,7 +49,7 @@ def add_arguments(p):
                    "size's)")
     p.add_argument("--sweep", action="store_true",
                    help="instead of the configurations: held-out accuracy of SGD, Adagrad "
-                   "and Adam at staleness 0, 10, 100 and 10,000 and with the cache off, "
+                   "and Adam at staleness 0 (the cache-off path), 10, 100, 10,000 and auto, "
                    "--repeats seeds each, as mean and spread (docs/benchmarks.md)")
     p.add_argument("--sweep-size", choices=sorted(accuracy_sweep.SIZES), default="reduced",
                    help="reduced: %s training samples a run; full: %s" % tuple(

@@ -14,8 +14,6 @@ from processes import processes_mentioning
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HET_TF = [sys.executable, "-m", "het_tf.cli"]
 TIMEOUT = 420
-# Identical asynchronous runs differ by a few thousandths in logloss.
-LOGLOSS_TOLERANCE = 0.008
 
 
 def run(args, timeout=TIMEOUT):
@@ -78,21 +76,38 @@ def test_train_hybrid_mode_starts_and_stops_its_own_cluster(tmp_path):
     assert processes_mentioning(str(run_dir), "cmdline") == []
 
 
+@pytest.mark.parametrize("optimizer", ["adagrad", "adam", "ftrl"])
+def test_one_workers_flush_moves_nothing_its_cache_had_not_made(tmp_path, optimizer):
+    """One worker, unbounded staleness: the cache's local steps follow the
+    table's optimizer, so pushing them all at the end leaves the model as
+    the worker saw it, up to float rounding. With plain SGD local steps the
+    flush moved held-out AUC by 0.03 here (docs/consistency.md)."""
+    metrics, _ = train(tmp_path / optimizer, "--mode", "local", "--model", "wdl", "--samples",
+                       "120000", "--batch-size", "512", "--eval-samples", "16384",
+                       "--optimizer", optimizer, "--staleness", "inf", "--eval-before-flush",
+                       "--no-save")
+    before = metrics["before_flush"]
+    assert metrics["cache_hit_rate"] > 0.5
+    assert abs(metrics["auc"] - before["auc"]) < 1e-4
+    assert abs(metrics["logloss"] - before["logloss"]) < 1e-4
+
+
 def test_adagrad_cache_at_staleness_100_costs_no_held_out_accuracy(tmp_path):
-    """Two workers, Adagrad, the 10% LFU cache at s=100 against s=0, same
-    seed. With plain SGD local steps the cached rows drifted from the
-    shards' and the flush before evaluation cost about 0.02 in logloss
-    (docs/consistency.md); with the optimizer's own local steps the flush
-    moves nothing the workers' copies had not already made, so the model
-    before and after it scores alike and s=100 matches s=0."""
+    """Two workers, Adagrad, the 10% LFU cache at s=100 against s=0 (the
+    direct path), same seed, 600,000 samples (about 290 steps a worker).
+    With plain SGD local steps s=100 lost 0.011 to 0.034 AUC and 0.008 to
+    0.028 logloss here (3 runs, docs/consistency.md); identical asynchronous
+    runs differ by a few thousandths."""
     common = ["--mode", "ps", "--ps", "1", "--workers", "2", "--model", "wdl", "--samples",
-              "200000", "--eval-samples", "20480", "--optimizer", "adagrad", "--seed", "0",
+              "600000", "--eval-samples", "20480", "--optimizer", "adagrad", "--seed", "0",
               "--no-save"]
     reference, _ = train(tmp_path / "s0", *common, "--staleness", "0")
     cached, _ = train(tmp_path / "s100", *common, "--staleness", "100", "--eval-before-flush")
     assert cached["cache_hit_rate"] > 0.5 and "cache_hit_rate" not in reference
-    assert abs(cached["logloss"] - reference["logloss"]) < LOGLOSS_TOLERANCE
-    assert abs(cached["logloss"] - cached["before_flush"]["logloss"]) < LOGLOSS_TOLERANCE
+    assert abs(cached["auc"] - reference["auc"]) < 0.006
+    assert abs(cached["logloss"] - reference["logloss"]) < 0.006
+    # The flush before evaluation moves the model by little.
+    assert abs(cached["logloss"] - cached["before_flush"]["logloss"]) < 0.006
 
 
 def test_train_reads_tsv_and_counts_malformed_lines(tmp_path):
