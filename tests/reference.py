@@ -30,7 +30,16 @@ def initial_row(key, dim, seed, low=-0.05, high=0.05):
 
 
 # The fields of a row's state, in the order the ops carry them.
-FIELDS = {"sgd": ("w",), "adagrad": ("w", "acc"), "adam": ("w", "m", "v")}
+FIELDS = {"sgd": ("w",), "adagrad": ("w", "acc"), "adam": ("w", "m", "v"),
+          "ftrl": ("w", "acc", "lin")}
+
+
+def ftrl_weight(lr, linear, acc):
+    """FTRL-proximal's row from its slots, at l1 = l2 = beta = 0 and
+    learning_rate_power -0.5 (the table's defaults)."""
+    quadratic = acc ** np.float32(0.5) / np.float32(lr) + np.float32(2.0) * np.float32(0.0)
+    return np.where(np.abs(linear) > 0, (np.float32(0.0) - linear) / quadratic,
+                    np.float32(0.0)).astype(np.float32)
 
 
 def optimizer_step(optimizer, state, g, lr, step, delta=None):
@@ -41,6 +50,14 @@ def optimizer_step(optimizer, state, g, lr, step, delta=None):
         state[field] = state[field] + increment
         if delta is not None:
             delta[field] = delta[field] + increment
+
+    def average(field, x, decay):
+        """An exponential average's step; the delta averages from zero."""
+        decay = np.float32(decay)
+        fresh = np.float32(1 - decay) * x
+        state[field] = decay * state[field] + fresh
+        if delta is not None:
+            delta[field] = decay * delta[field] + fresh
 
     lr32 = np.float32(lr)
     if optimizer == "sgd":
@@ -53,12 +70,36 @@ def optimizer_step(optimizer, state, g, lr, step, delta=None):
         # The C++ takes powers of the float32 betas in double precision.
         b1, b2 = float(np.float32(0.9)), float(np.float32(0.999))
         alpha = np.float32(float(lr32) * math.sqrt(1 - b2 ** step) / (1 - b1 ** step))
-        add("m", (g - state["m"]) * np.float32(1 - np.float32(0.9)))
-        add("v", (g * g - state["v"]) * np.float32(1 - np.float32(0.999)))
+        average("m", g, 0.9)
+        average("v", g * g, 0.999)
         add("w", -(alpha * state["m"] / (np.sqrt(state["v"]) + np.float32(1e-7))))
+    elif optimizer == "ftrl":
+        p = np.float32(0.5)
+        acc_new = state["acc"] + g * g
+        sigma = (acc_new ** p - state["acc"] ** p) / lr32
+        add("lin", g - sigma * state["w"])
+        add("acc", g * g)
+        w_new = ftrl_weight(lr, state["lin"], state["acc"])
+        if delta is not None:
+            delta["w"] = delta["w"] + (w_new - state["w"])
+        state["w"] = w_new
     else:
         raise ValueError(optimizer)
     return step
+
+
+def merge(optimizer, state, delta, count, lr):
+    """A delta of `count` updates merged into `state`: sums add, Adam's
+    moments decay by beta^count and take the averages, FTRL's row follows
+    its slots."""
+    for f in FIELDS[optimizer]:
+        if optimizer == "adam" and f in ("m", "v"):
+            decay = np.float32(float(np.float32(0.9 if f == "m" else 0.999)) ** count)
+            state[f] = decay * state[f] + delta[f]
+        else:
+            state[f] = state[f] + delta[f]
+    if optimizer == "ftrl":
+        state["w"] = ftrl_weight(lr, state["lin"], state["acc"])
 
 
 class RefTable:
@@ -74,7 +115,8 @@ class RefTable:
             self.rows[key] = dict(w=initial_row(key, self.dim, self.seed),
                                   acc=np.full(self.dim, 0.1, np.float32),
                                   m=np.zeros(self.dim, np.float32),
-                                  v=np.zeros(self.dim, np.float32), clock=0, step=0)
+                                  v=np.zeros(self.dim, np.float32),
+                                  lin=np.zeros(self.dim, np.float32), clock=0, step=0)
         return self.rows[key]
 
     def state(self, key):
@@ -104,11 +146,11 @@ class RefTable:
         self.updates_applied += count
         return r["w"].copy(), r["clock"]
 
-    def push_delta(self, key, delta, count):
-        """A cache's write: every field takes its change."""
+    def push_delta(self, key, delta, count, lr):
+        """A cache's write: every field takes its change (FTRL's row is
+        recomputed from its merged slots)."""
         r = self.row(key)
-        for f in self.fields:
-            r[f] = r[f] + delta[f]
+        merge(self.optimizer, r, delta, count, lr)
         r["step"] += count
         r["clock"] += count
         self.updates_applied += count
@@ -127,6 +169,7 @@ class RefCache:
         self.entries = {}
         self.outbox = []  # (key, delta, count)
         self.seq = 0
+        self.lr = 0.0
         self.counters = dict(lookups=0, unique_keys=0, hits=0, misses=0, stale_refreshes=0,
                              evictions=0, dirty_evictions=0, rows_pulled=0, rows_pushed=0,
                              updates_pushed=0)
@@ -180,7 +223,9 @@ class RefCache:
             e = self.entries.get(k)
             if e is not None:
                 pending = e["cc"] - e["cs"]
-                e["state"] = {f: fresh[f] + e["pd"][f] for f in fresh}
+                if pending:
+                    merge(self.table.optimizer, fresh, e["pd"], pending, self.lr)
+                e["state"] = fresh
                 e["cs"], e["cc"] = clock, clock + pending
                 self.counters["stale_refreshes"] += 1
                 continue
@@ -204,6 +249,7 @@ class RefCache:
         return unique, out
 
     def apply_gradients(self, keys, grads, lr):
+        self.lr = lr  # FTRL's refreshes recompute rows with it
         due = list(self.outbox)
         for k, g in zip(keys, grads):
             e = self.entries[k]
@@ -212,17 +258,17 @@ class RefCache:
             e["cc"] += 1
             if self.s_w >= 0 and e["cc"] - e["cs"] > self.s_w:
                 due.append((k, dict(e["pd"]), e["cc"] - e["cs"]))
-        self._push_and_ack(due)
+        self._push_and_ack(due, lr)
 
     def flush(self, lr):
         due = list(self.outbox) + [(k, dict(e["pd"]), e["cc"] - e["cs"])
                                    for k, e in self.entries.items() if e["cc"] > e["cs"]]
-        self._push_and_ack(due)
+        self._push_and_ack(due, lr)
 
-    def _push_and_ack(self, due):
+    def _push_and_ack(self, due, lr):
         outbox_keys = {k for k, _, _ in self.outbox}
         for k, delta, count in due:
-            state, clock = self.table.push_delta(k, delta, count)
+            state, clock = self.table.push_delta(k, delta, count, lr)
             self.counters["rows_pushed"] += 1
             self.counters["updates_pushed"] += count
             if k in outbox_keys:

@@ -35,7 +35,7 @@ def export_all(table):
     write_staleness=st.sampled_from([0, 2, 5, -1]),
     shards=st.integers(1, 3),
     workers=st.integers(1, 2),
-    optimizer=st.sampled_from(["sgd", "adagrad", "adam"]),
+    optimizer=st.sampled_from(["sgd", "adagrad", "adam", "ftrl"]),
     evaluate_every=st.sampled_from([0, 3]),
 )
 def test_cached_training_matches_reference(unique_name, batches, capacity, policy, read_staleness,
@@ -97,7 +97,7 @@ def test_rows_and_shards_follow_the_documented_hashes(unique_name):
         assert sorted(got.numpy().tolist()) == sorted(k for k in keys if shard_of(k, 3) == s)
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam"])
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam", "ftrl"])
 def test_staleness_zero_equals_the_no_cache_path(unique_name, optimizer):
     dim = 4
     rng = np.random.default_rng(0)

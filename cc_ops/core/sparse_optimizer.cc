@@ -101,6 +101,14 @@ inline void Add(float* field, float increment, float* delta) {
   if (delta != nullptr) *delta += increment;
 }
 
+// field = decay * field + (1 - decay) * x: one step of an exponential
+// average; the tracked delta takes the same step from its own value.
+inline void Average(float* field, float x, float decay, float* delta) {
+  const float fresh = (1.0f - decay) * x;
+  *field = decay * *field + fresh;
+  if (delta != nullptr) *delta = decay * *delta + fresh;
+}
+
 }  // namespace
 
 void ApplyUpdate(const OptimizerConfig& c, float lr, const float* g, int dim, float* w,
@@ -129,8 +137,12 @@ void ApplyUpdate(const OptimizerConfig& c, float lr, const float* g, int dim, fl
       const double b2_power = std::pow(static_cast<double>(c.beta_2), static_cast<double>(t));
       const float alpha = static_cast<float>(lr * std::sqrt(1.0 - b2_power) / (1.0 - b1_power));
       for (int j = 0; j < dim; ++j) {
-        Add(&m[j], (g[j] - m[j]) * (1.0f - c.beta_1), d(1, j));
-        Add(&v[j], (g[j] * g[j] - v[j]) * (1.0f - c.beta_2), d(2, j));
+        // The moments are averages, not sums: what a run of updates adds to
+        // one is its average started from zero (tracked in the delta), and
+        // the rest is the decay of the value it started from, which a merge
+        // applies to the shard's own value (ApplyDelta).
+        Average(&m[j], g[j], c.beta_1, d(1, j));
+        Average(&v[j], g[j] * g[j], c.beta_2, d(2, j));
         Add(&w[j], -(alpha * m[j] / (std::sqrt(v[j]) + c.epsilon)), d(0, j));
       }
       break;
@@ -155,14 +167,43 @@ void ApplyUpdate(const OptimizerConfig& c, float lr, const float* g, int dim, fl
 
 void ApplyDelta(const OptimizerConfig& c, float lr, const float* delta, int64_t count, int dim,
                 float* w, float* slots, int64_t* step) {
-  const int slot_floats = NumSlots(c.kind) * dim;
-  for (int j = 0; j < slot_floats; ++j) slots[j] += delta[dim + j];
-  if (c.kind == OptimizerKind::kFtrl) {
-    for (int j = 0; j < dim; ++j) w[j] = FtrlWeight(c, lr, slots[dim + j], slots[j]);
-    return;
+  const float* slot_delta = delta + dim;
+  switch (c.kind) {
+    case OptimizerKind::kSGD:
+    case OptimizerKind::kAdagrad:
+      for (int j = 0; j < NumSlots(c.kind) * dim; ++j) slots[j] += slot_delta[j];
+      break;
+    case OptimizerKind::kAdam: {
+      // Each moment decays by beta^count from the shard's own value and
+      // takes the worker's average of its updates (ApplyUpdate).
+      const float decay_1 = static_cast<float>(std::pow(double{c.beta_1}, double(count)));
+      const float decay_2 = static_cast<float>(std::pow(double{c.beta_2}, double(count)));
+      for (int j = 0; j < dim; ++j) {
+        slots[j] = decay_1 * slots[j] + slot_delta[j];
+        slots[dim + j] = decay_2 * slots[dim + j] + slot_delta[dim + j];
+      }
+      *step += count;
+      break;
+    }
+    case OptimizerKind::kFtrl:
+      for (int j = 0; j < 2 * dim; ++j) slots[j] += slot_delta[j];
+      for (int j = 0; j < dim; ++j) w[j] = FtrlWeight(c, lr, slots[dim + j], slots[j]);
+      return;
   }
   for (int j = 0; j < dim; ++j) w[j] += delta[j];
-  if (NeedsStepCount(c.kind)) *step += count;
+}
+
+int NonNegativeSlot(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kAdagrad:
+    case OptimizerKind::kFtrl:
+      return 0;  // the accumulator of squared gradients
+    case OptimizerKind::kAdam:
+      return 1;  // the second moment
+    case OptimizerKind::kSGD:
+      break;
+  }
+  return -1;
 }
 
 void ApplyUpdates(const OptimizerConfig& config, float learning_rate, const float* grad_sum,

@@ -1,6 +1,8 @@
 // Server-side row optimizers. The update rules follow tf_keras' sparse
-// updates, with Adam's bias correction counted per row
-// because a row only sees the steps in which it was touched ("lazy" Adam).
+// updates (Adam's moments written as beta * m + (1 - beta) * g, so that a
+// merged run of one update rounds as the update itself), with Adam's bias
+// correction counted per row because a row only sees the steps in which it
+// was touched ("lazy" Adam).
 #ifndef HET_TF_CORE_SPARSE_OPTIMIZER_H_
 #define HET_TF_CORE_SPARSE_OPTIMIZER_H_
 
@@ -55,13 +57,20 @@ void ApplyUpdate(const OptimizerConfig& config, float learning_rate, const float
                  float* row, float* slots, int64_t* step, float* delta = nullptr);
 
 // Merges a worker's accumulated state delta of `count` local updates into a
-// shard's row: each value and slot takes its change, Adam's step advances by
-// `count`, and FTRL's row is recomputed from its merged slots (its values are
-// a function of them). With no other writer since the worker's copy was
-// taken, the row ends where the worker's copy did, up to the rounding of
-// summing the increments separately (docs/consistency.md).
+// shard's row (or into a fresh copy of it, on a cache's refresh): values and
+// sums (Adagrad's and FTRL's slots) take their change; Adam's moments decay
+// by beta^count and take the worker's averages, and its step advances by
+// `count`; FTRL's values are recomputed from the merged slots (they are a
+// function of them). With no other writer since the worker's copy was taken,
+// the row ends where the worker's copy did: to the bit for one update, up to
+// the rounding of summing the increments separately for more
+// (docs/consistency.md).
 void ApplyDelta(const OptimizerConfig& config, float learning_rate, const float* delta,
                 int64_t count, int dim, float* row, float* slots, int64_t* step);
+
+// The slot (0-based) whose part of a delta can never be negative: the sum
+// or average of squared gradients; -1 for none (SGD).
+int NonNegativeSlot(OptimizerKind kind);
 
 // The most updates one push may carry: a push costs `count` optimizer steps,
 // so an unchecked count (2^63) would never finish. Caches push a row once

@@ -259,15 +259,17 @@ Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const in
                               int64_t n, float learning_rate, float* states, int64_t* clocks) {
   const int width = state_width();
   HET_RETURN_IF_ERROR(CheckPush(keys, deltas, width, counts, n, learning_rate, "delta"));
-  // Accumulators only grow (by squared gradients): a negative change could
-  // only come from a corrupt push, and would take a square root of < 0.
+  // What a run of updates adds to a sum or average of squared gradients is
+  // never negative: a negative one could only come from a corrupt push, and
+  // would end in the square root of a negative number.
   const OptimizerKind kind = config_.optimizer.kind;
-  if (kind == OptimizerKind::kAdagrad || kind == OptimizerKind::kFtrl) {
+  if (NonNegativeSlot(kind) >= 0) {
+    const int64_t at = config_.dim * (1 + NonNegativeSlot(kind));
     for (int64_t i = 0; i < n; ++i) {
       for (int j = 0; j < config_.dim; ++j) {
-        if (deltas[i * width + config_.dim + j] < 0) {
+        if (deltas[i * width + at + j] < 0) {
           return Status::InvalidArgument("table " + Quote(config_.name) +
-                                         ": negative accumulator change for id " +
+                                         ": negative squared-gradient change for id " +
                                          std::to_string(keys[i]) + "; nothing was applied");
         }
       }

@@ -49,10 +49,10 @@ Status ValidateCacheConfig(const CacheConfig& c) {
   Status s = ValidateOptimizer(c.optimizer);
   if (!s.ok()) return Status::InvalidArgument(name + ": " + s.message());
   // The cache is allocated in full when it is made: each row's state (values
-  // and slots) and its pending delta, three 8-byte fields and about 32 bytes
-  // of index and order.
+  // and slots) and its pending delta, three 8-byte fields, and 56 bytes of
+  // index, eviction order and free list (measured: docs/memory.md).
   const double bytes =
-      double(c.capacity) * (8.0 * StateWidth(c.optimizer.kind, c.dim) + 24 + 32);
+      double(c.capacity) * (8.0 * StateWidth(c.optimizer.kind, c.dim) + 24 + 56);
   return CheckFitsInMemory(name, "a cache of " + std::to_string(c.capacity) + " rows", bytes);
 }
 
@@ -224,10 +224,16 @@ Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_
       const float* fresh = states + size_t(answer[i]) * answer_width;
       int32_t slot = slots[i];
       if (slot >= 0) {
+        // The fresh state with this worker's pending updates merged in, as
+        // the shard will merge them.
         const int64_t pending = PendingCount(slot);
-        const float* delta = PendingDelta(slot);
         float* state = State(slot);
-        for (int j = 0; j < width_; ++j) state[j] = fresh[j] + delta[j];
+        std::memcpy(state, fresh, sizeof(float) * width_);
+        if (pending > 0) {
+          int64_t unused_step = 0;  // a cached row's step count is its clock
+          ApplyDelta(config_.optimizer, last_learning_rate_, PendingDelta(slot), pending, dim,
+                     state, state + dim, &unused_step);
+        }
         server_clock_[slot] = clocks[answer[i]];
         local_clock_[slot] = clocks[answer[i]] + pending;
         ++refreshes;
@@ -281,6 +287,7 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
     }
     slots[i] = static_cast<int32_t>(slot);
   }
+  last_learning_rate_ = learning_rate;
   for (int64_t i = 0; i < n; ++i) {
     const int32_t slot = slots[i];
     float* state = State(slot);

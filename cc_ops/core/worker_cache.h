@@ -148,6 +148,9 @@ class WorkerCache {
   std::vector<int64_t> keys_, server_clock_, local_clock_;
   std::vector<float> states_, pending_delta_;  // capacity * width_ each
   Pushes outbox_;  // evicted with pending updates, not yet acknowledged
+  // FTRL's refresh recomputes a row from its slots with it; an entry has
+  // pending updates only after an Accumulate has set it.
+  float last_learning_rate_ = 0.0f;
   CacheCounters counters_;
 };
 

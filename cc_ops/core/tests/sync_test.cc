@@ -137,6 +137,41 @@ HET_TEST(LocalStepsFollowTheTablesOptimizer) {
   }
 }
 
+// Two workers' runs of Adam updates merge as one run: each moment decays
+// from the shard's value and takes each worker's average, so with the same
+// gradient throughout the shard ends as if all 60 updates were applied in
+// turn. Adding the workers' changes instead would decay the starting
+// moment twice (by 2 * 0.9^30 - 1, flipping its sign).
+HET_TEST(TwoWorkersAdamMomentsMergeAsOneRun) {
+  const int dim = 3;
+  LocalCluster cluster(Table(het::OptimizerKind::kAdam, dim), 1), sequential(Table(het::OptimizerKind::kAdam, dim), 1);
+  const std::vector<int64_t> ids = {9};
+  const std::vector<float> warm = {1.0f, -2.0f, 0.5f}, g = {-0.3f, 0.2f, 0.1f};
+  EXPECT_OK(cluster.PushGradients(ids, warm, 0.01f));  // moments far from g's
+  EXPECT_OK(sequential.PushGradients(ids, warm, 0.01f));
+  auto a = MakeCache(Cache(dim, 4, het::CachePolicy::kLFU, -1, -1, het::OptimizerKind::kAdam));
+  auto b = MakeCache(Cache(dim, 4, het::CachePolicy::kLFU, -1, -1, het::OptimizerKind::kAdam));
+  het::LookupPlan plan;
+  std::vector<float> rows;
+  EXPECT_OK(cluster.Lookup(*a, ids, true, &plan, &rows));
+  EXPECT_OK(cluster.Lookup(*b, ids, true, &plan, &rows));
+  for (int i = 0; i < 30; ++i) {
+    EXPECT_OK(cluster.Update(*a, ids, g, 0.01f));
+    EXPECT_OK(cluster.Update(*b, ids, g, 0.01f));
+  }
+  EXPECT_OK(cluster.Flush(*a, 0.01f));
+  EXPECT_OK(cluster.Flush(*b, 0.01f));
+  for (int i = 0; i < 60; ++i) EXPECT_OK(sequential.PushGradients(ids, g, 0.01f));
+  het::TableChunk merged, applied;
+  EXPECT_OK(cluster.shard(0).Export(0, 10, &merged));
+  EXPECT_OK(sequential.shard(0).Export(0, 10, &applied));
+  EXPECT_EQ(merged.clocks[0], 61);
+  EXPECT_EQ(merged.steps[0], 61);
+  for (int j = 0; j < 2 * dim; ++j) {
+    EXPECT_NEAR(merged.slots[j], applied.slots[j], 1e-6 + 1e-5 * std::fabs(applied.slots[j]));
+  }
+}
+
 HET_TEST(DirtyEvictionsAndFlushLoseNoUpdate) {
   const int dim = 3;
   auto table = Table(het::OptimizerKind::kSGD, dim);

@@ -171,7 +171,7 @@ HET_TEST(BadPushesChangeNothing) {
                  "non-finite delta for id 1");
   deltas[7] = -0.5f;  // an accumulator cannot shrink
   EXPECT_INVALID(t->PushDeltas(keys.data(), deltas.data(), counts.data(), 2, 0.1f, nullptr, nullptr),
-                 "negative accumulator change for id 1");
+                 "negative squared-gradient change for id 1");
   deltas[7] = 0.5f;
   EXPECT_INVALID(t->PushDeltas(keys.data(), deltas.data(), counts.data(), 2, NAN, nullptr, nullptr),
                  "learning rate must be finite");
