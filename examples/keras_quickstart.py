@@ -16,7 +16,7 @@ ids = (rng.zipf(1.2, size=(20_000, 4)) % 50_000).astype(np.int64)  # skewed, lik
 labels = ((ids[:, 0] + ids[:, 1]) % 3 == 0).astype(np.float32)
 
 inputs = tf_keras.Input(shape=(4,), dtype="int64", name="ids")
-x = HetEmbedding(50_000, 16, cache_capacity=0.1, staleness=100, name="items")(inputs)
+x = HetEmbedding(50_000, 16, cache_capacity=0.1, staleness="auto", name="items")(inputs)
 x = tf_keras.layers.Dense(32, activation="relu")(tf_keras.layers.Flatten()(x))
 model = tf_keras.Model(inputs, tf_keras.layers.Dense(1, activation="sigmoid", name="score")(x))
 model.compile("adam", "binary_crossentropy", metrics=[tf_keras.metrics.AUC()])
