@@ -99,33 +99,35 @@ class ShardedTable:
         """Applies gradient sums; with return_rows, the updated rows and
         clocks come back in the order of `keys`."""
         lr = tf.cast(learning_rate, tf.float32)
-        if self.num_shards > 1:  # one shard checks its whole push itself
-            grads = tf.debugging.check_numerics(
-                grads, f"table '{self.config.name}': non-finite gradient; nothing was applied")
-        origin, answers = self._on_shards(
-            lambda s, h, k, g, c: self._ops.het_table_push(h, k, g, c, lr, dim=self.dim,
-                                                           return_rows=return_rows),
-            keys, grads, counts)
-        if origin is None:
-            return tuple(answers[0])
-        if not return_rows:
-            deps = [a[1] for a in answers]
-            with tf.control_dependencies(deps):
-                return tf.zeros([0, self.dim]), tf.zeros([0], tf.int64)
-        return (tf.dynamic_stitch(origin, [a[0] for a in answers]),
-                tf.dynamic_stitch(origin, [a[1] for a in answers]))
+        return self._push(
+            lambda h, k, g, c: self._ops.het_table_push(h, k, g, c, lr, dim=self.dim,
+                                                        return_rows=return_rows),
+            keys, grads, counts, "gradient", return_rows)
 
     def push_deltas(self, keys, deltas, counts, learning_rate):
         """Merges caches' state deltas (see HetTablePushDeltas); the rows'
         states after the merge and their clocks come back in the order of
         `keys`."""
         lr = tf.cast(learning_rate, tf.float32)
-        origin, answers = self._on_shards(
-            lambda s, h, k, d, c: self._ops.het_table_push_deltas(
+        return self._push(
+            lambda h, k, d, c: self._ops.het_table_push_deltas(
                 h, k, d, c, lr, dim=self.dim, num_slots=self.config.num_slots),
-            keys, deltas, counts)
+            keys, deltas, counts, "state delta", True)
+
+    def _push(self, push_op, keys, values, counts, what, return_rows):
+        """push_op(handle, keys, values, counts) on every shard; the answers
+        back in the order of `keys` (empty without return_rows)."""
+        if self.num_shards > 1:  # one shard checks its whole push itself
+            values = tf.debugging.check_numerics(
+                values, f"table '{self.config.name}': non-finite {what}; nothing was applied")
+        origin, answers = self._on_shards(lambda s, h, k, v, c: push_op(h, k, v, c),
+                                          keys, values, counts)
         if origin is None:
             return tuple(answers[0])
+        if not return_rows:
+            deps = [a[1] for a in answers]
+            with tf.control_dependencies(deps):
+                return tf.zeros([0, self.dim]), tf.zeros([0], tf.int64)
         return (tf.dynamic_stitch(origin, [a[0] for a in answers]),
                 tf.dynamic_stitch(origin, [a[1] for a in answers]))
 

@@ -50,7 +50,7 @@ Status TableShard::Create(const TableConfig& config, std::unique_ptr<TableShard>
 
 TableShard::TableShard(const TableConfig& config)
     : config_(config), num_slots_(NumSlots(config.optimizer.kind)) {
-  size_t float_bytes = sizeof(float) * config_.dim * (1 + num_slots_);
+  size_t float_bytes = sizeof(float) * state_width();
   clock_offset_ = (float_bytes + 7) & ~size_t{7};
   // Then the clock, Adam's step count, and the key (for export): the key in
   // the row costs exactly 8 bytes, where a growing side array cost up to 16.
@@ -224,35 +224,41 @@ Status TableShard::CheckPush(const int64_t* keys, const float* values, int width
   return Status::Ok();
 }
 
-void TableShard::CountPush(int64_t n, uint64_t updates, int width, bool returned) {
+template <typename Apply>
+Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width,
+                               float* out, int64_t* clocks, Apply apply) {
+  std::unique_ptr<RowReservation> reservation;
+  HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
+  uint64_t updates = 0;
+  ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
+    bool created;
+    char* p = FindOrCreate(stripe, keys[i], &created);
+    apply(i, p);
+    *Clock(p) += counts[i];
+    updates += counts[i];
+    if (out != nullptr) std::memcpy(out + int64_t{i} * width, Values(p), sizeof(float) * width);
+    if (clocks != nullptr) clocks[i] = *Clock(p);
+  });
   push_requests_.fetch_add(1, std::memory_order_relaxed);
   rows_pushed_.fetch_add(n, std::memory_order_relaxed);
   updates_applied_.fetch_add(updates, std::memory_order_relaxed);
   bytes_received_.fetch_add((8 + 8 + sizeof(float) * width) * n, std::memory_order_relaxed);
-  if (returned) bytes_sent_.fetch_add((8 + sizeof(float) * width) * n, std::memory_order_relaxed);
+  if (out != nullptr) {
+    bytes_sent_.fetch_add((8 + sizeof(float) * width) * n, std::memory_order_relaxed);
+  }
+  return Status::Ok();
 }
 
 Status TableShard::Push(const int64_t* keys, const float* grads, const int64_t* counts, int64_t n,
                         float learning_rate, float* values, int64_t* clocks) {
   const int dim = config_.dim;
   HET_RETURN_IF_ERROR(CheckPush(keys, grads, dim, counts, n, learning_rate, "gradient"));
-  std::unique_ptr<RowReservation> reservation;
-  HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
-  uint64_t updates = 0;
   std::vector<float> mean(dim);
-  ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
-    bool created;
-    char* p = FindOrCreate(stripe, keys[i], &created);
+  return ApplyToRows(keys, counts, n, dim, values, clocks, [&](int32_t i, char* p) {
     ApplyUpdates(config_.optimizer, learning_rate, grads + int64_t{i} * dim, counts[i], dim,
                  Values(p), Slots(p), NeedsStepCount(config_.optimizer.kind) ? Step(p) : nullptr,
                  &mean);
-    *Clock(p) += counts[i];
-    updates += counts[i];
-    if (values != nullptr) std::memcpy(values + int64_t{i} * dim, Values(p), sizeof(float) * dim);
-    if (clocks != nullptr) clocks[i] = *Clock(p);
   });
-  CountPush(n, updates, dim, values != nullptr);
-  return Status::Ok();
 }
 
 Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
@@ -275,22 +281,10 @@ Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const in
       }
     }
   }
-  std::unique_ptr<RowReservation> reservation;
-  HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
-  uint64_t updates = 0;
-  ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
-    bool created;
-    char* p = FindOrCreate(stripe, keys[i], &created);
+  return ApplyToRows(keys, counts, n, width, states, clocks, [&](int32_t i, char* p) {
     ApplyDelta(config_.optimizer, learning_rate, deltas + int64_t{i} * width, counts[i],
-               config_.dim, Values(p), Slots(p),
-               NeedsStepCount(kind) ? Step(p) : nullptr);
-    *Clock(p) += counts[i];
-    updates += counts[i];
-    if (states != nullptr) std::memcpy(states + int64_t{i} * width, Values(p), sizeof(float) * width);
-    if (clocks != nullptr) clocks[i] = *Clock(p);
+               config_.dim, Values(p), Slots(p), NeedsStepCount(kind) ? Step(p) : nullptr);
   });
-  CountPush(n, updates, width, states != nullptr);
-  return Status::Ok();
 }
 
 int64_t TableShard::Size() const {

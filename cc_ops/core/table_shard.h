@@ -77,7 +77,7 @@ class TableShard {
   const std::string& table_name() const { return config_.name; }
   int dim() const { return config_.dim; }
   int num_slots() const { return num_slots_; }
-  int state_width() const { return config_.dim * (1 + num_slots_); }
+  int state_width() const { return StateWidth(config_.optimizer.kind, config_.dim); }
 
   // Values of every key, creating missing rows.
   Status Gather(const int64_t* keys, int64_t n, float* values);
@@ -153,8 +153,13 @@ class TableShard {
   // before anything changes.
   Status CheckPush(const int64_t* keys, const float* values, int width, const int64_t* counts,
                    int64_t n, float learning_rate, const char* what) const;
-  // Records one push of n rows, w floats each, in the traffic counters.
-  void CountPush(int64_t n, uint64_t updates, int width, bool returned);
+  // The body of both pushes: reserves new rows, calls apply(row) on each
+  // key's row under its stripe's lock, advances its clock by counts[i] and,
+  // when out and clocks are not null, copies the row's first `width` floats
+  // and its clock back; then counts the push.
+  template <typename Apply>
+  Status ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width,
+                     float* out, int64_t* clocks, Apply apply);
 
   TableConfig config_;
   int num_slots_;

@@ -4,7 +4,9 @@
 // slots), the server clock c_s it was fetched at, its local clock c_c = c_s +
 // local updates, and the pending delta: what those local updates changed in
 // every field of the state, not yet pushed. Local updates follow the table's
-// own optimizer, so a cached row moves the way the shard will move it. One lookup runs as Prepare (unique keys and their clocks go to the
+// own optimizer, so a cached row moves the way the shard will move it.
+//
+// One lookup runs as Prepare (unique keys and their clocks go to the
 // shards), the shards' Pull, then Complete (only missing or stale rows come
 // back). One update runs as Accumulate (local step, pushes due by the write
 // bound), the shards' Push, then AckPush. The halves are separate calls
