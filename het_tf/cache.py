@@ -113,24 +113,27 @@ class WorkerCache:
     def apply_gradients(self, unique_keys, unique_grads, learning_rate):
         """One local optimizer step per unique key; pushes whatever is due."""
         with self._placed(self.device):
-            keys, deltas, counts = self._ops.het_cache_accumulate(
+            pushes = self._ops.het_cache_accumulate(
                 self.handle(), unique_keys, unique_grads, tf.cast(learning_rate, tf.float32),
                 dim=self.dim)
-        return self._push_and_ack(keys, deltas, counts, learning_rate)
+        return self._push_and_ack(pushes, learning_rate)
 
     def flush(self, learning_rate):
         """Pushes every pending update of every worker's cache; returns the
         ops that acknowledge them."""
         def one(device):
             with self._placed(device):
-                keys, deltas, counts = self._ops.het_cache_flush(self.handle(device),
-                                                                 dim=self.dim)
-            return self._push_and_ack(keys, deltas, counts, learning_rate, device)
+                pushes = self._ops.het_cache_flush(self.handle(device), dim=self.dim)
+            return self._push_and_ack(pushes, learning_rate, device)
 
         return self._on_every_worker(one)
 
-    def _push_and_ack(self, keys, deltas, counts, learning_rate, device=None):
-        values, clocks = self.table.push_deltas(keys, deltas, counts, learning_rate)
+    def _push_and_ack(self, pushes, learning_rate, device=None):
+        """pushes: (keys, deltas, counts, base clocks) as the cache's
+        accumulate and flush ops give them."""
+        keys, deltas, counts, base_clocks = pushes
+        values, clocks = self.table.push_deltas(keys, deltas, counts, base_clocks,
+                                                learning_rate)
         with self._placed(device or self.device):
             return self._ops.het_cache_ack_push(self.handle(device), keys, counts, values,
                                                 clocks)

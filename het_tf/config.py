@@ -12,6 +12,9 @@ INITIALIZERS = ("uniform", "normal", "truncated_normal", "constant", "zeros")
 POLICIES = ("lru", "lfu", "lfu_opt")
 # Slots per row of each optimizer, as the C++ core keeps them.
 NUM_SLOTS = {"sgd": 0, "adagrad": 1, "adam": 2, "ftrl": 2}
+# The slot of a sum or average of squared gradients, whose part of a cache's
+# state delta is never negative (the core's NonNegativeSlot).
+SQUARED_GRADIENT_SLOT = {"adagrad": 0, "adam": 1, "ftrl": 0}
 UNBOUNDED = -1
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-/]+$")

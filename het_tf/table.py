@@ -8,7 +8,7 @@ and put the answers back in order; the shards do the work.
 import tensorflow as tf
 
 from het_tf import _op_library
-from het_tf.config import TableConfig
+from het_tf.config import SQUARED_GRADIENT_SLOT, TableConfig
 
 
 class ShardedTable:
@@ -104,24 +104,42 @@ class ShardedTable:
                                                         return_rows=return_rows),
             keys, grads, counts, "gradient", return_rows)
 
-    def push_deltas(self, keys, deltas, counts, learning_rate):
-        """Merges caches' state deltas (see HetTablePushDeltas); the rows'
-        states after the merge and their clocks come back in the order of
-        `keys`."""
+    def push_deltas(self, keys, deltas, counts, base_clocks, learning_rate):
+        """Merges caches' state deltas, taken from rows at `base_clocks` (see
+        HetTablePushDeltas); the rows' states after the merge and their
+        clocks come back in the order of `keys`."""
         lr = tf.cast(learning_rate, tf.float32)
+        if self.num_shards > 1:
+            # One shard checks its whole push itself; several must refuse a
+            # bad push before any of them merges its part.
+            deltas, base_clocks = self._check_deltas(deltas, base_clocks)
         return self._push(
-            lambda h, k, d, c: self._ops.het_table_push_deltas(
-                h, k, d, c, lr, dim=self.dim, num_slots=self.config.num_slots),
-            keys, deltas, counts, "state delta", True)
+            lambda h, k, d, c, b: self._ops.het_table_push_deltas(
+                h, k, d, c, lr, b, dim=self.dim, num_slots=self.config.num_slots),
+            keys, deltas, counts, "state delta", True, base_clocks)
 
-    def _push(self, push_op, keys, values, counts, what, return_rows):
-        """push_op(handle, keys, values, counts) on every shard; the answers
-        back in the order of `keys` (empty without return_rows)."""
+    def _check_deltas(self, deltas, base_clocks):
+        name = self.config.name
+        checks = [tf.debugging.assert_non_negative(
+            base_clocks, message=f"table '{name}': negative base clock; nothing was applied")]
+        slot = SQUARED_GRADIENT_SLOT.get(self.config.optimizer.name)
+        if slot is not None:
+            at = self.dim * (1 + slot)
+            checks.append(tf.debugging.assert_non_negative(
+                deltas[:, at:at + self.dim],
+                message=f"table '{name}': negative squared-gradient change; nothing was applied"))
+        with tf.control_dependencies(checks):
+            return tf.identity(deltas), tf.identity(base_clocks)
+
+    def _push(self, push_op, keys, values, counts, what, return_rows, *more):
+        """push_op(handle, keys, values, counts, *more) on every shard, each
+        with its part of the inputs; the answers back in the order of `keys`
+        (empty without return_rows)."""
         if self.num_shards > 1:  # one shard checks its whole push itself
             values = tf.debugging.check_numerics(
                 values, f"table '{self.config.name}': non-finite {what}; nothing was applied")
-        origin, answers = self._on_shards(lambda s, h, k, v, c: push_op(h, k, v, c),
-                                          keys, values, counts)
+        origin, answers = self._on_shards(lambda s, h, *parts: push_op(h, *parts),
+                                          keys, values, counts, *more)
         if origin is None:
             return tuple(answers[0])
         if not return_rows:

@@ -374,11 +374,6 @@ def _train(args):
         print(f"het-tf train: {args.model} on {args.data} in {args.mode} mode "
               f"({num_workers} worker{'s' * (num_workers > 1)}), {epochs * steps_per_epoch} "
               f"steps of {args.batch_size}, run folder {args.run_dir}", flush=True)
-        if (args.optimizer == "adam" and num_workers > 1 and args.embedding == "het"
-                and args.cache_capacity and args.staleness != 0):
-            print("het-tf train: warning: Adam tables with several workers and the cache lose "
-                  "held-out accuracy (docs/consistency.md, 'Adam with several workers'); "
-                  "Adagrad does not, nor does --staleness 0", flush=True)
     started = time.perf_counter()
     history = model.fit(train_input, epochs=epochs, steps_per_epoch=steps_per_epoch,
                         callbacks=callbacks, verbose=(1 if sys.stdout.isatty() else 2)

@@ -88,14 +88,24 @@ def optimizer_step(optimizer, state, g, lr, step, delta=None):
     return step
 
 
-def merge(optimizer, state, delta, count, lr):
+def concurrent_share(optimizer, count, others):
+    """The share of an Adam delta's change of the row that a merge keeps
+    when `others` updates by other writers came since the copy was taken."""
+    if optimizer != "adam" or others <= 0:
+        return np.float32(1)
+    return np.float32(count / (count + others))
+
+
+def merge(optimizer, state, delta, count, lr, share=np.float32(1)):
     """A delta of `count` updates merged into `state`: sums add, Adam's
     moments decay by beta^count and take the averages, FTRL's row follows
-    its slots."""
+    its slots; the row keeps `share` of its change."""
     for f in FIELDS[optimizer]:
         if optimizer == "adam" and f in ("m", "v"):
             decay = np.float32(float(np.float32(0.9 if f == "m" else 0.999)) ** count)
             state[f] = decay * state[f] + delta[f]
+        elif f == "w" and share != 1:
+            state[f] = state[f] + share * delta[f]
         else:
             state[f] = state[f] + delta[f]
     if optimizer == "ftrl":
@@ -146,11 +156,12 @@ class RefTable:
         self.updates_applied += count
         return r["w"].copy(), r["clock"]
 
-    def push_delta(self, key, delta, count, lr):
+    def push_delta(self, key, delta, count, base_clock, lr):
         """A cache's write: every field takes its change (FTRL's row is
-        recomputed from its merged slots)."""
+        recomputed from its merged slots), Adam's row its share."""
         r = self.row(key)
-        merge(self.optimizer, r, delta, count, lr)
+        merge(self.optimizer, r, delta, count, lr,
+              concurrent_share(self.optimizer, count, r["clock"] - base_clock))
         r["step"] += count
         r["clock"] += count
         self.updates_applied += count
@@ -167,7 +178,7 @@ class RefCache:
         self.table, self.capacity, self.policy = table, capacity, policy
         self.s_r, self.s_w, self.pin = read_staleness, write_staleness, pin_threshold
         self.entries = {}
-        self.outbox = []  # (key, delta, count)
+        self.outbox = []  # (key, delta, count, base clock)
         self.seq = 0
         self.lr = 0.0
         self.counters = dict(lookups=0, unique_keys=0, hits=0, misses=0, stale_refreshes=0,
@@ -208,7 +219,9 @@ class RefCache:
                     out.append(answer[i][0]["w"])
                     self.counters["misses"] += 1
                 else:
-                    out.append(answer[i][0]["w"] + e["pd"]["w"])
+                    share = concurrent_share(self.table.optimizer, e["cc"] - e["cs"],
+                                             answer[i][1] - e["cs"])
+                    out.append(answer[i][0]["w"] + share * e["pd"]["w"])
                     self.counters["stale_refreshes"] += 1
             return unique, out
         for k in unique:
@@ -224,6 +237,8 @@ class RefCache:
             if e is not None:
                 pending = e["cc"] - e["cs"]
                 if pending:
+                    e["pd"]["w"] = e["pd"]["w"] * concurrent_share(
+                        self.table.optimizer, pending, clock - e["cs"])
                     merge(self.table.optimizer, fresh, e["pd"], pending, self.lr)
                 e["state"] = fresh
                 e["cs"], e["cc"] = clock, clock + pending
@@ -234,7 +249,7 @@ class RefCache:
                              key=lambda e: (self._bucket(e["touches"]), e["seq"]))
                 if victim["cc"] > victim["cs"]:
                     self.outbox.append((victim["key"], victim["pd"],
-                                        victim["cc"] - victim["cs"]))
+                                        victim["cc"] - victim["cs"], victim["cs"]))
                     self.counters["dirty_evictions"] += 1
                 del self.entries[victim["key"]]
                 self.counters["evictions"] += 1
@@ -257,18 +272,18 @@ class RefCache:
                            delta=e["pd"])
             e["cc"] += 1
             if self.s_w >= 0 and e["cc"] - e["cs"] > self.s_w:
-                due.append((k, dict(e["pd"]), e["cc"] - e["cs"]))
+                due.append((k, dict(e["pd"]), e["cc"] - e["cs"], e["cs"]))
         self._push_and_ack(due, lr)
 
     def flush(self, lr):
-        due = list(self.outbox) + [(k, dict(e["pd"]), e["cc"] - e["cs"])
+        due = list(self.outbox) + [(k, dict(e["pd"]), e["cc"] - e["cs"], e["cs"])
                                    for k, e in self.entries.items() if e["cc"] > e["cs"]]
         self._push_and_ack(due, lr)
 
     def _push_and_ack(self, due, lr):
-        outbox_keys = {k for k, _, _ in self.outbox}
-        for k, delta, count in due:
-            state, clock = self.table.push_delta(k, delta, count, lr)
+        outbox_keys = {k for k, _, _, _ in self.outbox}
+        for k, delta, count, base_clock in due:
+            state, clock = self.table.push_delta(k, delta, count, base_clock, lr)
             self.counters["rows_pushed"] += 1
             self.counters["updates_pushed"] += count
             if k in outbox_keys:

@@ -203,7 +203,8 @@ def build_call(draw, op, ctx):
         counts = np.array([draw(st.integers(1, 4)) for _ in keys], np.int64)
         deltas = finite(draw, (len(keys), 2 * DIM))
         deltas[:, DIM:] = np.abs(deltas[:, DIM:])  # Adagrad's accumulator only grows
-        return ([th, keys, deltas, counts, np.float32(draw(st.floats(0, 1)))],
+        bases = np.array([draw(st.integers(0, 6)) for _ in keys], np.int64)
+        return ([th, keys, deltas, counts, np.float32(draw(st.floats(0, 1))), bases],
                 dict(dim=DIM, num_slots=1))
     if op == "HetTableExport":
         return ([th, np.int64(draw(st.integers(0, 5))), np.int64(draw(st.integers(0, 5)))],
@@ -232,8 +233,8 @@ def build_call(draw, op, ctx):
         cache.lookup(tf.constant(keys), training=True)
         return [ch, keys, finite(draw, (len(keys), DIM)), np.float32(0.1)], dict(dim=DIM)
     if op == "HetCacheAckPush":
-        keys, deltas, counts = OPS.het_cache_flush(ch, dim=DIM)
-        values, clocks = table.push_deltas(keys, deltas, counts, 0.1)
+        keys, deltas, counts, bases = OPS.het_cache_flush(ch, dim=DIM)
+        values, clocks = table.push_deltas(keys, deltas, counts, bases, 0.1)
         return [ch, keys, counts, values, clocks], {}
     if op == "HetParseCriteo":
         n = draw(st.integers(0, 4))

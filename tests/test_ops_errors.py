@@ -151,3 +151,24 @@ def test_import_of_mismatched_chunks(unique_name):
         table.import_rows(tf.constant([1], tf.int64), tf.ones([1, 3]), tf.ones([1, 1, 2]),
                           tf.constant([0], tf.int64), tf.constant([0], tf.int64))
     assert table.stats()["rows"] == 0
+
+
+@pytest.mark.parametrize("bad", ["base_clock", "squared_gradient"])
+def test_bad_delta_pushes_change_no_shard(unique_name, bad):
+    # Ids 1..8 land on both shards; one bad row must stop every shard's part.
+    config = het_tf.TableConfig(unique_name(), 2, optimizer=het_tf.OptimizerConfig("adagrad"))
+    table = het_tf.ShardedTable(config, [None, None])
+    keys = tf.range(1, 9, dtype=tf.int64)
+    table.gather(keys)
+    before = snapshot(table)
+    deltas = np.full([8, 4], 0.5, np.float32)  # values then the accumulator
+    bases = np.zeros([8], np.int64)
+    if bad == "base_clock":
+        bases[5] = -1
+    else:
+        deltas[5, 3] = -0.5
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=f"table '{config.name}': negative {bad.replace('_', '.')}"):
+        table.push_deltas(keys, tf.constant(deltas), tf.ones([8], tf.int64), tf.constant(bases),
+                          0.1)
+    assert snapshot(table) == before

@@ -166,7 +166,7 @@ void ApplyUpdate(const OptimizerConfig& c, float lr, const float* g, int dim, fl
 }
 
 void ApplyDelta(const OptimizerConfig& c, float lr, const float* delta, int64_t count, int dim,
-                float* w, float* slots, int64_t* step) {
+                float* w, float* slots, int64_t* step, float value_share) {
   const float* slot_delta = delta + dim;
   switch (c.kind) {
     case OptimizerKind::kSGD:
@@ -190,7 +190,16 @@ void ApplyDelta(const OptimizerConfig& c, float lr, const float* delta, int64_t 
       for (int j = 0; j < dim; ++j) w[j] = FtrlWeight(c, lr, slots[dim + j], slots[j]);
       return;
   }
-  for (int j = 0; j < dim; ++j) w[j] += delta[j];
+  if (value_share == 1.0f) {
+    for (int j = 0; j < dim; ++j) w[j] += delta[j];
+  } else {
+    for (int j = 0; j < dim; ++j) w[j] += value_share * delta[j];
+  }
+}
+
+float ConcurrentShare(OptimizerKind kind, int64_t count, int64_t others) {
+  if (kind != OptimizerKind::kAdam || others <= 0 || count <= 0) return 1.0f;
+  return static_cast<float>(double(count) / double(count + others));
 }
 
 int NonNegativeSlot(OptimizerKind kind) {

@@ -65,8 +65,23 @@ void ApplyUpdate(const OptimizerConfig& config, float learning_rate, const float
 // the row ends where the worker's copy did: to the bit for one update, up to
 // the rounding of summing the increments separately for more
 // (docs/consistency.md).
+//
+// `value_share` (0, 1] scales the values' part of the delta: the share of a
+// worker's movement that a merge keeps (ConcurrentShare).
 void ApplyDelta(const OptimizerConfig& config, float learning_rate, const float* delta,
-                int64_t count, int dim, float* row, float* slots, int64_t* step);
+                int64_t count, int dim, float* row, float* slots, int64_t* step,
+                float value_share = 1.0f);
+
+// The share of a delta's movement of the values that a merge keeps, when the
+// delta holds `count` local updates and `others` updates by other writers
+// reached the row since the worker's copy was taken. Adam's updates have the
+// learning rate's size whatever the gradient's, so two workers that each
+// take a row to where their own copy's loss is lowest move it there twice
+// when their deltas add: the merge keeps count / (count + others) of an Adam
+// delta, which is all of it with no other writer and half of it for two
+// workers writing the row at the same rate (docs/consistency.md, "Adam").
+// Other optimizers' steps shrink with the gradient, and keep all of it.
+float ConcurrentShare(OptimizerKind kind, int64_t count, int64_t others);
 
 // The slot (0-based) whose part of a delta can never be negative: the sum
 // or average of squared gradients; -1 for none (SGD).

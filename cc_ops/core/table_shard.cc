@@ -262,9 +262,17 @@ Status TableShard::Push(const int64_t* keys, const float* grads, const int64_t* 
 }
 
 Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
-                              int64_t n, float learning_rate, float* states, int64_t* clocks) {
+                              const int64_t* base_clocks, int64_t n, float learning_rate,
+                              float* states, int64_t* clocks) {
   const int width = state_width();
   HET_RETURN_IF_ERROR(CheckPush(keys, deltas, width, counts, n, learning_rate, "delta"));
+  for (int64_t i = 0; i < n; ++i) {
+    if (base_clocks[i] < 0) {
+      return Status::InvalidArgument("table " + Quote(config_.name) + ": negative base clock " +
+                                     std::to_string(base_clocks[i]) + " for id " +
+                                     std::to_string(keys[i]) + "; nothing was applied");
+    }
+  }
   // What a run of updates adds to a sum or average of squared gradients is
   // never negative: a negative one could only come from a corrupt push, and
   // would end in the square root of a negative number.
@@ -281,10 +289,17 @@ Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const in
       }
     }
   }
-  return ApplyToRows(keys, counts, n, width, states, clocks, [&](int32_t i, char* p) {
-    ApplyDelta(config_.optimizer, learning_rate, deltas + int64_t{i} * width, counts[i],
-               config_.dim, Values(p), Slots(p), NeedsStepCount(kind) ? Step(p) : nullptr);
-  });
+  HET_RETURN_IF_ERROR(
+      ApplyToRows(keys, counts, n, width, states, clocks, [&](int32_t i, char* p) {
+        // A clock behind the cache's copy (the table was restored since)
+        // counts as no other writer.
+        const float share = ConcurrentShare(kind, counts[i], *Clock(p) - base_clocks[i]);
+        ApplyDelta(config_.optimizer, learning_rate, deltas + int64_t{i} * width, counts[i],
+                   config_.dim, Values(p), Slots(p), NeedsStepCount(kind) ? Step(p) : nullptr,
+                   share);
+      }));
+  bytes_received_.fetch_add(sizeof(int64_t) * n, std::memory_order_relaxed);  // base clocks
+  return Status::Ok();
 }
 
 int64_t TableShard::Size() const {

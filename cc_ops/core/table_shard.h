@@ -99,10 +99,14 @@ class TableShard {
 
   // A cache's push: merges deltas[i] (StateWidth floats, what counts[i]
   // local optimizer steps changed in the row's state) with ApplyDelta and
-  // advances the clock by counts[i]. When states or clocks are not null they
-  // receive each row's state after the merge, for the cache to take.
-  Status PushDeltas(const int64_t* keys, const float* deltas, const int64_t* counts, int64_t n,
-                    float learning_rate, float* states, int64_t* clocks);
+  // advances the clock by counts[i]. base_clocks[i] is the row's clock when
+  // the cache took its copy: the updates since then are other writers', and
+  // set the share of the delta the merge keeps (ConcurrentShare). When
+  // states or clocks are not null they receive each row's state after the
+  // merge, for the cache to take.
+  Status PushDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
+                    const int64_t* base_clocks, int64_t n, float learning_rate, float* states,
+                    int64_t* clocks);
 
   int64_t Size() const;
   size_t BytesPerRow() const { return row_bytes_; }

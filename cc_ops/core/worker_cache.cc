@@ -26,10 +26,11 @@ Status CheckUnique(const std::string& name, const int64_t* keys, int64_t n) {
 
 }  // namespace
 
-void Pushes::Add(int64_t key, const float* delta, int width, int64_t count) {
+void Pushes::Add(int64_t key, const float* delta, int width, int64_t count, int64_t base_clock) {
   keys.push_back(key);
   deltas.insert(deltas.end(), delta, delta + width);
   counts.push_back(count);
+  base_clocks.push_back(base_clock);
 }
 
 Status ValidateCacheConfig(const CacheConfig& c) {
@@ -144,7 +145,7 @@ int32_t WorkerCache::TakeSlot() {
   if (PendingCount(slot) > 0) {
     // The key is not in this batch, so it cannot be updated again before
     // the outbox goes out with this step's pushes.
-    outbox_.Add(keys_[slot], PendingDelta(slot), width_, PendingCount(slot));
+    outbox_.Add(keys_[slot], PendingDelta(slot), width_, PendingCount(slot), server_clock_[slot]);
     ++counters_.dirty_evictions;
   }
   index_.Erase(keys_[slot]);
@@ -204,8 +205,11 @@ Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_
         std::memcpy(out, fresh, sizeof(float) * dim);
         ++misses;
       } else {
-        const float* delta = PendingDelta(slots[i]);
-        for (int j = 0; j < dim; ++j) out[j] = fresh[j] + delta[j];
+        const int32_t slot = slots[i];
+        const float* delta = PendingDelta(slot);
+        const float share = ConcurrentShare(config_.optimizer.kind, PendingCount(slot),
+                                            clocks[answer[i]] - server_clock_[slot]);
+        for (int j = 0; j < dim; ++j) out[j] = fresh[j] + share * delta[j];
         ++refreshes;
       }
     }
@@ -230,9 +234,18 @@ Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_
         float* state = State(slot);
         std::memcpy(state, fresh, sizeof(float) * width_);
         if (pending > 0) {
+          // The shard would keep this share of the pending delta if it came
+          // now; the delta keeps only that share from here on, so that the
+          // push that carries it later is judged against the writers since.
+          const float share = ConcurrentShare(config_.optimizer.kind, pending,
+                                              clocks[answer[i]] - server_clock_[slot]);
+          float* delta = PendingDelta(slot);
+          if (share != 1.0f) {
+            for (int j = 0; j < dim; ++j) delta[j] *= share;
+          }
           int64_t unused_step = 0;  // a cached row's step count is its clock
-          ApplyDelta(config_.optimizer, last_learning_rate_, PendingDelta(slot), pending, dim,
-                     state, state + dim, &unused_step);
+          ApplyDelta(config_.optimizer, last_learning_rate_, delta, pending, dim, state,
+                     state + dim, &unused_step);
         }
         server_clock_[slot] = clocks[answer[i]];
         local_clock_[slot] = clocks[answer[i]] + pending;
@@ -299,7 +312,7 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
     ++local_clock_[slot];
     if ((write_staleness >= 0 && PendingCount(slot) > write_staleness) ||
         PendingCount(slot) >= kMaxUpdatesPerPush) {
-      due->Add(keys_[slot], PendingDelta(slot), width_, PendingCount(slot));
+      due->Add(keys_[slot], PendingDelta(slot), width_, PendingCount(slot), server_clock_[slot]);
     }
   }
   ++counters_.steps;
@@ -346,13 +359,13 @@ Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* count
   for (size_t i = 0; i < outbox_.size(); ++i) {
     if (!delivered[i]) {
       undelivered.Add(outbox_.keys[i], outbox_.deltas.data() + i * width_, width_,
-                      outbox_.counts[i]);
+                      outbox_.counts[i], outbox_.base_clocks[i]);
     }
   }
   outbox_ = std::move(undelivered);
   counters_.rows_pushed += n;
   counters_.updates_pushed += updates;
-  counters_.bytes_sent += (kKeyBytes + kCountBytes + sizeof(float) * width_) * n;
+  counters_.bytes_sent += (kKeyBytes + kCountBytes + kClockBytes + sizeof(float) * width_) * n;
   if (states != nullptr) counters_.bytes_received += (kClockBytes + sizeof(float) * width_) * n;
   return Status::Ok();
 }
@@ -364,7 +377,7 @@ void WorkerCache::Flush(Pushes* out) {
     const int32_t s = static_cast<int32_t>(slot);
     if (index_.Find(keys_[s]) != static_cast<uint32_t>(s)) continue;  // free slot
     if (PendingCount(s) > 0) {
-      out->Add(keys_[s], PendingDelta(s), width_, PendingCount(s));
+      out->Add(keys_[s], PendingDelta(s), width_, PendingCount(s), server_clock_[s]);
     }
   }
 }

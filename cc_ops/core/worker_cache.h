@@ -61,7 +61,8 @@ struct Pushes {
   std::vector<int64_t> keys;
   std::vector<float> deltas;   // keys.size() * StateWidth: each row's state delta
   std::vector<int64_t> counts; // local updates each delta holds
-  void Add(int64_t key, const float* delta, int width, int64_t count);
+  std::vector<int64_t> base_clocks;  // c_s: the server clock the delta started from
+  void Add(int64_t key, const float* delta, int width, int64_t count, int64_t base_clock);
   size_t size() const { return keys.size(); }
 };
 

@@ -26,7 +26,8 @@ namespace {
 tensorflow::Status OutputPushes(OpKernelContext* ctx, const Pushes& p, int64_t width) {
   TF_RETURN_IF_ERROR(OutputVector(ctx, 0, p.keys));
   TF_RETURN_IF_ERROR(OutputVector(ctx, 1, p.deltas, width));
-  return OutputVector(ctx, 2, p.counts);
+  TF_RETURN_IF_ERROR(OutputVector(ctx, 2, p.counts));
+  return OutputVector(ctx, 3, p.base_clocks);
 }
 
 }  // namespace

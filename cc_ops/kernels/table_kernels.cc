@@ -151,13 +151,15 @@ class HetTablePushDeltasOp : public TableKernel {
     OP_REQUIRES_OK(ctx, CheckNumSlots(table, num_slots_, false));
     float learning_rate;
     OP_REQUIRES_OK(ctx, ReadPushInputs(ctx, table, "state deltas", width, &learning_rate));
+    OP_REQUIRES_OK(ctx, CheckShape(table.config().name, "base clocks", ctx->input(5), n, 0));
     Tensor* states = nullptr;
     Tensor* clocks = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, width}), &states));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({n}), &clocks));
     OP_REQUIRES_OK(ctx, ToTf(table.PushDeltas(
                             keys.flat<int64_t>().data(), ctx->input(2).flat<float>().data(),
-                            ctx->input(3).flat<int64_t>().data(), n, learning_rate,
+                            ctx->input(3).flat<int64_t>().data(),
+                            ctx->input(5).flat<int64_t>().data(), n, learning_rate,
                             states->flat<float>().data(), clocks->flat<int64_t>().data())));
   }
 

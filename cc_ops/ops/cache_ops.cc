@@ -20,6 +20,7 @@ tensorflow::Status PushListShape(InferenceContext* c) {
   // State deltas: dim values and the optimizer's slots, as wide as the state.
   c->set_output(1, c->Matrix(n, c->UnknownDim()));
   c->set_output(2, c->Vector(n));
+  c->set_output(3, c->Vector(n));
   return tensorflow::OkStatus();
 }
 
@@ -95,12 +96,14 @@ REGISTER_OP("HetCacheAccumulate")
     .Output("push_keys: int64")
     .Output("push_deltas: float")
     .Output("push_counts: int64")
+    .Output("push_base_clocks: int64")
     .Attr("dim: int >= 1")
     .SetShapeFn(PushListShape)
     .Doc(R"doc(
 Takes one local step of the table's optimizer per (unique, cached) key and
-returns the pushes that are now due, as state deltas: rows past the write
-bound and rows evicted with pending updates.
+returns the pushes that are now due, as state deltas with their update counts
+and the server clocks they started from: rows past the write bound and rows
+evicted with pending updates.
 )doc");
 
 REGISTER_OP("HetCacheAckPush")
@@ -120,6 +123,7 @@ REGISTER_OP("HetCacheFlush")
     .Output("push_keys: int64")
     .Output("push_deltas: float")
     .Output("push_counts: int64")
+    .Output("push_base_clocks: int64")
     .Attr("dim: int >= 1")
     .SetShapeFn(PushListShape)
     .Doc("Every pending update, to push before a checkpoint, an export or the end.");

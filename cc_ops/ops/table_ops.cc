@@ -94,13 +94,15 @@ REGISTER_OP("HetTablePushDeltas")
     .Input("deltas: float")
     .Input("counts: int64")
     .Input("learning_rate: float")
+    .Input("base_clocks: int64")
     .Output("states: float")
     .Output("row_clocks: int64")
     .Attr("dim: int >= 1")
     .Attr("num_slots: int >= 0")
     .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle keys;
+      ShapeHandle keys, unused;
       TF_RETURN_IF_ERROR(PushInputShapes(c, &keys));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(5), 1, &unused));
       DimensionHandle width;
       TF_RETURN_IF_ERROR(StateWidthAttr(c, &width));
       c->set_output(0, c->Matrix(c->Dim(keys, 0), width));
@@ -110,8 +112,10 @@ REGISTER_OP("HetTablePushDeltas")
     .Doc(R"doc(
 A worker cache's push: each key's state delta (what `counts` local optimizer
 steps changed in its values and slots) is merged into the row and its clock
-advances by the count. All keys and values are checked before any row
-changes. The rows' states after the merge and their clocks come back for the
+advances by the count. `base_clocks` are the row clocks the cache's copies
+were taken at: the updates since are other writers', and with Adam they set
+the share of the values' change the merge keeps. All keys and values are
+checked before any row changes. The rows' states after the merge and their clocks come back for the
 cache to take.
 )doc");
 

@@ -93,7 +93,7 @@ class LocalCluster {
     std::vector<int64_t> clocks(p.size());
     for (size_t i = 0; i < p.size(); ++i) {
       HET_RETURN_IF_ERROR(ShardOfKey(p.keys[i]).PushDeltas(
-          &p.keys[i], p.deltas.data() + i * width, &p.counts[i], 1, lr,
+          &p.keys[i], p.deltas.data() + i * width, &p.counts[i], &p.base_clocks[i], 1, lr,
           states.data() + i * width, clocks.data() + i));
     }
     return cache.AckPush(p.keys.data(), p.size(), p.counts.data(), states.data(), clocks.data());

@@ -155,10 +155,13 @@ HET_TEST(TwoWorkersAdamMomentsMergeAsOneRun) {
   std::vector<float> rows;
   EXPECT_OK(cluster.Lookup(*a, ids, true, &plan, &rows));
   EXPECT_OK(cluster.Lookup(*b, ids, true, &plan, &rows));
+  const std::vector<float> start = rows;
   for (int i = 0; i < 30; ++i) {
     EXPECT_OK(cluster.Update(*a, ids, g, 0.01f));
     EXPECT_OK(cluster.Update(*b, ids, g, 0.01f));
   }
+  std::vector<float> moved;  // each worker's own copy: start + the same delta
+  EXPECT_OK(cluster.Lookup(*a, ids, false, &plan, &moved));
   EXPECT_OK(cluster.Flush(*a, 0.01f));
   EXPECT_OK(cluster.Flush(*b, 0.01f));
   for (int i = 0; i < 60; ++i) EXPECT_OK(sequential.PushGradients(ids, g, 0.01f));
@@ -169,6 +172,13 @@ HET_TEST(TwoWorkersAdamMomentsMergeAsOneRun) {
   EXPECT_EQ(merged.steps[0], 61);
   for (int j = 0; j < 2 * dim; ++j) {
     EXPECT_NEAR(merged.slots[j], applied.slots[j], 1e-6 + 1e-5 * std::fabs(applied.slots[j]));
+  }
+  // The row keeps a's whole delta (no other writer had pushed) and half of
+  // b's (30 of its 30 updates' time had a's 30 too): 1.5 deltas, not the 2
+  // that would carry it past where either worker's copy was.
+  for (int j = 0; j < dim; ++j) {
+    const float delta = moved[j] - start[j];
+    EXPECT_NEAR(merged.values[j], start[j] + 1.5f * delta, 1e-6);
   }
 }
 

@@ -165,16 +165,20 @@ HET_TEST(BadPushesChangeNothing) {
                  "update counts must be between 1 and 1048576");
   // A cache's push of state deltas (values then Adagrad's accumulator).
   counts = {1, 1};
+  std::vector<int64_t> bases = {0, 0};
   std::vector<float> deltas(16, 0.5f);
   deltas[7] = INFINITY;
-  EXPECT_INVALID(t->PushDeltas(keys.data(), deltas.data(), counts.data(), 2, 0.1f, nullptr, nullptr),
+  EXPECT_INVALID(t->PushDeltas(keys.data(), deltas.data(), counts.data(), bases.data(), 2, 0.1f, nullptr, nullptr),
                  "non-finite delta for id 1");
   deltas[7] = -0.5f;  // an accumulator cannot shrink
-  EXPECT_INVALID(t->PushDeltas(keys.data(), deltas.data(), counts.data(), 2, 0.1f, nullptr, nullptr),
+  EXPECT_INVALID(t->PushDeltas(keys.data(), deltas.data(), counts.data(), bases.data(), 2, 0.1f, nullptr, nullptr),
                  "negative squared-gradient change for id 1");
   deltas[7] = 0.5f;
-  EXPECT_INVALID(t->PushDeltas(keys.data(), deltas.data(), counts.data(), 2, NAN, nullptr, nullptr),
+  EXPECT_INVALID(t->PushDeltas(keys.data(), deltas.data(), counts.data(), bases.data(), 2, NAN, nullptr, nullptr),
                  "learning rate must be finite");
+  bases[1] = -1;
+  EXPECT_INVALID(t->PushDeltas(keys.data(), deltas.data(), counts.data(), bases.data(), 2, 0.1f, nullptr, nullptr),
+                 "negative base clock -1 for id 2");
   EXPECT_OK(t->Gather(keys.data(), 2, after.data()));
   for (int i = 0; i < 8; ++i) EXPECT_EQ(before[i], after[i]);
   EXPECT_EQ(t->Counters().updates_applied, 0u);
