@@ -15,11 +15,12 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from het_tf.cache import WorkerCache, lookup_without_cache, push_without_cache
-from het_tf.checkpoint import TableCheckpoint
-from het_tf.config import UNBOUNDED, CacheConfig, TableConfig
+from het_tf.distribute import horovod
 from het_tf.keras_layers import server_optimizer
-from het_tf.table import ShardedTable
+from het_tf.runtime.cache import WorkerCache, lookup_without_cache, push_without_cache
+from het_tf.runtime.checkpoint import TableCheckpoint
+from het_tf.runtime.config import UNBOUNDED, CacheConfig, TableConfig
+from het_tf.runtime.table import ShardedTable
 
 COMBINERS = ("sum", "mean", "sqrtn")
 # Tables up to this many values may take an arbitrary Keras initializer,
@@ -135,7 +136,7 @@ class HetEmbedding(tf_keras.layers.Layer):
         self._table_config = self._make_table_config()
         self._table = None
         self._cache = None
-        self._serving_lookup = None  # set by het_tf.export_saved_model while it traces
+        self._serving_lookup = None  # see set_serving_lookup
         self.supports_masking = False
 
     # ----- settings -----
@@ -238,11 +239,9 @@ class HetEmbedding(tf_keras.layers.Layer):
         """(table shard devices, worker devices, instance) for the current
         strategy: with ParameterServerStrategy one shard per PS task and a
         cache on every worker; otherwise one in-process shard and cache."""
-        from het_tf import hybrid
-
         strategy = tf.distribute.get_strategy()
-        if hybrid.num_ps() is not None:  # a Horovod rank, its own client of the PS tasks
-            return ([f"/job:ps/replica:0/task:{i}/device:CPU:0" for i in range(hybrid.num_ps())],
+        if horovod.num_ps() is not None:  # a Horovod rank, its own client of the PS tasks
+            return ([f"/job:ps/replica:0/task:{i}/device:CPU:0" for i in range(horovod.num_ps())],
                     None, "cluster")
         if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
             extended = strategy.extended
@@ -275,7 +274,7 @@ class HetEmbedding(tf_keras.layers.Layer):
             self._cache = WorkerCache(self._table, self._cache_config,
                                       shared_name=f"het_cache/{self.name}/{instance}",
                                       worker_devices=worker_devices)
-        self._table_checkpoint = TableCheckpoint(self._table, self._flush_ops, self._clear_cache)
+        self._table_checkpoint = TableCheckpoint(self._table, self._flush_ops, self.clear_cache)
         if self._initializer[0] == "materialize":
             with tf.init_scope():
                 self._write_initial_rows()
@@ -408,8 +407,23 @@ class HetEmbedding(tf_keras.layers.Layer):
             return []
         return tf.nest.flatten(self._cache.flush(self._current_learning_rate()))
 
-    def _clear_cache(self):
+    def clear_cache(self):
+        """Drops this worker's cached rows and pending updates (flush first
+        to keep them); returns the ops."""
         return [] if self._cache is None else [self._cache.clear()]
+
+    @property
+    def gradient_anchor(self):
+        """The scalar weight that carries the gradient path to the table's
+        update (after build). It is not a dense weight: hybrid mode's
+        allreduce leaves it out."""
+        return self._anchor
+
+    def set_serving_lookup(self, lookup):
+        """Serve from `lookup` (a callable from int64 ids to rows made of
+        stock TensorFlow state) instead of the table, or from the table
+        again with None: export_saved_model traces the model this way."""
+        self._serving_lookup = lookup
 
     def flush(self):
         """Pushes every pending cache update to the table (eager)."""

@@ -2,7 +2,7 @@
 sparse optimizer plus a learning rate that may follow a schedule."""
 import tf_keras
 
-from het_tf.config import OptimizerConfig
+from het_tf.runtime.config import OptimizerConfig
 
 # tf_keras class name -> (core name, {core field: keras attribute})
 _SUPPORTED = {

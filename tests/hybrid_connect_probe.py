@@ -21,8 +21,8 @@ import horovod.tensorflow as hvd  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from het_tf import hybrid  # noqa: E402
-from het_tf.config import TableConfig  # noqa: E402
-from het_tf.table import ShardedTable  # noqa: E402
+from het_tf.runtime.config import TableConfig  # noqa: E402
+from het_tf.runtime.table import ShardedTable  # noqa: E402
 
 result_path, steps = sys.argv[1], int(sys.argv[2])
 connect = tf.config.experimental_connect_to_cluster

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HET_TF = [sys.executable, "-m", "het_tf.cli", "bench"]
+HET_TF = [sys.executable, "-m", "het_tf.apps.cli", "bench"]
 
 
 def run(args, timeout=900):
@@ -77,7 +77,7 @@ def test_accuracy_sweep_reports_mean_spread_and_paired_differences(tmp_path):
 
 
 def test_accuracy_sweep_summary_counts_failures_and_skips_missing_cells():
-    from het_tf import accuracy_sweep
+    from het_tf.apps import accuracy_sweep
 
     runs = {"adam-s0-seed0": {"auc": 0.70, "logloss": 0.50},
             "adam-s0-seed1": {"auc": 0.72, "logloss": 0.48},

@@ -11,7 +11,7 @@ import tensorflow as tf
 import tf_keras
 
 import het_tf
-from het_tf.checkpoint import TableCheckpoint
+from het_tf.runtime.checkpoint import TableCheckpoint
 from het_tf.keras_layers import HetEmbedding
 
 VOCAB, DIM = 300, 4

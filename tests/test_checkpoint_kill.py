@@ -11,16 +11,16 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from het_tf.config import TableConfig
-from het_tf.checkpoint import TableCheckpoint
-from het_tf.table import ShardedTable
+from het_tf.runtime.config import TableConfig
+from het_tf.runtime.checkpoint import TableCheckpoint
+from het_tf.runtime.table import ShardedTable
 
 WRITER = r"""
 import hashlib, os, sys
 import numpy as np, tensorflow as tf
-from het_tf.checkpoint import TableCheckpoint
-from het_tf.config import TableConfig
-from het_tf.table import ShardedTable
+from het_tf.runtime.checkpoint import TableCheckpoint
+from het_tf.runtime.config import TableConfig
+from het_tf.runtime.table import ShardedTable
 
 directory, rows = sys.argv[1], int(sys.argv[2])
 table = ShardedTable(TableConfig("big", 16), [None, None], instance="writer")

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from het_tf.cluster import LocalCluster
+from het_tf.apps.launch import LocalCluster
 from processes import processes_mentioning
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

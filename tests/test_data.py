@@ -16,7 +16,7 @@ from het_tf.data import (CATEGORICAL_FIELDS, DENSE_FIELDS, SyntheticCriteo, crit
                          criteo_parquet_dataset, criteo_tsv_dataset, missing_key, parse_stats,
                          split_key)
 from het_tf.data.synthetic import HELD_OUT_STREAM
-from het_tf.train import roc_auc
+from het_tf.apps.train import roc_auc
 
 _counters = iter(range(10**9))
 

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from het_tf.cluster import LocalCluster
+from het_tf.apps.launch import LocalCluster
 from tests.test_cluster import Log, assert_all_gone
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from het_tf import link
-from het_tf.cluster import LocalCluster
+from het_tf.apps import link
+from het_tf.apps.launch import LocalCluster
 
 SENDER = r"""
 import socket, sys, time
@@ -97,7 +97,7 @@ def test_a_cluster_behind_links_serves_and_leaves_nothing_behind():
 
 
 def test_train_refuses_a_link_outside_ps_mode(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "het_tf.cli", "train", "--mode", "local",
+    done = subprocess.run([sys.executable, "-m", "het_tf.apps.cli", "train", "--mode", "local",
                            "--link", "100mbit", "--samples", "2048", "--run-dir",
                            str(tmp_path / "run")], capture_output=True, text=True, timeout=300)
     assert done.returncode != 0

@@ -12,7 +12,7 @@ from het_tf.data import SyntheticCriteo
 from processes import processes_mentioning
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HET_TF = [sys.executable, "-m", "het_tf.cli"]
+HET_TF = [sys.executable, "-m", "het_tf.apps.cli"]
 TIMEOUT = 420
 
 

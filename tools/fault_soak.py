@@ -34,7 +34,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from het_tf.cluster import LocalCluster  # noqa: E402
+from het_tf.apps.launch import LocalCluster  # noqa: E402
 
 SCRIPT = os.path.join(os.path.dirname(HERE), "examples", "cluster_train.py")
 

@@ -35,8 +35,8 @@ def main():
     import numpy as np
     import tensorflow as tf
 
-    from het_tf.config import OptimizerConfig, TableConfig
-    from het_tf.table import ShardedTable
+    from het_tf.runtime.config import OptimizerConfig, TableConfig
+    from het_tf.runtime.table import ShardedTable
 
     config = TableConfig("memory", args.dim, optimizer=OptimizerConfig(args.optimizer))
     table = ShardedTable(config, [None], instance="measure")

@@ -17,7 +17,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import het_tf  # noqa: E402
-from het_tf.cache import lookup_without_cache, push_without_cache  # noqa: E402
+from het_tf.runtime.cache import lookup_without_cache, push_without_cache  # noqa: E402
 
 
 def parse_args():

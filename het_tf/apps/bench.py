@@ -14,8 +14,8 @@ import subprocess
 import sys
 import time
 
-from het_tf import accuracy_sweep
-from het_tf.train import DEFAULT_DIM, default_run_dir, options
+from het_tf.apps import accuracy_sweep
+from het_tf.apps.train import DEFAULT_DIM, default_run_dir, options
 
 # (name, what it is, `het-tf train` arguments). "limit" is the same model
 # with plain Embedding in one process: the no-communication limit.
@@ -74,7 +74,7 @@ def add_arguments(p):
 
 
 def _versions():
-    from het_tf.train import _versions as train_versions
+    from het_tf.apps.train import _versions as train_versions
 
     versions = train_versions()
     try:
@@ -111,7 +111,7 @@ def _failure_reason(text):
 
 def _train(name, extra, args, runs_dir, log):
     run_dir = os.path.join(runs_dir, name)
-    argv = [sys.executable, "-m", "het_tf.cli", "train", *_common_args(args), *extra,
+    argv = [sys.executable, "-m", "het_tf.apps.cli", "train", *_common_args(args), *extra,
             "--run-dir", run_dir]
     log(f"het-tf bench: {name}: {' '.join(argv[3:])}")
     started = time.perf_counter()
@@ -165,10 +165,10 @@ def miss_rates(args, batches=1200, warmup=400, batch_size=128):
     real cache and unbounded staleness (so only capacity and first-touch
     misses count). Batches of 128 samples, so that a batch's unique keys fit
     the smallest cache."""
-    from het_tf.cache import WorkerCache
-    from het_tf.config import UNBOUNDED, CacheConfig, TableConfig
+    from het_tf.runtime.cache import WorkerCache
+    from het_tf.runtime.config import UNBOUNDED, CacheConfig, TableConfig
     from het_tf.data import SyntheticCriteo
-    from het_tf.table import ShardedTable
+    from het_tf.runtime.table import ShardedTable
 
     data = SyntheticCriteo(0, args.scale, args.zipf)
     keys = [data.rows(0, b * batch_size, batch_size)[0]["categorical"] for b in range(batches)]
@@ -343,7 +343,7 @@ def _link(args, log):
     """The rate to give the ps-mode runs, or None for loopback."""
     if not args.link:
         return None
-    from het_tf import link
+    from het_tf.apps import link
 
     try:
         link.check_available()
@@ -392,7 +392,7 @@ def run(args):
                              + (" of the sweep (OPTIMIZER-SETTING, such as adagrad-s100)"
                                 if args.sweep else ""))
     if args.link:  # a bad rate is the caller's error, found before any folder is made
-        from het_tf.link import parse_rate
+        from het_tf.apps.link import parse_rate
 
         parse_rate(args.link)
     out = os.path.abspath(args.out) if args.out else default_run_dir("bench")

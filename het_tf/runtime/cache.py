@@ -7,8 +7,8 @@ import logging
 import tensorflow as tf
 
 from het_tf import _op_library
-from het_tf.config import CacheConfig
-from het_tf.table import ShardedTable
+from het_tf.runtime.config import CacheConfig
+from het_tf.runtime.table import ShardedTable
 
 _instance = itertools.count()
 # What a worker that is gone raises when the chief runs an op on it; once

@@ -21,13 +21,13 @@ def _info(_args):
 
 
 def _server(_args):
-    from het_tf import cluster
+    from het_tf.distribute import server
 
-    return cluster.serve()
+    return server.serve()
 
 
 def _launch(args):
-    from het_tf import cluster
+    from het_tf.apps import launch
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
@@ -37,18 +37,18 @@ def _launch(args):
         print("het-tf launch: --evaluator is for ParameterServerStrategy clusters, not --hybrid",
               file=sys.stderr)
         return 2
-    return cluster.launch(args.ps, args.workers, command, evaluator=args.evaluator,
-                          hybrid=args.hybrid)
+    return launch.launch(args.ps, args.workers, command, evaluator=args.evaluator,
+                         hybrid=args.hybrid)
 
 
 def _train(args):
-    from het_tf import train
+    from het_tf.apps import train
 
     return train.run(args, args.train_argv)
 
 
 def _bench(args):
-    from het_tf import bench
+    from het_tf.apps import bench
 
     return bench.run(args)
 
@@ -71,13 +71,13 @@ def main(argv=None):
                         "that share the PS tasks' tables; HET_TF_PS names the PS tasks")
     launch.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
     launch.set_defaults(run=_launch)
-    from het_tf.train import add_arguments as add_train_arguments
+    from het_tf.apps.train import add_arguments as add_train_arguments
 
     train = sub.add_parser("train", help="train WDL, DeepFM or DCN on Criteo-shaped data and "
                            "write a checkpoint, a SavedModel and metrics to a run folder")
     add_train_arguments(train)
     train.set_defaults(run=_train)
-    from het_tf.bench import add_arguments as add_bench_arguments
+    from het_tf.apps.bench import add_arguments as add_bench_arguments
 
     bench = sub.add_parser("bench", help="benchmark HetEmbedding against TensorFlow's own PS "
                            "and TFRA on the same model, data and cluster")

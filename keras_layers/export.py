@@ -11,6 +11,8 @@ import contextlib
 
 import tensorflow as tf
 
+from het_tf.keras_layers.het_embedding import het_embedding_layers
+
 # Fixed vocabularies up to this many floats export every row.
 MATERIALIZE_LIMIT = 1 << 27
 
@@ -49,17 +51,15 @@ def _serving_lookups(layers):
     try:
         for layer in layers:
             layer.flush()
-            layer._serving_lookup = ServingLookup(layer)
-            lookups.append(layer._serving_lookup)
+            lookups.append(ServingLookup(layer))
+            layer.set_serving_lookup(lookups[-1])
         yield lookups
     finally:
         for layer in layers:
-            layer._serving_lookup = None
+            layer.set_serving_lookup(None)
 
 
 def _built_het_layers(model):
-    from het_tf.keras_layers.het_embedding import het_embedding_layers
-
     layers = het_embedding_layers(model)
     for layer in layers:
         if layer.table is None:

@@ -128,27 +128,29 @@ def run(args, argv):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     args.run_dir = _run_dir(args)
     if args.embedding == "tfra":  # its ops run on the cluster's tasks too
-        from het_tf.cluster import SERVER_IMPORTS_ENV
+        from het_tf.distribute.server import SERVER_IMPORTS_ENV
 
         extra = os.environ.get(SERVER_IMPORTS_ENV, "")
         os.environ[SERVER_IMPORTS_ENV] = ",".join(filter(None, [extra,
                                                                 "tensorflow_recommenders_addons"]))
-    own_argv = [sys.executable, "-m", "het_tf.cli", "train", *argv, "--run-dir", args.run_dir]
+    own_argv = [sys.executable, "-m", "het_tf.apps.cli", "train", *argv, "--run-dir", args.run_dir]
     if args.mode == "ps":
-        from het_tf import cluster
+        from het_tf.apps import launch
+        from het_tf.distribute import server
 
         if not os.environ.get("TF_CONFIG"):
-            return cluster.launch(args.ps, args.workers, own_argv, link=args.link)
-        task = cluster.tf_config()["task"]["type"]
-        if task in cluster.SERVER_JOBS:
-            return cluster.serve()
+            return launch.launch(args.ps, args.workers, own_argv, link=args.link)
+        task = server.tf_config()["task"]["type"]
+        if task in server.SERVER_JOBS:
+            return server.serve()
         if task != "chief":
             raise ValueError(f"het-tf train runs as the chief, ps or worker task, not {task!r}")
     if args.mode == "hybrid":
-        from het_tf import cluster, hybrid
+        from het_tf.apps import launch
+        from het_tf.distribute import horovod
 
-        if not os.environ.get(hybrid.PS_ENV) and not os.environ.get("TF_CONFIG"):
-            return cluster.launch(args.ps, args.workers, own_argv, hybrid=True)
+        if not os.environ.get(horovod.PS_ENV) and not os.environ.get("TF_CONFIG"):
+            return launch.launch(args.ps, args.workers, own_argv, hybrid=True)
     return _train(args)
 
 
@@ -170,7 +172,7 @@ def _check(args):
     if not (args.learning_rate > 0 and math.isfinite(args.learning_rate)):
         raise ValueError(f"--learning-rate must be > 0, got {args.learning_rate}")
     if args.link:
-        from het_tf.link import parse_rate
+        from het_tf.apps.link import parse_rate
 
         if args.mode != "ps":
             raise ValueError("--link shapes the local cluster that ps mode starts by itself; "
@@ -332,9 +334,9 @@ def _train(args):
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     strategy = None
     if args.mode == "ps":  # first: it sets up TensorFlow's runtime
-        from het_tf import cluster
+        from het_tf.distribute import server
 
-        strategy = cluster.parameter_server_strategy(_partitioner(args))
+        strategy = server.parameter_server_strategy(_partitioner(args))
     inputs = Inputs(args)
     os.makedirs(args.run_dir, exist_ok=True)
     hybrid = None
@@ -428,11 +430,11 @@ def _partitioner(args):
         return None
     import tensorflow as tf
 
-    from het_tf import cluster
+    from het_tf.distribute import server
 
     # TensorFlow's own PS path: the Keras embedding split over the PS tasks.
     return tf.distribute.experimental.partitioners.MinSizePartitioner(
-        min_shard_bytes=256 << 10, max_shards=len(cluster.tf_config()["cluster"]["ps"]))
+        min_shard_bytes=256 << 10, max_shards=len(server.tf_config()["cluster"]["ps"]))
 
 
 def _best_auc(inputs, num_rows):

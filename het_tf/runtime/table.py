@@ -8,7 +8,7 @@ and put the answers back in order; the shards do the work.
 import tensorflow as tf
 
 from het_tf import _op_library
-from het_tf.config import SQUARED_GRADIENT_SLOT, TableConfig
+from het_tf.runtime.config import SQUARED_GRADIENT_SLOT, TableConfig
 
 
 class ShardedTable:

@@ -1,0 +1,107 @@
+"""A cluster from TF_CONFIG: the task servers, with the op library loaded,
+and the ParameterServerStrategy a training script runs under."""
+import json
+import os
+import signal
+import threading
+import time
+
+import tensorflow as tf
+
+from het_tf import _op_library
+
+# Jobs whose tasks are plain servers; the chief and an evaluator run scripts.
+SERVER_JOBS = ("ps", "worker")
+
+
+def tf_config():
+    """The parsed TF_CONFIG, with a clear error when it is missing or bad."""
+    raw = os.environ.get("TF_CONFIG")
+    if not raw:
+        raise ValueError("TF_CONFIG is not set: it names the cluster and this task, e.g. "
+                         '{"cluster": {"chief": [...], "worker": [...], "ps": [...]}, '
+                         '"task": {"type": "ps", "index": 0}}')
+    try:
+        config = json.loads(raw)
+        cluster, task = config["cluster"], config["task"]
+        task_type, index = task["type"], int(task["index"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"TF_CONFIG is not valid: {e}; got {raw[:200]}") from e
+    if task_type not in cluster and task_type != "evaluator":
+        raise ValueError(f"TF_CONFIG's task type {task_type!r} is not a job of its cluster "
+                         f"({', '.join(cluster)})")
+    if task_type in cluster and not 0 <= index < len(cluster[task_type]):
+        raise ValueError(f"TF_CONFIG's task index {index} is out of range for job "
+                         f"{task_type!r} of {len(cluster[task_type])} tasks")
+    return config
+
+
+def server_config(num_workers):
+    """Thread pools large enough that a 2-core machine does not deadlock: a
+    ParameterServerStrategy task needs an inter-op thread per concurrent
+    worker closure, plus one."""
+    config = tf.compat.v1.ConfigProto()
+    config.inter_op_parallelism_threads = max(4, num_workers + 2)
+    return config
+
+
+# Modules a server imports for ops of other libraries its tasks must run,
+# comma-separated (for example tensorflow_recommenders_addons).
+SERVER_IMPORTS_ENV = "HET_TF_SERVER_IMPORTS"
+
+
+def _import_extra_ops():
+    import importlib
+
+    for name in filter(None, (m.strip() for m in
+                              os.environ.get(SERVER_IMPORTS_ENV, "").split(","))):
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise ValueError(f"{SERVER_IMPORTS_ENV} names {name!r}, which does not import: "
+                             f"{e}") from e
+
+
+def serve(stop_after=None):
+    """Runs the tf.distribute.Server for the task TF_CONFIG names, with the
+    op library loaded, until SIGTERM or SIGINT."""
+    import faulthandler
+
+    _op_library.load()  # registers the ops this server must run
+    _import_extra_ops()
+    faulthandler.enable()  # a crash of the task leaves at least a Python stack
+    config = tf_config()
+    task_type, index = config["task"]["type"], int(config["task"]["index"])
+    if task_type not in SERVER_JOBS:
+        raise ValueError(f"het-tf server runs ps and worker tasks; TF_CONFIG names a "
+                         f"{task_type!r} task, which runs the training (or evaluation) script")
+    cluster = tf.train.ClusterSpec(config["cluster"])
+    num_workers = len(config["cluster"].get("worker", []))
+    server = tf.distribute.Server(cluster, job_name=task_type, task_index=index,
+                                  protocol="grpc", config=server_config(num_workers), start=True)
+    stopped = threading.Event()
+
+    def stop(signum, _frame):
+        print(f"het-tf server {task_type}:{index}: stopping on signal {signum}", flush=True)
+        stopped.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print(f"het-tf server {task_type}:{index}: serving {server.target}", flush=True)
+    deadline = None if stop_after is None else time.monotonic() + stop_after
+    while not stopped.wait(0.5):
+        if deadline is not None and time.monotonic() > deadline:
+            break
+    return 0
+
+
+def parameter_server_strategy(variable_partitioner=None):
+    """The ParameterServerStrategy for the cluster in TF_CONFIG, to be created
+    by the chief. Connects to every task, so they must all be serving."""
+    config = tf_config()
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    num_workers = len(config["cluster"].get("worker", []))
+    # The coordinator runs a closure per worker at once: size its pools too.
+    tf.config.threading.set_inter_op_parallelism_threads(max(4, num_workers + 2))
+    return tf.distribute.experimental.ParameterServerStrategy(
+        resolver, variable_partitioner=variable_partitioner)

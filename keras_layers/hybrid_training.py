@@ -1,0 +1,94 @@
+"""Hybrid mode's Keras half: the training step that averages dense
+gradients over the Horovod ranks, and checkpoints taken by every rank
+together (het_tf.hybrid documents the whole mode)."""
+import tensorflow as tf
+import tf_keras
+
+from het_tf.distribute.horovod import initialized, barrier, num_ps, rank
+from het_tf.keras_layers.het_embedding import het_embedding_layers
+
+
+def _check_built_after_init(model):
+    for layer in het_embedding_layers(model):
+        if layer.built and not layer.table.devices[0]:
+            raise ValueError(f"HetEmbedding '{layer.name}' was built before "
+                             "het_tf.hybrid.init(): call init() first, before building the model")
+
+
+def _hybrid_train_step(model, data):
+    """Keras' train step with the dense gradients averaged over the ranks.
+    The embedding updates happen inside tape.gradient, on each rank's cache."""
+    hvd = initialized()
+    x, y, sample_weight = tf_keras.utils.unpack_x_y_sample_weight(data)
+    with tf.GradientTape() as tape:
+        y_pred = model(x, training=True)
+        loss = model.compute_loss(x, y, y_pred, sample_weight)
+    variables = model.trainable_variables
+    grads = tape.gradient(loss, variables)
+    anchors = {id(layer.gradient_anchor) for layer in het_embedding_layers(model) if layer.built}
+    dense = [(tf.convert_to_tensor(g), v) for g, v in zip(grads, variables)
+             if g is not None and id(v) not in anchors]
+    if dense:
+        averaged = hvd.grouped_allreduce([g for g, _ in dense], op=hvd.Average)
+        model.optimizer.apply_gradients(zip(averaged, [v for _, v in dense]))
+    return model.compute_metrics(x, y, y_pred, sample_weight)
+
+
+def distribute(model):
+    """Makes a plain tf_keras model, built after init(), hybrid-ready; call
+    it before compile. Broadcasts the weights from rank 0 and averages dense
+    gradients over the ranks in every training step; the HetEmbedding tables
+    are on the PS tasks, shared by every rank."""
+    if num_ps() is None:
+        raise ValueError("call het_tf.hybrid.init() first, before building the model")
+    hvd = initialized()
+    if getattr(model, "_is_compiled", False):
+        raise ValueError("call het_tf.hybrid.distribute(model) before model.compile")
+    _check_built_after_init(model)
+    model.train_step = lambda data: _hybrid_train_step(model, data)
+    hvd.broadcast_variables(model.variables, root_rank=0)
+    return model
+
+
+def flush_and_clear(model):
+    """Pushes this rank's pending updates and empties its caches."""
+    for layer in het_embedding_layers(model):
+        layer.flush()
+        layer.clear_cache()
+
+
+def save(model, manager):
+    """A checkpoint of the tables and rank 0's dense weights, taken by every
+    rank together: all ranks flush, rank 0 saves, all ranks empty their caches
+    (so that training goes on as a restore of this checkpoint would)."""
+    flush_and_clear(model)
+    barrier()
+    path = manager.save() if rank() == 0 else None
+    barrier()
+    return path
+
+
+def restore(model, path):
+    """Every rank restores the checkpoint, so optimizer slots (restored when
+    first created) match on all ranks. Restoring the shared tables on every
+    rank is idempotent: each rank empties them before its own import, so the
+    last import is always complete. Caches start empty."""
+    tf.train.Checkpoint(model=model).restore(path).expect_partial()
+    barrier()
+    initialized().broadcast_variables(model.variables, root_rank=0)
+
+
+class Checkpoint(tf_keras.callbacks.Callback):
+    """Saves a checkpoint every epoch in hybrid mode (on every rank)."""
+
+    def __init__(self, directory, max_to_keep=3):
+        super().__init__()
+        self.directory, self.max_to_keep = directory, max_to_keep
+        self.manager = None
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.manager is None:
+            checkpoint = tf.train.Checkpoint(model=self.model)
+            self.manager = tf.train.CheckpointManager(checkpoint, self.directory,
+                                                      max_to_keep=self.max_to_keep)
+        save(self.model, self.manager)
