@@ -14,9 +14,11 @@ LIBRARY = "het_tf._het_ops"
 
 
 def _sources():
-    found = []
-    for sub in ("core", "kernels", "ops"):
-        found += sorted(glob.glob(os.path.join("cc_ops", sub, "*.cc")))
+    """The shared kernel glue, then each area's core, ops and kernels."""
+    found = sorted(glob.glob(os.path.join("cc_ops", "common", "*.cc")))
+    for area in ("embedding", "data"):
+        for sub in ("core", "ops", "kernels"):
+            found += sorted(glob.glob(os.path.join("cc_ops", area, sub, "*.cc")))
     return found
 
 

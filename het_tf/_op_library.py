@@ -12,7 +12,7 @@ import tensorflow as tf
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 LIBRARY_NAME = "_het_ops.so"
-# Written into the library by cc_ops/kernels/build_tag.cc.
+# Written into the library by cc_ops/common/build_tag.cc.
 BUILD_TAG = b"HET_TF_BUILT_FOR_TENSORFLOW="
 # Points the loader at another build, e.g. the one Bazel makes.
 LIBRARY_ENV = "HET_TF_OPS_LIBRARY"

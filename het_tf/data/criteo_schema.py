@@ -3,7 +3,7 @@
 A categorical value v (32 bits) of field f becomes the int64 key
 `f << 33 | v`; an empty value becomes `f << 33 | 1 << 32`. Keys of two fields
 never collide, and a key tells its field and value back (`split_key`). The
-C++ parser (cc_ops/core/criteo_format.h) uses the same layout.
+C++ parser (cc_ops/data/core/criteo_format.h) uses the same layout.
 """
 import numpy as np
 

@@ -8,7 +8,7 @@ from a hash, so AUC measures real learning and nothing the size of the
 vocabulary is held in memory. Row r of stream s depends only on
 (seed, scale, zipf_exponent, s, r): every worker can make its own part, and
 held-out data is simply another stream. The rows are made by a C++ op
-(cc_ops/core/synthetic_criteo.h), so pipelines run on remote workers too.
+(cc_ops/data/core/synthetic_criteo.h), so pipelines run on remote workers too.
 """
 import math
 import os

@@ -1,0 +1,128 @@
+// Kernel glue shared by every area's kernels.
+#ifndef HET_TF_COMMON_KERNEL_UTIL_H_
+#define HET_TF_COMMON_KERNEL_UTIL_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cc_ops/common/status.h"
+#include "tensorflow/core/framework/node_def_util.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/tensor.h"
+
+// Registers a CPU kernel; every op of het_tf runs on the CPU.
+#define HET_CPU_KERNEL(name, cls) \
+  REGISTER_KERNEL_BUILDER(Name(name).Device(tensorflow::DEVICE_CPU), cls)
+
+namespace het {
+
+// Copies a vector into a new output: rank 1, or [size / dim, dim] when dim > 0.
+template <typename T>
+tensorflow::Status OutputVector(tensorflow::OpKernelContext* ctx, int index, const std::vector<T>& v,
+                                int64_t dim = 0) {
+  tensorflow::Tensor* out = nullptr;
+  const int64_t size = static_cast<int64_t>(v.size());
+  tensorflow::TensorShape shape = dim > 0 ? tensorflow::TensorShape({size / dim, dim})
+                                          : tensorflow::TensorShape({size});
+  TF_RETURN_IF_ERROR(ctx->allocate_output(index, shape, &out));
+  if (!v.empty()) std::copy(v.begin(), v.end(), out->flat<T>().data());
+  return tensorflow::OkStatus();
+}
+
+// Checks a tensor is [n] (when dim == 0) or [n, dim].
+inline tensorflow::Status CheckShape(const std::string& table, const char* what,
+                                     const tensorflow::Tensor& t, int64_t n, int64_t dim) {
+  const bool ok = dim == 0 ? (t.dims() == 1 && t.dim_size(0) == n)
+                           : (t.dims() == 2 && t.dim_size(0) == n && t.dim_size(1) == dim);
+  if (ok) return tensorflow::OkStatus();
+  return tensorflow::errors::InvalidArgument(
+      TableLabel(table), ": ", what, " must have shape ",
+      dim == 0 ? "[" + std::to_string(n) + "]"
+               : "[" + std::to_string(n) + ", " + std::to_string(dim) + "]",
+      ", got ", t.shape().DebugString());
+}
+
+// Eager calls skip the shape functions, so every kernel checks the ranks it
+// relies on: a vector of keys, a scalar setting.
+inline tensorflow::Status CheckVector(const std::string& table, const char* what,
+                                      const tensorflow::Tensor& t) {
+  if (t.dims() == 1) return tensorflow::OkStatus();
+  return tensorflow::errors::InvalidArgument(TableLabel(table), ": ", what,
+                                             " must be a vector, got shape ",
+                                             t.shape().DebugString());
+}
+
+template <typename T>
+tensorflow::Status ReadScalar(const std::string& table, const char* what,
+                              const tensorflow::Tensor& t, T* out) {
+  if (t.dims() != 0) {
+    return tensorflow::errors::InvalidArgument(TableLabel(table), ": ", what,
+                                               " must be a scalar, got shape ",
+                                               t.shape().DebugString());
+  }
+  *out = t.scalar<T>()();
+  return tensorflow::OkStatus();
+}
+
+// Stats as two outputs, names and values, so Python needs no fixed order.
+inline tensorflow::Status OutputStats(tensorflow::OpKernelContext* ctx,
+                                      const std::vector<std::pair<std::string, int64_t>>& stats) {
+  tensorflow::Tensor* names = nullptr;
+  tensorflow::Tensor* values = nullptr;
+  const int64_t n = static_cast<int64_t>(stats.size());
+  TF_RETURN_IF_ERROR(ctx->allocate_output(0, tensorflow::TensorShape({n}), &names));
+  TF_RETURN_IF_ERROR(ctx->allocate_output(1, tensorflow::TensorShape({n}), &values));
+  for (int64_t i = 0; i < n; ++i) {
+    names->flat<tensorflow::tstring>()(i) = stats[i].first;
+    values->flat<int64_t>()(i) = stats[i].second;
+  }
+  return tensorflow::OkStatus();
+}
+
+// The ResourceBase that owns one core object: a TableShard or a WorkerCache.
+template <typename Core>
+class CoreResource : public tensorflow::ResourceBase {
+ public:
+  explicit CoreResource(std::unique_ptr<Core> core) : core_(std::move(core)) {}
+  Core& core() { return *core_; }
+  std::string DebugString() const override {
+    return "het resource of table '" + core_->table_name() + "'";
+  }
+  int64_t MemoryUsed() const override { return static_cast<int64_t>(core_->MemoryBytes()); }
+
+ private:
+  std::unique_ptr<Core> core_;
+};
+
+// A kernel whose first input is a het resource: looks it up, checks its dim
+// against the op's `dim` attr when the op has one, and hands it to Run().
+template <typename Core>
+class CoreKernel : public tensorflow::OpKernel {
+ public:
+  explicit CoreKernel(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {
+    if (tensorflow::HasNodeAttr(ctx->def(), "dim")) {
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
+    }
+  }
+
+  void Compute(tensorflow::OpKernelContext* ctx) final {
+    tensorflow::core::RefCountPtr<CoreResource<Core>> resource;
+    OP_REQUIRES_OK(ctx, tensorflow::LookupResource(ctx, tensorflow::HandleFromInput(ctx, 0),
+                                                   &resource));
+    Core& core = resource->core();
+    OP_REQUIRES(ctx, dim_ == 0 || dim_ == core.dim(),
+                tensorflow::errors::InvalidArgument(TableLabel(core.table_name()), " has dim ",
+                                                    core.dim(), " but the op expects ", dim_));
+    Run(ctx, core);
+  }
+
+ protected:
+  virtual void Run(tensorflow::OpKernelContext* ctx, Core& core) = 0;
+  int64_t dim_ = 0;
+};
+
+}  // namespace het
+
+#endif  // HET_TF_COMMON_KERNEL_UTIL_H_

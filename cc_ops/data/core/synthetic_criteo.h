@@ -1,0 +1,65 @@
+// A deterministic Criteo-like data source: Criteo Kaggle's 26 categorical
+// fields with its per-field cardinalities (scaled), Zipf-skewed ids, 13
+// count-like integer features, and labels drawn from a hidden logistic model
+// over the integer features and per-id effects derived from a hash. Because
+// every effect comes from a hash, nothing proportional to the vocabulary is
+// held in memory, and any row can be made on any machine: row r of stream s
+// depends only on (seed, s, r).
+#ifndef HET_TF_DATA_CORE_SYNTHETIC_CRITEO_H_
+#define HET_TF_DATA_CORE_SYNTHETIC_CRITEO_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cc_ops/common/status.h"
+#include "cc_ops/data/core/criteo_format.h"
+
+namespace het {
+
+// Criteo Kaggle's per-field cardinalities, C1..C26 (33.76M rows in all).
+extern const int64_t kCriteoKaggleCardinalities[kCriteoCategoricalFields];
+
+struct SyntheticCriteoSpec {
+  uint64_t seed = 0;
+  double scale = 1.0;     // multiplies the large fields' cardinalities
+  double exponent = 1.1;  // Zipf exponent of the ids (> 0, != 1 handled as a power law)
+};
+
+// A sample before it is written out: what a Criteo TSV line holds.
+struct SyntheticCriteoRow {
+  int label = 0;
+  int64_t counts[kCriteoDenseFields] = {};
+  bool count_missing[kCriteoDenseFields] = {};
+  uint32_t ids[kCriteoCategoricalFields] = {};
+  bool id_missing[kCriteoCategoricalFields] = {};
+  double logit = 0;  // the hidden model's logit, for the best reachable AUC
+};
+
+class SyntheticCriteo {
+ public:
+  static Status Create(const SyntheticCriteoSpec& spec, std::unique_ptr<SyntheticCriteo>* out);
+
+  // Field f's vocabulary: ids lie in [0, cardinality(f)).
+  int64_t cardinality(int field) const { return cardinalities_[field]; }
+  void Row(uint64_t stream, uint64_t row, SyntheticCriteoRow* out) const;
+
+  // The row as a Criteo TSV line (no newline) and as the reader's record.
+  static std::string FormatLine(const SyntheticCriteoRow& row);
+  static void ToRecord(const SyntheticCriteoRow& row, CriteoRecord* out);
+
+ private:
+  explicit SyntheticCriteo(const SyntheticCriteoSpec& spec);
+  SyntheticCriteoSpec spec_;
+  int64_t cardinalities_[kCriteoCategoricalFields];
+  double dense_weight_[kCriteoDenseFields];
+  double dense_mu_[kCriteoDenseFields];
+  double dense_sigma_[kCriteoDenseFields];
+  double field_sigma_[kCriteoCategoricalFields];
+  double bias_ = 0;
+};
+
+}  // namespace het
+
+#endif  // HET_TF_DATA_CORE_SYNTHETIC_CRITEO_H_

@@ -1,0 +1,230 @@
+#include "cc_ops/embedding/core/sparse_optimizer.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+namespace het {
+
+Status ParseOptimizerKind(const std::string& name, OptimizerKind* kind) {
+  std::string lower(name);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (lower == "sgd") {
+    *kind = OptimizerKind::kSGD;
+  } else if (lower == "adagrad") {
+    *kind = OptimizerKind::kAdagrad;
+  } else if (lower == "adam") {
+    *kind = OptimizerKind::kAdam;
+  } else if (lower == "ftrl") {
+    *kind = OptimizerKind::kFtrl;
+  } else {
+    return Status::InvalidArgument("unknown optimizer '" + name +
+                                   "'; expected sgd, adagrad, adam or ftrl");
+  }
+  return Status::Ok();
+}
+
+Status ValidateOptimizer(const OptimizerConfig& c) {
+  if (c.kind == OptimizerKind::kAdam &&
+      !(c.beta_1 >= 0 && c.beta_1 < 1 && c.beta_2 >= 0 && c.beta_2 < 1)) {
+    return Status::InvalidArgument("adam needs 0 <= beta_1, beta_2 < 1");
+  }
+  if ((c.kind == OptimizerKind::kAdagrad || c.kind == OptimizerKind::kFtrl) &&
+      !(c.initial_accumulator >= 0)) {
+    return Status::InvalidArgument("initial_accumulator_value must be >= 0");
+  }
+  if (c.kind == OptimizerKind::kFtrl &&
+      !(c.l1 >= 0 && c.l2 >= 0 && c.learning_rate_power <= 0 && c.beta >= 0)) {
+    return Status::InvalidArgument(
+        "ftrl needs l1 >= 0, l2 >= 0, beta >= 0 and learning_rate_power <= 0");
+  }
+  if (!(c.epsilon >= 0)) return Status::InvalidArgument("epsilon must be >= 0");
+  return Status::Ok();
+}
+
+Status CheckLearningRate(const std::string& name, const OptimizerConfig& c, float lr) {
+  if (!std::isfinite(lr) || lr < 0 || (c.kind == OptimizerKind::kFtrl && lr == 0)) {
+    return Status::InvalidArgument(name + ": learning rate must be finite and " +
+                                   (c.kind == OptimizerKind::kFtrl ? "> 0 for ftrl" : ">= 0") +
+                                   ", got " + std::to_string(lr));
+  }
+  return Status::Ok();
+}
+
+int NumSlots(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kSGD:
+      return 0;
+    case OptimizerKind::kAdagrad:
+      return 1;
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kFtrl:
+      return 2;
+  }
+  return 0;
+}
+
+bool NeedsStepCount(OptimizerKind kind) { return kind == OptimizerKind::kAdam; }
+
+void InitializeSlots(const OptimizerConfig& config, int dim, float* slots) {
+  switch (config.kind) {
+    case OptimizerKind::kSGD:
+      break;
+    case OptimizerKind::kAdagrad:
+      std::fill(slots, slots + dim, config.initial_accumulator);
+      break;
+    case OptimizerKind::kAdam:
+      std::fill(slots, slots + 2 * dim, 0.0f);
+      break;
+    case OptimizerKind::kFtrl:
+      std::fill(slots, slots + dim, config.initial_accumulator);
+      std::fill(slots + dim, slots + 2 * dim, 0.0f);
+      break;
+  }
+}
+
+int StateWidth(OptimizerKind kind, int dim) { return dim * (1 + NumSlots(kind)); }
+
+namespace {
+
+// FTRL-proximal's row as a function of its linear and accumulator slots.
+float FtrlWeight(const OptimizerConfig& c, float lr, float linear, float acc) {
+  const float l2 = c.l2 + c.beta / (2.0f * lr);
+  const float quadratic = std::pow(acc, -c.learning_rate_power) / lr + 2.0f * l2;
+  return std::fabs(linear) > c.l1 ? (std::copysign(c.l1, linear) - linear) / quadratic : 0.0f;
+}
+
+// field += increment, and the increment joins the field's delta if tracked.
+inline void Add(float* field, float increment, float* delta) {
+  *field += increment;
+  if (delta != nullptr) *delta += increment;
+}
+
+// field = decay * field + (1 - decay) * x: one step of an exponential
+// average; the tracked delta takes the same step from its own value.
+inline void Average(float* field, float x, float decay, float* delta) {
+  const float fresh = (1.0f - decay) * x;
+  *field = decay * *field + fresh;
+  if (delta != nullptr) *delta = decay * *delta + fresh;
+}
+
+}  // namespace
+
+void ApplyUpdate(const OptimizerConfig& c, float lr, const float* g, int dim, float* w,
+                 float* slots, int64_t* step, float* delta) {
+  // Field j of the state is at delta[j], slot k's at delta[(1 + k) * dim + j].
+  auto d = [delta, dim](int field, int j) {
+    return delta == nullptr ? nullptr : delta + size_t(field) * dim + j;
+  };
+  switch (c.kind) {
+    case OptimizerKind::kSGD:
+      for (int j = 0; j < dim; ++j) Add(&w[j], -(lr * g[j]), d(0, j));
+      break;
+    case OptimizerKind::kAdagrad: {
+      float* acc = slots;
+      for (int j = 0; j < dim; ++j) {
+        Add(&acc[j], g[j] * g[j], d(1, j));
+        Add(&w[j], -(lr * g[j] / std::sqrt(acc[j] + c.epsilon)), d(0, j));
+      }
+      break;
+    }
+    case OptimizerKind::kAdam: {
+      float* m = slots;
+      float* v = slots + dim;
+      const int64_t t = ++*step;
+      const double b1_power = std::pow(static_cast<double>(c.beta_1), static_cast<double>(t));
+      const double b2_power = std::pow(static_cast<double>(c.beta_2), static_cast<double>(t));
+      const float alpha = static_cast<float>(lr * std::sqrt(1.0 - b2_power) / (1.0 - b1_power));
+      for (int j = 0; j < dim; ++j) {
+        // The moments are averages, not sums: what a run of updates adds to
+        // one is its average started from zero (tracked in the delta), and
+        // the rest is the decay of the value it started from, which a merge
+        // applies to the shard's own value (ApplyDelta).
+        Average(&m[j], g[j], c.beta_1, d(1, j));
+        Average(&v[j], g[j] * g[j], c.beta_2, d(2, j));
+        Add(&w[j], -(alpha * m[j] / (std::sqrt(v[j]) + c.epsilon)), d(0, j));
+      }
+      break;
+    }
+    case OptimizerKind::kFtrl: {
+      float* acc = slots;
+      float* linear = slots + dim;
+      const float p = -c.learning_rate_power;
+      for (int j = 0; j < dim; ++j) {
+        const float acc_new = acc[j] + g[j] * g[j];
+        const float sigma = (std::pow(acc_new, p) - std::pow(acc[j], p)) / lr;
+        Add(&linear[j], g[j] - sigma * w[j], d(2, j));
+        Add(&acc[j], g[j] * g[j], d(1, j));
+        const float w_new = FtrlWeight(c, lr, linear[j], acc[j]);
+        if (delta != nullptr) *d(0, j) += w_new - w[j];
+        w[j] = w_new;
+      }
+      break;
+    }
+  }
+}
+
+void ApplyDelta(const OptimizerConfig& c, float lr, const float* delta, int64_t count, int dim,
+                float* w, float* slots, int64_t* step, float value_share) {
+  const float* slot_delta = delta + dim;
+  switch (c.kind) {
+    case OptimizerKind::kSGD:
+    case OptimizerKind::kAdagrad:
+      for (int j = 0; j < NumSlots(c.kind) * dim; ++j) slots[j] += slot_delta[j];
+      break;
+    case OptimizerKind::kAdam: {
+      // Each moment decays by beta^count from the shard's own value and
+      // takes the worker's average of its updates (ApplyUpdate).
+      const float decay_1 = static_cast<float>(std::pow(double{c.beta_1}, double(count)));
+      const float decay_2 = static_cast<float>(std::pow(double{c.beta_2}, double(count)));
+      for (int j = 0; j < dim; ++j) {
+        slots[j] = decay_1 * slots[j] + slot_delta[j];
+        slots[dim + j] = decay_2 * slots[dim + j] + slot_delta[dim + j];
+      }
+      *step += count;
+      break;
+    }
+    case OptimizerKind::kFtrl:
+      for (int j = 0; j < 2 * dim; ++j) slots[j] += slot_delta[j];
+      for (int j = 0; j < dim; ++j) w[j] = FtrlWeight(c, lr, slots[dim + j], slots[j]);
+      return;
+  }
+  if (value_share == 1.0f) {
+    for (int j = 0; j < dim; ++j) w[j] += delta[j];
+  } else {
+    for (int j = 0; j < dim; ++j) w[j] += value_share * delta[j];
+  }
+}
+
+float ConcurrentShare(OptimizerKind kind, int64_t count, int64_t others) {
+  if (kind != OptimizerKind::kAdam || others <= 0 || count <= 0) return 1.0f;
+  return static_cast<float>(double(count) / double(count + others));
+}
+
+int NonNegativeSlot(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kAdagrad:
+    case OptimizerKind::kFtrl:
+      return 0;  // the accumulator of squared gradients
+    case OptimizerKind::kAdam:
+      return 1;  // the second moment
+    case OptimizerKind::kSGD:
+      break;
+  }
+  return -1;
+}
+
+void ApplyUpdates(const OptimizerConfig& config, float learning_rate, const float* grad_sum,
+                  int64_t count, int dim, float* row, float* slots, int64_t* step,
+                  std::vector<float>* mean) {
+  if (count <= 1 || config.kind == OptimizerKind::kSGD) {
+    ApplyUpdate(config, learning_rate, grad_sum, dim, row, slots, step);
+    return;
+  }
+  const float scale = 1.0f / static_cast<float>(count);
+  for (int j = 0; j < dim; ++j) (*mean)[j] = grad_sum[j] * scale;
+  for (int64_t c = 0; c < count; ++c) ApplyUpdate(config, learning_rate, mean->data(), dim, row, slots, step);
+}
+
+}  // namespace het

@@ -1,0 +1,395 @@
+#include "cc_ops/embedding/core/table_shard.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "cc_ops/common/hashing.h"
+#include "cc_ops/embedding/core/memory_budget.h"
+
+namespace het {
+namespace {
+
+constexpr uint32_t kRowsPerBlock = 4096;
+
+}  // namespace
+
+Status ValidateTableConfig(const TableConfig& c) {
+  HET_RETURN_IF_ERROR(CheckDim(TableLabel(c.name), c.dim));
+  if (c.vocabulary_size == 0 || c.vocabulary_size < -1) {
+    return Status::InvalidArgument(TableLabel(c.name) +
+                                   ": vocabulary size must be positive, or -1 for dynamic keys");
+  }
+  if (c.max_rows == 0 || c.max_rows < -1) {
+    return Status::InvalidArgument(TableLabel(c.name) +
+                                   ": max_rows must be positive, or -1 for no limit");
+  }
+  Status s = ValidateOptimizer(c.optimizer);
+  if (!s.ok()) return Status::InvalidArgument(TableLabel(c.name) + ": " + s.message());
+  return Status::Ok();
+}
+
+Status TableShard::Create(const TableConfig& config, std::unique_ptr<TableShard>* out) {
+  HET_RETURN_IF_ERROR(ValidateTableConfig(config));
+  out->reset(new TableShard(config));
+  return Status::Ok();
+}
+
+TableShard::TableShard(const TableConfig& config)
+    : config_(config), num_slots_(NumSlots(config.optimizer.kind)) {
+  size_t float_bytes = sizeof(float) * state_width();
+  clock_offset_ = (float_bytes + 7) & ~size_t{7};
+  // Then the clock, Adam's step count, and the key (for export): the key in
+  // the row costs exactly 8 bytes, where a growing side array cost up to 16.
+  key_offset_ = clock_offset_ + 8 + (NeedsStepCount(config_.optimizer.kind) ? 8 : 0);
+  row_bytes_ = key_offset_ + 8;
+}
+
+int TableShard::StripeOf(int64_t key) {
+  // High bits: the index uses the low bits of the same mix.
+  return static_cast<int>(Mix64(static_cast<uint64_t>(key)) >> 58);
+}
+
+char* TableShard::RowAt(const Stripe& stripe, uint32_t row) const {
+  return stripe.blocks[row / kRowsPerBlock].get() + size_t{row % kRowsPerBlock} * row_bytes_;
+}
+
+char* TableShard::FindOrCreate(Stripe& stripe, int64_t key, bool* created) {
+  uint32_t row = stripe.index.Find(key);
+  *created = row == KeyIndex::kAbsent;
+  if (!*created) return RowAt(stripe, row);
+  row = stripe.rows;
+  if (row % kRowsPerBlock == 0) {
+    stripe.blocks.emplace_back(new char[size_t{kRowsPerBlock} * row_bytes_]);
+  }
+  ++stripe.rows;
+  stripe.index.Insert(key, row);
+  char* p = RowAt(stripe, row);
+  *Key(p) = key;
+  InitializeRow(config_.initializer, key, config_.dim, Values(p));
+  InitializeSlots(config_.optimizer, config_.dim, Slots(p));
+  *Clock(p) = 0;
+  if (NeedsStepCount(config_.optimizer.kind)) *Step(p) = 0;
+  rows_created_.fetch_add(1, std::memory_order_relaxed);
+  return p;
+}
+
+template <typename Visit>
+void TableShard::ForEachByStripe(const int64_t* keys, int64_t n, Visit visit) {
+  std::array<int32_t, kStripes + 1> starts{};
+  std::vector<uint8_t> stripe_of(n);
+  for (int64_t i = 0; i < n; ++i) {
+    stripe_of[i] = static_cast<uint8_t>(StripeOf(keys[i]));
+    ++starts[stripe_of[i] + 1];
+  }
+  for (int s = 0; s < kStripes; ++s) starts[s + 1] += starts[s];
+  std::array<int32_t, kStripes + 1> next = starts;
+  std::vector<int32_t> order(n);
+  for (int64_t i = 0; i < n; ++i) order[next[stripe_of[i]]++] = static_cast<int32_t>(i);
+  for (int s = 0; s < kStripes; ++s) {
+    if (starts[s] == starts[s + 1]) continue;
+    Stripe& stripe = stripes_[s];
+    std::lock_guard<std::mutex> lock(stripe.mu);
+    for (int32_t k = starts[s]; k < starts[s + 1]; ++k) visit(stripe, order[k]);
+  }
+}
+
+class TableShard::RowReservation {
+ public:
+  RowReservation(std::atomic<int64_t>* reserved, int64_t rows) : reserved_(reserved), rows_(rows) {}
+  ~RowReservation() { reserved_->fetch_sub(rows_); }
+
+ private:
+  std::atomic<int64_t>* reserved_;
+  int64_t rows_;
+};
+
+Status TableShard::ReserveNewRows(const int64_t* keys, int64_t n,
+                                  std::unique_ptr<RowReservation>* out) {
+  if (config_.max_rows < 0) return Status::Ok();
+  int64_t absent = 0;
+  ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
+    absent += stripe.index.Find(keys[i]) == KeyIndex::kAbsent;
+  });
+  // Concurrent requests reserve before creating, so together they cannot
+  // pass the limit; a key new to two of them is counted twice, which only
+  // errs on the side of refusing.
+  const int64_t before = reserved_rows_.fetch_add(absent);
+  const int64_t held = Size();
+  if (absent > 0 && held + before + absent > config_.max_rows) {
+    reserved_rows_.fetch_sub(absent);
+    return Status::ResourceExhausted(
+        TableLabel(config_.name) + ": this shard holds " + std::to_string(held) +
+        " rows and its limit is " + std::to_string(config_.max_rows) + "; the request would add " +
+        std::to_string(absent) + " more, so nothing was changed (raise max_rows, add PS "
+        "shards, or keep fewer distinct ids)");
+  }
+  out->reset(new RowReservation(&reserved_rows_, absent));
+  return Status::Ok();
+}
+
+Status TableShard::Gather(const int64_t* keys, int64_t n, float* values) {
+  HET_RETURN_IF_ERROR(CheckKeys(config_.name, config_.vocabulary_size, keys, n));
+  std::unique_ptr<RowReservation> reservation;
+  HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
+  const int dim = config_.dim;
+  ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
+    bool created;
+    char* p = FindOrCreate(stripe, keys[i], &created);
+    std::memcpy(values + int64_t{i} * dim, Values(p), sizeof(float) * dim);
+  });
+  keys_checked_.fetch_add(n, std::memory_order_relaxed);
+  rows_sent_.fetch_add(n, std::memory_order_relaxed);
+  pull_requests_.fetch_add(1, std::memory_order_relaxed);
+  bytes_received_.fetch_add(8 * n, std::memory_order_relaxed);
+  bytes_sent_.fetch_add(sizeof(float) * dim * n, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+Status TableShard::Pull(const int64_t* keys, const int64_t* clocks, int64_t n,
+                        int64_t read_staleness, bool with_slots, PulledRows* out) {
+  HET_RETURN_IF_ERROR(CheckKeys(config_.name, config_.vocabulary_size, keys, n));
+  std::unique_ptr<RowReservation> reservation;
+  HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
+  // Values and slots are contiguous in a row, so a state is one copy.
+  const int width = with_slots ? state_width() : config_.dim;
+  // Stripes are visited out of request order, so stale rows are copied by
+  // request position first and compacted afterwards.
+  std::vector<uint8_t> stale(n, 0);
+  std::vector<float> values_by_pos;
+  std::vector<int64_t> clock_by_pos(n, 0);
+  ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
+    bool created;
+    char* p = FindOrCreate(stripe, keys[i], &created);
+    const int64_t server_clock = *Clock(p);
+    if (clocks[i] < 0 || (read_staleness >= 0 && server_clock - clocks[i] > read_staleness)) {
+      if (values_by_pos.empty()) values_by_pos.resize(size_t(n) * width);
+      stale[i] = 1;
+      clock_by_pos[i] = server_clock;
+      std::memcpy(values_by_pos.data() + size_t(i) * width, Values(p), sizeof(float) * width);
+    }
+  });
+  out->positions.clear();
+  out->values.clear();
+  out->clocks.clear();
+  for (int64_t i = 0; i < n; ++i) {
+    if (!stale[i]) continue;
+    out->positions.push_back(static_cast<int32_t>(i));
+    out->clocks.push_back(clock_by_pos[i]);
+    out->values.insert(out->values.end(), values_by_pos.begin() + size_t(i) * width,
+                       values_by_pos.begin() + size_t(i + 1) * width);
+  }
+  const size_t m = out->positions.size();
+  pull_requests_.fetch_add(1, std::memory_order_relaxed);
+  keys_checked_.fetch_add(n, std::memory_order_relaxed);
+  rows_sent_.fetch_add(m, std::memory_order_relaxed);
+  bytes_received_.fetch_add(16 * n, std::memory_order_relaxed);
+  bytes_sent_.fetch_add((sizeof(float) * width + 8 + 4) * m, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+Status TableShard::CheckPush(const int64_t* keys, const float* values, int width,
+                             const int64_t* counts, int64_t n, float learning_rate,
+                             const char* what) const {
+  HET_RETURN_IF_ERROR(CheckKeys(config_.name, config_.vocabulary_size, keys, n));
+  const std::string name = TableLabel(config_.name);
+  HET_RETURN_IF_ERROR(CheckLearningRate(name, config_.optimizer, learning_rate));
+  for (int64_t i = 0; i < n; ++i) {
+    if (counts[i] <= 0 || counts[i] > kMaxUpdatesPerPush) {
+      return Status::InvalidArgument(name + ": update counts must be between 1 and " +
+                                     std::to_string(kMaxUpdatesPerPush) + ", got " +
+                                     std::to_string(counts[i]) + " for id " +
+                                     std::to_string(keys[i]));
+    }
+  }
+  for (int64_t i = 0; i < n * width; ++i) {
+    if (!std::isfinite(values[i])) {
+      return Status::InvalidArgument(name + ": non-finite " + what + " for id " +
+                                     std::to_string(keys[i / width]) + "; nothing was applied");
+    }
+  }
+  return Status::Ok();
+}
+
+template <typename Apply>
+Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width,
+                               float* out, int64_t* clocks, Apply apply) {
+  std::unique_ptr<RowReservation> reservation;
+  HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
+  uint64_t updates = 0;
+  ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
+    bool created;
+    char* p = FindOrCreate(stripe, keys[i], &created);
+    apply(i, p);
+    *Clock(p) += counts[i];
+    updates += counts[i];
+    if (out != nullptr) std::memcpy(out + int64_t{i} * width, Values(p), sizeof(float) * width);
+    if (clocks != nullptr) clocks[i] = *Clock(p);
+  });
+  push_requests_.fetch_add(1, std::memory_order_relaxed);
+  rows_pushed_.fetch_add(n, std::memory_order_relaxed);
+  updates_applied_.fetch_add(updates, std::memory_order_relaxed);
+  bytes_received_.fetch_add((8 + 8 + sizeof(float) * width) * n, std::memory_order_relaxed);
+  if (out != nullptr) {
+    bytes_sent_.fetch_add((8 + sizeof(float) * width) * n, std::memory_order_relaxed);
+  }
+  return Status::Ok();
+}
+
+Status TableShard::Push(const int64_t* keys, const float* grads, const int64_t* counts, int64_t n,
+                        float learning_rate, float* values, int64_t* clocks) {
+  const int dim = config_.dim;
+  HET_RETURN_IF_ERROR(CheckPush(keys, grads, dim, counts, n, learning_rate, "gradient"));
+  std::vector<float> mean(dim);
+  return ApplyToRows(keys, counts, n, dim, values, clocks, [&](int32_t i, char* p) {
+    ApplyUpdates(config_.optimizer, learning_rate, grads + int64_t{i} * dim, counts[i], dim,
+                 Values(p), Slots(p), NeedsStepCount(config_.optimizer.kind) ? Step(p) : nullptr,
+                 &mean);
+  });
+}
+
+Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
+                              const int64_t* base_clocks, int64_t n, float learning_rate,
+                              float* states, int64_t* clocks) {
+  const int width = state_width();
+  HET_RETURN_IF_ERROR(CheckPush(keys, deltas, width, counts, n, learning_rate, "delta"));
+  for (int64_t i = 0; i < n; ++i) {
+    if (base_clocks[i] < 0) {
+      return Status::InvalidArgument(TableLabel(config_.name) + ": negative base clock " +
+                                     std::to_string(base_clocks[i]) + " for id " +
+                                     std::to_string(keys[i]) + "; nothing was applied");
+    }
+  }
+  // What a run of updates adds to a sum or average of squared gradients is
+  // never negative: a negative one could only come from a corrupt push, and
+  // would end in the square root of a negative number.
+  const OptimizerKind kind = config_.optimizer.kind;
+  if (NonNegativeSlot(kind) >= 0) {
+    const int64_t at = config_.dim * (1 + NonNegativeSlot(kind));
+    for (int64_t i = 0; i < n; ++i) {
+      for (int j = 0; j < config_.dim; ++j) {
+        if (deltas[i * width + at + j] < 0) {
+          return Status::InvalidArgument(TableLabel(config_.name) +
+                                         ": negative squared-gradient change for id " +
+                                         std::to_string(keys[i]) + "; nothing was applied");
+        }
+      }
+    }
+  }
+  HET_RETURN_IF_ERROR(
+      ApplyToRows(keys, counts, n, width, states, clocks, [&](int32_t i, char* p) {
+        // A clock behind the cache's copy (the table was restored since)
+        // counts as no other writer.
+        const float share = ConcurrentShare(kind, counts[i], *Clock(p) - base_clocks[i]);
+        ApplyDelta(config_.optimizer, learning_rate, deltas + int64_t{i} * width, counts[i],
+                   config_.dim, Values(p), Slots(p), NeedsStepCount(kind) ? Step(p) : nullptr,
+                   share);
+      }));
+  bytes_received_.fetch_add(sizeof(int64_t) * n, std::memory_order_relaxed);  // base clocks
+  return Status::Ok();
+}
+
+int64_t TableShard::Size() const {
+  int64_t total = 0;
+  for (const Stripe& stripe : stripes_) {
+    std::lock_guard<std::mutex> lock(stripe.mu);
+    total += stripe.rows;
+  }
+  return total;
+}
+
+size_t TableShard::MemoryBytes() const {
+  size_t total = sizeof(*this);
+  for (const Stripe& stripe : stripes_) {
+    std::lock_guard<std::mutex> lock(stripe.mu);
+    total += stripe.blocks.size() * size_t{kRowsPerBlock} * row_bytes_ +
+             stripe.index.MemoryBytes() + stripe.blocks.capacity() * sizeof(void*);
+  }
+  return total;
+}
+
+TableCounters TableShard::Counters() const {
+  TableCounters c;
+  c.pull_requests = pull_requests_.load();
+  c.keys_checked = keys_checked_.load();
+  c.rows_sent = rows_sent_.load();
+  c.push_requests = push_requests_.load();
+  c.rows_pushed = rows_pushed_.load();
+  c.updates_applied = updates_applied_.load();
+  c.rows_created = rows_created_.load();
+  c.bytes_received = bytes_received_.load();
+  c.bytes_sent = bytes_sent_.load();
+  return c;
+}
+
+Status TableShard::Export(int64_t offset, int64_t limit, TableChunk* out) const {
+  if (offset < 0 || limit < 0) {
+    return Status::InvalidArgument(TableLabel(config_.name) +
+                                   ": export offset and limit must be >= 0");
+  }
+  const int dim = config_.dim;
+  const size_t slot_floats = size_t(num_slots_) * dim;
+  *out = TableChunk();
+  int64_t seen = 0;
+  for (const Stripe& stripe : stripes_) {
+    std::lock_guard<std::mutex> lock(stripe.mu);
+    const int64_t rows = stripe.rows;
+    for (int64_t r = offset > seen ? offset - seen : 0; r < rows; ++r) {
+      if (static_cast<int64_t>(out->keys.size()) >= limit) return Status::Ok();
+      char* p = RowAt(stripe, static_cast<uint32_t>(r));
+      out->keys.push_back(*Key(p));
+      out->values.insert(out->values.end(), Values(p), Values(p) + dim);
+      out->slots.insert(out->slots.end(), Slots(p), Slots(p) + slot_floats);
+      out->clocks.push_back(*Clock(p));
+      out->steps.push_back(NeedsStepCount(config_.optimizer.kind) ? *Step(p) : 0);
+    }
+    seen += rows;
+  }
+  return Status::Ok();
+}
+
+Status TableShard::Import(const TableChunk& chunk) {
+  const int dim = config_.dim;
+  const size_t n = chunk.keys.size();
+  const size_t slot_floats = size_t(num_slots_) * dim;
+  if (chunk.values.size() != n * dim || chunk.slots.size() != n * slot_floats ||
+      chunk.clocks.size() != n || chunk.steps.size() != n) {
+    return Status::InvalidArgument(
+        TableLabel(config_.name) + ": import of " + std::to_string(n) +
+        " rows needs " + std::to_string(n * dim) + " values, " + std::to_string(n * slot_floats) +
+        " slot values (" + std::to_string(num_slots_) + " slots of dim " + std::to_string(dim) +
+        "), and one clock and step per row; got " + std::to_string(chunk.values.size()) + ", " +
+        std::to_string(chunk.slots.size()) + ", " + std::to_string(chunk.clocks.size()) + ", " +
+        std::to_string(chunk.steps.size()));
+  }
+  HET_RETURN_IF_ERROR(CheckKeys(config_.name, config_.vocabulary_size, chunk.keys.data(),
+                                static_cast<int64_t>(n)));
+  for (size_t i = 0; i < n; ++i) {
+    if (chunk.clocks[i] < 0 || chunk.steps[i] < 0) {
+      return Status::InvalidArgument(TableLabel(config_.name) +
+                                     ": imported clocks and steps must be >= 0");
+    }
+  }
+  std::unique_ptr<RowReservation> reservation;
+  HET_RETURN_IF_ERROR(ReserveNewRows(chunk.keys.data(), static_cast<int64_t>(n), &reservation));
+  ForEachByStripe(chunk.keys.data(), static_cast<int64_t>(n), [&](Stripe& stripe, int32_t at) {
+    const size_t i = static_cast<size_t>(at);
+    bool created;
+    char* p = FindOrCreate(stripe, chunk.keys[i], &created);
+    std::memcpy(Values(p), chunk.values.data() + i * dim, sizeof(float) * dim);
+    std::memcpy(Slots(p), chunk.slots.data() + i * slot_floats, sizeof(float) * slot_floats);
+    *Clock(p) = chunk.clocks[i];
+    if (NeedsStepCount(config_.optimizer.kind)) *Step(p) = chunk.steps[i];
+  });
+  return Status::Ok();
+}
+
+void TableShard::Clear() {
+  for (Stripe& stripe : stripes_) {
+    std::lock_guard<std::mutex> lock(stripe.mu);
+    stripe.index = KeyIndex();
+    stripe.blocks.clear();
+    stripe.rows = 0;
+  }
+}
+
+}  // namespace het

@@ -1,0 +1,181 @@
+// One parameter-server shard of an embedding table.
+//
+// Rows are created on first touch from a deterministic initializer and carry
+// their optimizer slots and a clock: the number of updates applied to them.
+// Keys are spread over lock stripes so that pulls and pushes from many
+// workers proceed in parallel; each stripe keeps its rows in a chunked arena,
+// so rows never move once created and growth never copies the table.
+#ifndef HET_TF_EMBEDDING_CORE_TABLE_SHARD_H_
+#define HET_TF_EMBEDDING_CORE_TABLE_SHARD_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cc_ops/common/status.h"
+#include "cc_ops/embedding/core/key_checks.h"
+#include "cc_ops/embedding/core/key_index.h"
+#include "cc_ops/embedding/core/row_initializer.h"
+#include "cc_ops/embedding/core/sparse_optimizer.h"
+
+namespace het {
+
+struct TableConfig {
+  std::string name = "table";
+  int dim = 0;
+  // Fixed vocabulary: keys must lie in [0, vocabulary_size). -1: any int64.
+  int64_t vocabulary_size = -1;
+  // The most rows this shard may hold; a request that would create more
+  // fails with ResourceExhausted and changes nothing. -1: no limit.
+  int64_t max_rows = -1;
+  InitializerConfig initializer;
+  OptimizerConfig optimizer;
+};
+
+Status ValidateTableConfig(const TableConfig& config);
+
+struct TableCounters {
+  uint64_t pull_requests = 0;
+  uint64_t keys_checked = 0;   // keys received by pulls and gathers
+  uint64_t rows_sent = 0;      // rows returned to workers
+  uint64_t push_requests = 0;
+  uint64_t rows_pushed = 0;    // rows received with gradients
+  uint64_t updates_applied = 0;// sum of pushed update counts
+  uint64_t rows_created = 0;
+  uint64_t bytes_received = 0;
+  uint64_t bytes_sent = 0;
+};
+
+// Rows handed to a worker by Pull: only those that were missing or stale.
+struct PulledRows {
+  std::vector<int32_t> positions;  // into the request's key list, ascending
+  std::vector<float> values;       // positions.size() * (dim, or StateWidth with slots)
+  std::vector<int64_t> clocks;
+};
+
+// A chunk of a table for checkpoints and resharding.
+struct TableChunk {
+  std::vector<int64_t> keys;
+  std::vector<float> values;  // keys.size() * dim
+  std::vector<float> slots;   // keys.size() * num_slots * dim
+  std::vector<int64_t> clocks;
+  std::vector<int64_t> steps;
+};
+
+class TableShard {
+ public:
+  static constexpr int kStripes = 64;
+
+  static Status Create(const TableConfig& config, std::unique_ptr<TableShard>* out);
+
+  const TableConfig& config() const { return config_; }
+  const std::string& table_name() const { return config_.name; }
+  int dim() const { return config_.dim; }
+  int num_slots() const { return num_slots_; }
+  int state_width() const { return StateWidth(config_.optimizer.kind, config_.dim); }
+
+  // Values of every key, creating missing rows.
+  Status Gather(const int64_t* keys, int64_t n, float* values);
+
+  // The clock-checked read: clocks[i] is the local clock of the worker's
+  // cached copy of keys[i], or -1 when it has none. A row is returned when it
+  // is missing on the worker or when its server clock exceeds the worker's
+  // clock by more than read_staleness (negative: never stale). With slots,
+  // each row comes as its whole state (values then optimizer slots), for a
+  // cache that takes the optimizer's steps locally.
+  Status Pull(const int64_t* keys, const int64_t* clocks, int64_t n, int64_t read_staleness,
+              bool with_slots, PulledRows* out);
+
+  // Applies grads[i] (the sum of counts[i] local gradients) with the
+  // optimizer and advances the row's clock by counts[i]. When values or
+  // clocks are not null they receive each row after its update.
+  Status Push(const int64_t* keys, const float* grads, const int64_t* counts, int64_t n,
+              float learning_rate, float* values, int64_t* clocks);
+
+  // A cache's push: merges deltas[i] (StateWidth floats, what counts[i]
+  // local optimizer steps changed in the row's state) with ApplyDelta and
+  // advances the clock by counts[i]. base_clocks[i] is the row's clock when
+  // the cache took its copy: the updates since then are other writers', and
+  // set the share of the delta the merge keeps (ConcurrentShare). When
+  // states or clocks are not null they receive each row's state after the
+  // merge, for the cache to take.
+  Status PushDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
+                    const int64_t* base_clocks, int64_t n, float learning_rate, float* states,
+                    int64_t* clocks);
+
+  int64_t Size() const;
+  size_t BytesPerRow() const { return row_bytes_; }
+  // Arena, index and bookkeeping memory, for the memory report.
+  size_t MemoryBytes() const;
+  TableCounters Counters() const;
+
+  // Rows [offset, offset + limit) in a stable order; the order only holds
+  // while no rows are created, so export after flushing and before training on.
+  Status Export(int64_t offset, int64_t limit, TableChunk* out) const;
+  // Inserts or overwrites rows; all-or-nothing on validation errors.
+  Status Import(const TableChunk& chunk);
+  // Drops every row, as before a restore.
+  void Clear();
+
+ private:
+  struct Stripe {
+    mutable std::mutex mu;
+    KeyIndex index;
+    std::vector<std::unique_ptr<char[]>> blocks;
+    uint32_t rows = 0;
+  };
+
+  explicit TableShard(const TableConfig& config);
+
+  // Reserves room for the rows a request would create (its keys not yet
+  // held), or fails when they would take the shard past max_rows. The
+  // reservation is released when the returned guard goes away.
+  class RowReservation;
+  Status ReserveNewRows(const int64_t* keys, int64_t n, std::unique_ptr<RowReservation>* out);
+
+  static int StripeOf(int64_t key);
+  char* RowAt(const Stripe& stripe, uint32_t row) const;
+  // Finds or creates the row of key; the stripe's lock must be held.
+  char* FindOrCreate(Stripe& stripe, int64_t key, bool* created);
+  // Calls visit(stripe, i) for every request position i, grouped by stripe
+  // with the stripe's lock held, so that each stripe is locked once a request.
+  template <typename Visit>
+  void ForEachByStripe(const int64_t* keys, int64_t n, Visit visit);
+
+  float* Values(char* row) const { return reinterpret_cast<float*>(row); }
+  float* Slots(char* row) const { return reinterpret_cast<float*>(row) + config_.dim; }
+  int64_t* Clock(char* row) const { return reinterpret_cast<int64_t*>(row + clock_offset_); }
+  int64_t* Step(char* row) const { return reinterpret_cast<int64_t*>(row + clock_offset_ + 8); }
+  int64_t* Key(char* row) const { return reinterpret_cast<int64_t*>(row + key_offset_); }
+
+  // Checks a push's learning rate, counts and values (n * width floats)
+  // before anything changes.
+  Status CheckPush(const int64_t* keys, const float* values, int width, const int64_t* counts,
+                   int64_t n, float learning_rate, const char* what) const;
+  // The body of both pushes: reserves new rows, calls apply(row) on each
+  // key's row under its stripe's lock, advances its clock by counts[i] and,
+  // when out and clocks are not null, copies the row's first `width` floats
+  // and its clock back; then counts the push.
+  template <typename Apply>
+  Status ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width,
+                     float* out, int64_t* clocks, Apply apply);
+
+  TableConfig config_;
+  int num_slots_;
+  size_t clock_offset_;
+  size_t key_offset_;
+  size_t row_bytes_;
+  std::array<Stripe, kStripes> stripes_;
+
+  std::atomic<int64_t> reserved_rows_{0};
+  std::atomic<uint64_t> pull_requests_{0}, keys_checked_{0}, rows_sent_{0}, push_requests_{0},
+      rows_pushed_{0}, updates_applied_{0}, rows_created_{0}, bytes_received_{0}, bytes_sent_{0};
+};
+
+}  // namespace het
+
+#endif  // HET_TF_EMBEDDING_CORE_TABLE_SHARD_H_

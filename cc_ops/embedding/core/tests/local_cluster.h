@@ -1,0 +1,108 @@
+// Drives worker caches against in-process table shards the way the TF ops
+// do across devices: prepare, pull per shard, complete; accumulate, push per
+// shard, acknowledge. Used by the tests to check the sync rules end to end.
+#ifndef HET_TF_EMBEDDING_CORE_TESTS_LOCAL_CLUSTER_H_
+#define HET_TF_EMBEDDING_CORE_TESTS_LOCAL_CLUSTER_H_
+
+#include <memory>
+#include <vector>
+
+#include "cc_ops/common/hashing.h"
+#include "cc_ops/embedding/core/table_shard.h"
+#include "cc_ops/embedding/core/worker_cache.h"
+
+namespace het_test {
+
+class LocalCluster {
+ public:
+  LocalCluster(const het::TableConfig& table, int num_shards) : dim_(table.dim) {
+    for (int s = 0; s < num_shards; ++s) {
+      std::unique_ptr<het::TableShard> shard;
+      het::Status st = het::TableShard::Create(table, &shard);
+      if (!st.ok()) std::abort();
+      shards_.push_back(std::move(shard));
+    }
+  }
+
+  int num_shards() const { return static_cast<int>(shards_.size()); }
+  het::TableShard& shard(int s) { return *shards_[s]; }
+  het::TableShard& ShardOfKey(int64_t key) { return *shards_[het::ShardOf(key, num_shards())]; }
+
+  // The no-cache path: gather rows, push each unique key's summed gradient.
+  het::Status GatherRows(const std::vector<int64_t>& keys, std::vector<float>* rows) {
+    rows->assign(keys.size() * dim_, 0.0f);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      HET_RETURN_IF_ERROR(ShardOfKey(keys[i]).Gather(&keys[i], 1, rows->data() + i * dim_));
+    }
+    return het::Status::Ok();
+  }
+
+  // The no-cache write: each key's gradient applied by its shard.
+  het::Status PushGradients(const std::vector<int64_t>& keys, const std::vector<float>& grads,
+                            float lr) {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const int64_t one = 1;
+      HET_RETURN_IF_ERROR(ShardOfKey(keys[i]).Push(&keys[i], grads.data() + i * dim_, &one, 1,
+                                                   lr, nullptr, nullptr));
+    }
+    return het::Status::Ok();
+  }
+
+  // A cached lookup: returns the unique keys, the inverse map and their rows.
+  het::Status Lookup(het::WorkerCache& cache, const std::vector<int64_t>& ids, bool training,
+                     het::LookupPlan* plan, std::vector<float>* unique_rows) {
+    HET_RETURN_IF_ERROR(cache.Prepare(ids.data(), ids.size(), training, plan));
+    const int64_t u = plan->unique_keys.size();
+    std::vector<int32_t> positions;
+    std::vector<float> rows;
+    std::vector<int64_t> clocks;
+    // Ask each key's shard; answers come back in the order of the plan.
+    for (int64_t i = 0; i < u; ++i) {
+      het::PulledRows pulled;
+      HET_RETURN_IF_ERROR(ShardOfKey(plan->unique_keys[i]).Pull(
+          &plan->unique_keys[i], &plan->clocks[i], 1, plan->read_staleness, training,
+          &pulled));
+      if (!pulled.positions.empty()) {
+        positions.push_back(static_cast<int32_t>(i));
+        rows.insert(rows.end(), pulled.values.begin(), pulled.values.end());
+        clocks.push_back(pulled.clocks[0]);
+      }
+    }
+    unique_rows->assign(u * dim_, 0.0f);
+    return cache.Complete(plan->unique_keys.data(), u, positions.data(), positions.size(),
+                          rows.data(), clocks.data(), training, unique_rows->data());
+  }
+
+  het::Status Update(het::WorkerCache& cache, const std::vector<int64_t>& unique_keys,
+                     const std::vector<float>& grads, float lr) {
+    het::Pushes due;
+    HET_RETURN_IF_ERROR(cache.Accumulate(unique_keys.data(), unique_keys.size(), grads.data(), lr, &due));
+    return PushAndAck(cache, due, lr);
+  }
+
+  het::Status Flush(het::WorkerCache& cache, float lr) {
+    het::Pushes pending;
+    cache.Flush(&pending);
+    return PushAndAck(cache, pending, lr);
+  }
+
+ private:
+  het::Status PushAndAck(het::WorkerCache& cache, const het::Pushes& p, float lr) {
+    const int width = cache.width();
+    std::vector<float> states(p.size() * width);
+    std::vector<int64_t> clocks(p.size());
+    for (size_t i = 0; i < p.size(); ++i) {
+      HET_RETURN_IF_ERROR(ShardOfKey(p.keys[i]).PushDeltas(
+          &p.keys[i], p.deltas.data() + i * width, &p.counts[i], &p.base_clocks[i], 1, lr,
+          states.data() + i * width, clocks.data() + i));
+    }
+    return cache.AckPush(p.keys.data(), p.size(), p.counts.data(), states.data(), clocks.data());
+  }
+
+  int dim_;
+  std::vector<std::unique_ptr<het::TableShard>> shards_;
+};
+
+}  // namespace het_test
+
+#endif  // HET_TF_EMBEDDING_CORE_TESTS_LOCAL_CLUSTER_H_

@@ -1,0 +1,396 @@
+#include "cc_ops/embedding/core/worker_cache.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "cc_ops/embedding/core/key_checks.h"
+#include "cc_ops/embedding/core/memory_budget.h"
+
+namespace het {
+namespace {
+
+// Wire sizes used by both counters, so cache and table figures agree.
+constexpr uint64_t kKeyBytes = 8, kClockBytes = 8, kPositionBytes = 4, kCountBytes = 8;
+
+Status CheckUnique(const std::string& name, const int64_t* keys, int64_t n) {
+  KeyIndex seen(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    if (seen.Insert(keys[i], 0) != 0 || seen.size() != static_cast<size_t>(i + 1)) {
+      return Status::InvalidArgument(name + ": id " + std::to_string(keys[i]) +
+                                     " appears twice where unique ids are required");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void Pushes::Add(int64_t key, const float* delta, int width, int64_t count, int64_t base_clock) {
+  keys.push_back(key);
+  deltas.insert(deltas.end(), delta, delta + width);
+  counts.push_back(count);
+  base_clocks.push_back(base_clock);
+}
+
+Status ValidateCacheConfig(const CacheConfig& c) {
+  const std::string name = TableLabel(c.table_name);
+  HET_RETURN_IF_ERROR(CheckDim(name, c.dim));
+  if (c.capacity <= 0 || c.capacity >= (int64_t{1} << 31)) {
+    return Status::InvalidArgument(name + ": cache capacity must be between 1 and 2^31-1 rows, got " +
+                                   std::to_string(c.capacity));
+  }
+  if (c.policy == CachePolicy::kLFUPinned && c.pin_threshold == 0) {
+    return Status::InvalidArgument(name + ": the pin threshold must be at least 1");
+  }
+  if (c.staleness_ramp < 0) {
+    return Status::InvalidArgument(name + ": the staleness ramp must be >= 0 steps, got " +
+                                   std::to_string(c.staleness_ramp));
+  }
+  Status s = ValidateOptimizer(c.optimizer);
+  if (!s.ok()) return Status::InvalidArgument(name + ": " + s.message());
+  // The cache is allocated in full when it is made: each row's state (values
+  // and slots) and its pending delta, three 8-byte fields, and 56 bytes of
+  // index, eviction order and free list (measured: docs/memory.md).
+  const double bytes =
+      double(c.capacity) * (8.0 * StateWidth(c.optimizer.kind, c.dim) + 24 + 56);
+  return CheckFitsInMemory(name, "a cache of " + std::to_string(c.capacity) + " rows", bytes);
+}
+
+Status WorkerCache::Create(const CacheConfig& config, std::unique_ptr<WorkerCache>* out) {
+  HET_RETURN_IF_ERROR(ValidateCacheConfig(config));
+  out->reset(new WorkerCache(config));
+  return Status::Ok();
+}
+
+WorkerCache::WorkerCache(const CacheConfig& config)
+    : config_(config),
+      width_(StateWidth(config.optimizer.kind, config.dim)),
+      index_(static_cast<size_t>(config.capacity)),
+      order_(config.policy, config.capacity, config.pin_threshold),
+      keys_(config.capacity, 0),
+      server_clock_(config.capacity, 0),
+      local_clock_(config.capacity, 0),
+      states_(size_t(config.capacity) * width_, 0.0f),
+      pending_delta_(size_t(config.capacity) * width_, 0.0f) {
+  free_slots_.reserve(config.capacity);
+  for (int64_t s = config.capacity - 1; s >= 0; --s) free_slots_.push_back(static_cast<int32_t>(s));
+}
+
+size_t WorkerCache::MemoryBytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sizeof(*this) + index_.MemoryBytes() +
+         keys_.capacity() * sizeof(int64_t) * 3 +  // keys and both clocks
+         (states_.capacity() + pending_delta_.capacity()) * sizeof(float) +
+         free_slots_.capacity() * sizeof(int32_t);
+}
+
+int64_t WorkerCache::BoundInForce(int64_t configured) const {
+  if (config_.staleness_ramp <= 0) return configured;
+  const int64_t ramp = static_cast<int64_t>(counters_.steps) / config_.staleness_ramp;
+  return configured < 0 ? ramp : std::min(configured, ramp);
+}
+
+int64_t WorkerCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(index_.size());
+}
+
+CacheCounters WorkerCache::Counters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counters_;
+}
+
+Status WorkerCache::Prepare(const int64_t* ids, int64_t n, bool training, LookupPlan* plan) {
+  HET_RETURN_IF_ERROR(CheckKeys(config_.table_name, config_.vocabulary_size, ids, n));
+  plan->unique_keys.clear();
+  plan->inverse.resize(n);
+  plan->clocks.clear();
+  KeyIndex first_seen(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t next = static_cast<uint32_t>(plan->unique_keys.size());
+    const uint32_t u = first_seen.Insert(ids[i], next);
+    if (u == next) plan->unique_keys.push_back(ids[i]);
+    plan->inverse[i] = static_cast<int32_t>(u);
+  }
+  const int64_t u = static_cast<int64_t>(plan->unique_keys.size());
+  if (training && u > config_.capacity) {
+    return Status::InvalidArgument(Name() + ": a batch has " + std::to_string(u) +
+                                   " unique ids but the cache holds only " +
+                                   std::to_string(config_.capacity) +
+                                   " rows; raise cache_capacity or shrink the batch");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  plan->read_staleness = BoundInForce(config_.read_staleness);
+  plan->clocks.resize(u);
+  for (int64_t i = 0; i < u; ++i) {
+    const uint32_t slot = index_.Find(plan->unique_keys[i]);
+    plan->clocks[i] = slot == KeyIndex::kAbsent ? -1 : local_clock_[slot];
+  }
+  counters_.lookups += n;
+  counters_.unique_keys += u;
+  counters_.bytes_sent += (kKeyBytes + kClockBytes) * u;
+  return Status::Ok();
+}
+
+int32_t WorkerCache::TakeSlot() {
+  if (!free_slots_.empty()) {
+    const int32_t slot = free_slots_.back();
+    free_slots_.pop_back();
+    return slot;
+  }
+  const int32_t slot = order_.Victim();
+  if (slot == EvictionOrder::kNone) return slot;
+  order_.Detach(slot);
+  if (PendingCount(slot) > 0) {
+    // The key is not in this batch, so it cannot be updated again before
+    // the outbox goes out with this step's pushes.
+    outbox_.Add(keys_[slot], PendingDelta(slot), width_, PendingCount(slot), server_clock_[slot]);
+    ++counters_.dirty_evictions;
+  }
+  index_.Erase(keys_[slot]);
+  ++counters_.evictions;
+  return slot;
+}
+
+Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_t* positions,
+                             int64_t m, const float* states, const int64_t* clocks, bool training,
+                             float* rows_out) {
+  const int dim = config_.dim;
+  // Training answers carry whole states; evaluation only reads rows.
+  const int answer_width = training ? width_ : dim;
+  if (m > u) {
+    return Status::InvalidArgument(Name() + ": " + std::to_string(m) + " rows returned for " +
+                                   std::to_string(u) + " ids");
+  }
+  if (training && u > config_.capacity) {
+    return Status::InvalidArgument(Name() + ": a batch has " + std::to_string(u) +
+                                   " unique ids but the cache holds only " +
+                                   std::to_string(config_.capacity) + " rows");
+  }
+  HET_RETURN_IF_ERROR(CheckUnique(Name(), unique_keys, u));
+  std::vector<int32_t> answer(u, -1);  // unique index -> row in the shards' answer
+  for (int64_t r = 0; r < m; ++r) {
+    if (positions[r] < 0 || positions[r] >= u || (r > 0 && positions[r] <= positions[r - 1])) {
+      return Status::InvalidArgument(Name() + ": returned positions must be ascending and below " +
+                                     std::to_string(u));
+    }
+    if (clocks[r] < 0) return Status::InvalidArgument(Name() + ": negative clock returned");
+    answer[positions[r]] = static_cast<int32_t>(r);
+  }
+
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int32_t> slots(u);
+  for (int64_t i = 0; i < u; ++i) {
+    const uint32_t slot = index_.Find(unique_keys[i]);
+    slots[i] = slot == KeyIndex::kAbsent ? -1 : static_cast<int32_t>(slot);
+    if (slots[i] < 0 && answer[i] < 0) {
+      return Status::FailedPrecondition(
+          Name() + ": id " + std::to_string(unique_keys[i]) +
+          " left the cache between the two halves of a lookup; run one lookup at a time per cache");
+    }
+  }
+
+  uint64_t hits = 0, misses = 0, refreshes = 0;
+  if (!training) {
+    for (int64_t i = 0; i < u; ++i) {
+      float* out = rows_out + size_t(i) * dim;
+      if (answer[i] < 0) {
+        std::memcpy(out, State(slots[i]), sizeof(float) * dim);
+        ++hits;
+        continue;
+      }
+      const float* fresh = states + size_t(answer[i]) * answer_width;
+      if (slots[i] < 0) {
+        std::memcpy(out, fresh, sizeof(float) * dim);
+        ++misses;
+      } else {
+        const int32_t slot = slots[i];
+        const float* delta = PendingDelta(slot);
+        const float share = ConcurrentShare(config_.optimizer.kind, PendingCount(slot),
+                                            clocks[answer[i]] - server_clock_[slot]);
+        for (int j = 0; j < dim; ++j) out[j] = fresh[j] + share * delta[j];
+        ++refreshes;
+      }
+    }
+  } else {
+    // Detach the batch's rows first so that filling the batch can never
+    // evict a row the same batch needs.
+    for (int64_t i = 0; i < u; ++i) {
+      if (slots[i] >= 0 && order_.attached(slots[i])) order_.Detach(slots[i]);
+    }
+    std::vector<bool> inserted(u, false);
+    for (int64_t i = 0; i < u; ++i) {
+      if (answer[i] < 0) {
+        ++hits;
+        continue;
+      }
+      const float* fresh = states + size_t(answer[i]) * answer_width;
+      int32_t slot = slots[i];
+      if (slot >= 0) {
+        // The fresh state with this worker's pending updates merged in, as
+        // the shard will merge them.
+        const int64_t pending = PendingCount(slot);
+        float* state = State(slot);
+        std::memcpy(state, fresh, sizeof(float) * width_);
+        if (pending > 0) {
+          // The shard would keep this share of the pending delta if it came
+          // now; the delta keeps only that share from here on, so that the
+          // push that carries it later is judged against the writers since.
+          const float share = ConcurrentShare(config_.optimizer.kind, pending,
+                                              clocks[answer[i]] - server_clock_[slot]);
+          float* delta = PendingDelta(slot);
+          if (share != 1.0f) {
+            for (int j = 0; j < dim; ++j) delta[j] *= share;
+          }
+          int64_t unused_step = 0;  // a cached row's step count is its clock
+          ApplyDelta(config_.optimizer, last_learning_rate_, delta, pending, dim, state,
+                     state + dim, &unused_step);
+        }
+        server_clock_[slot] = clocks[answer[i]];
+        local_clock_[slot] = clocks[answer[i]] + pending;
+        ++refreshes;
+        continue;
+      }
+      slot = TakeSlot();  // cannot fail: u <= capacity and the batch is detached
+      slots[i] = slot;
+      inserted[i] = true;
+      keys_[slot] = unique_keys[i];
+      index_.Insert(unique_keys[i], static_cast<uint32_t>(slot));
+      std::memcpy(State(slot), fresh, sizeof(float) * width_);
+      std::memset(PendingDelta(slot), 0, sizeof(float) * width_);
+      server_clock_[slot] = local_clock_[slot] = clocks[answer[i]];
+      ++misses;
+    }
+    for (int64_t i = 0; i < u; ++i) {
+      const int32_t slot = slots[i];
+      // A slot just taken still carries its previous occupant's count.
+      order_.Attach(slot, inserted[i] ? 1 : order_.touches(slot) + 1);
+      std::memcpy(rows_out + size_t(i) * dim, State(slot), sizeof(float) * dim);
+    }
+  }
+  counters_.hits += hits;
+  counters_.misses += misses;
+  counters_.stale_refreshes += refreshes;
+  counters_.rows_pulled += m;
+  counters_.bytes_received += (kPositionBytes + kClockBytes + sizeof(float) * answer_width) * m;
+  return Status::Ok();
+}
+
+Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grads,
+                               float learning_rate, Pushes* due) {
+  const int dim = config_.dim;
+  HET_RETURN_IF_ERROR(CheckLearningRate(Name(), config_.optimizer, learning_rate));
+  for (int64_t i = 0; i < n * dim; ++i) {
+    if (!std::isfinite(grads[i])) {
+      return Status::InvalidArgument(Name() + ": non-finite gradient for id " +
+                                     std::to_string(keys[i / dim]) + "; nothing was applied");
+    }
+  }
+  HET_RETURN_IF_ERROR(CheckUnique(Name(), keys, n));
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t write_staleness = BoundInForce(config_.write_staleness);
+  *due = outbox_;
+  std::vector<int32_t> slots(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t slot = index_.Find(keys[i]);
+    if (slot == KeyIndex::kAbsent) {
+      return Status::FailedPrecondition(Name() + ": gradient for id " + std::to_string(keys[i]) +
+                                        ", which is not cached; update only ids just looked up");
+    }
+    slots[i] = static_cast<int32_t>(slot);
+  }
+  last_learning_rate_ = learning_rate;
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t slot = slots[i];
+    float* state = State(slot);
+    // Adam's step count is the row's clock: the shard advances both by one
+    // per update applied.
+    int64_t step = local_clock_[slot];
+    ApplyUpdate(config_.optimizer, learning_rate, grads + size_t(i) * dim, dim, state,
+                state + dim, &step, PendingDelta(slot));
+    ++local_clock_[slot];
+    if ((write_staleness >= 0 && PendingCount(slot) > write_staleness) ||
+        PendingCount(slot) >= kMaxUpdatesPerPush) {
+      due->Add(keys_[slot], PendingDelta(slot), width_, PendingCount(slot), server_clock_[slot]);
+    }
+  }
+  ++counters_.steps;
+  return Status::Ok();
+}
+
+Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* counts,
+                            const float* states, const int64_t* clocks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  KeyIndex in_outbox(outbox_.size());
+  for (size_t i = 0; i < outbox_.size(); ++i) in_outbox.Insert(outbox_.keys[i], uint32_t(i));
+  std::vector<uint8_t> delivered(outbox_.size(), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t o = in_outbox.Find(keys[i]);
+    const uint32_t slot = index_.Find(keys[i]);
+    const int64_t expected = o != KeyIndex::kAbsent        ? outbox_.counts[o]
+                             : slot != KeyIndex::kAbsent ? PendingCount(slot)
+                                                         : -1;
+    if (expected != counts[i]) {
+      return Status::FailedPrecondition(
+          Name() + ": push of " + std::to_string(counts[i]) + " updates for id " +
+          std::to_string(keys[i]) + " does not match the " + std::to_string(expected) +
+          " pending; nothing was acknowledged");
+    }
+  }
+  uint64_t updates = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    updates += counts[i];
+    const uint32_t o = in_outbox.Find(keys[i]);
+    if (o != KeyIndex::kAbsent) {
+      delivered[o] = 1;
+      continue;
+    }
+    const uint32_t slot = index_.Find(keys[i]);
+    std::memset(PendingDelta(slot), 0, sizeof(float) * width_);
+    if (states != nullptr) {
+      std::memcpy(State(slot), states + size_t(i) * width_, sizeof(float) * width_);
+      server_clock_[slot] = local_clock_[slot] = clocks[i];
+    } else {
+      server_clock_[slot] = local_clock_[slot];
+    }
+  }
+  Pushes undelivered;
+  for (size_t i = 0; i < outbox_.size(); ++i) {
+    if (!delivered[i]) {
+      undelivered.Add(outbox_.keys[i], outbox_.deltas.data() + i * width_, width_,
+                      outbox_.counts[i], outbox_.base_clocks[i]);
+    }
+  }
+  outbox_ = std::move(undelivered);
+  counters_.rows_pushed += n;
+  counters_.updates_pushed += updates;
+  counters_.bytes_sent += (kKeyBytes + kCountBytes + kClockBytes + sizeof(float) * width_) * n;
+  if (states != nullptr) counters_.bytes_received += (kClockBytes + sizeof(float) * width_) * n;
+  return Status::Ok();
+}
+
+void WorkerCache::Flush(Pushes* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  *out = outbox_;
+  for (size_t slot = 0; slot < keys_.size(); ++slot) {
+    const int32_t s = static_cast<int32_t>(slot);
+    if (index_.Find(keys_[s]) != static_cast<uint32_t>(s)) continue;  // free slot
+    if (PendingCount(s) > 0) {
+      out->Add(keys_[s], PendingDelta(s), width_, PendingCount(s), server_clock_[s]);
+    }
+  }
+}
+
+void WorkerCache::Clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  index_.Clear();
+  for (size_t slot = 0; slot < keys_.size(); ++slot) {
+    if (order_.attached(static_cast<int32_t>(slot))) order_.Detach(static_cast<int32_t>(slot));
+  }
+  free_slots_.clear();
+  for (int64_t s = config_.capacity - 1; s >= 0; --s) free_slots_.push_back(static_cast<int32_t>(s));
+  outbox_ = Pushes();
+}
+
+}  // namespace het

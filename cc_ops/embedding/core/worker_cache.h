@@ -1,0 +1,162 @@
+// A worker's cache of hot rows with HET's clock-checked consistency.
+//
+// Each entry holds a row's state (its values and the table optimizer's
+// slots), the server clock c_s it was fetched at, its local clock c_c = c_s +
+// local updates, and the pending delta: what those local updates changed in
+// every field of the state, not yet pushed. Local updates follow the table's
+// own optimizer, so a cached row moves the way the shard will move it.
+//
+// One lookup runs as Prepare (unique keys and their clocks go to the
+// shards), the shards' Pull, then Complete (only missing or stale rows come
+// back). One update runs as Accumulate (local step, pushes due by the write
+// bound), the shards' Push, then AckPush. The halves are separate calls
+// because in a cluster the shards are on other machines and the transfers
+// in between are TensorFlow's.
+#ifndef HET_TF_EMBEDDING_CORE_WORKER_CACHE_H_
+#define HET_TF_EMBEDDING_CORE_WORKER_CACHE_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cc_ops/common/status.h"
+#include "cc_ops/embedding/core/eviction_order.h"
+#include "cc_ops/embedding/core/key_index.h"
+#include "cc_ops/embedding/core/sparse_optimizer.h"
+
+namespace het {
+
+struct CacheConfig {
+  std::string table_name = "table";
+  int dim = 0;
+  int64_t capacity = 0;          // rows
+  int64_t vocabulary_size = -1;  // as the table's; ids are checked before sending
+  OptimizerConfig optimizer;     // as the table's: local steps follow it
+  CachePolicy policy = CachePolicy::kLFU;
+  uint64_t pin_threshold = 100;  // LFU-opt only
+  // A cached copy is valid while c_g <= c_c + read_staleness; pending updates
+  // are pushed once c_c - c_s > write_staleness. Negative means unbounded.
+  int64_t read_staleness = 100;
+  int64_t write_staleness = 100;
+  // > 0: the bounds in force grow with this cache's training steps, at most
+  // steps / staleness_ramp each until they reach the bounds above, so that
+  // no bound spans more than a 1/staleness_ramp share of the training done
+  // (docs/consistency.md). 0: the bounds above from the first step.
+  int64_t staleness_ramp = 0;
+};
+
+Status ValidateCacheConfig(const CacheConfig& config);
+
+struct LookupPlan {
+  std::vector<int64_t> unique_keys;  // in order of first appearance
+  std::vector<int32_t> inverse;      // ids[i] == unique_keys[inverse[i]]
+  std::vector<int64_t> clocks;       // c_c of the cached copy, -1 if none
+  int64_t read_staleness = 0;        // the read bound in force, for the shards
+};
+
+// Outputs of this type are replaced, not appended to.
+struct Pushes {
+  std::vector<int64_t> keys;
+  std::vector<float> deltas;   // keys.size() * StateWidth: each row's state delta
+  std::vector<int64_t> counts; // local updates each delta holds
+  std::vector<int64_t> base_clocks;  // c_s: the server clock the delta started from
+  void Add(int64_t key, const float* delta, int width, int64_t count, int64_t base_clock);
+  size_t size() const { return keys.size(); }
+};
+
+struct CacheCounters {
+  uint64_t lookups = 0;      // ids looked up, duplicates included
+  uint64_t unique_keys = 0;  // after per-batch deduplication
+  uint64_t hits = 0;         // cached and within the read bound
+  uint64_t misses = 0;       // not cached
+  uint64_t stale_refreshes = 0;  // cached but past the read bound
+  uint64_t evictions = 0;
+  uint64_t dirty_evictions = 0;  // evicted with pending updates, which are pushed
+  uint64_t rows_pulled = 0;
+  uint64_t rows_pushed = 0;      // acknowledged pushes
+  uint64_t updates_pushed = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  uint64_t steps = 0;            // training updates (Accumulate calls)
+};
+
+class WorkerCache {
+ public:
+  static Status Create(const CacheConfig& config, std::unique_ptr<WorkerCache>* out);
+
+  const CacheConfig& config() const { return config_; }
+  const std::string& table_name() const { return config_.table_name; }
+  int dim() const { return config_.dim; }
+  // Floats of a row's state: what training pulls and pushes carry per row.
+  int width() const { return width_; }
+  size_t MemoryBytes() const;
+  int64_t size() const;
+  CacheCounters Counters() const;
+
+  // Deduplicates ids and gives the clocks to send with them. In training a
+  // batch must fit in the cache.
+  Status Prepare(const int64_t* ids, int64_t n, bool training, LookupPlan* plan);
+
+  // Takes the shards' answer for plan.unique_keys (clocks at ascending
+  // `positions`, with full states in training and bare rows out of it) and
+  // writes all u unique rows to `rows_out`. In training, missing rows are
+  // inserted and stale ones refreshed with their own pending deltas
+  // re-applied; a row evicted with pending updates keeps them in an outbox
+  // that goes out with the next pushes. Out of training nothing changes, so
+  // evaluation never causes a push.
+  Status Complete(const int64_t* unique_keys, int64_t u, const int32_t* positions, int64_t m,
+                  const float* states, const int64_t* clocks, bool training, float* rows_out);
+
+  // One local update per key (keys unique and cached): the entry takes the
+  // table optimizer's step with its own copy of the slots, so later reads see
+  // this worker's own writes as the shard will apply them, and every field's
+  // change joins the pending delta. `due` receives the outbox and every entry
+  // past the write bound; they stay pending until AckPush.
+  Status Accumulate(const int64_t* keys, int64_t n, const float* grads, float learning_rate,
+                    Pushes* due);
+
+  // Clears what a push delivered (and counts it as pushed). With states and
+  // clocks from the shards, the entry becomes the server's row and slots;
+  // without, only the pending delta is cleared.
+  Status AckPush(const int64_t* keys, int64_t n, const int64_t* counts, const float* states,
+                 const int64_t* clocks);
+
+  // Everything pending, for a flush before checkpoints and at the end; the
+  // entries stay pending until their push is acknowledged.
+  void Flush(Pushes* out);
+
+  // Drops every entry and pending update: after a restore the cached copies
+  // and their pending updates belong to an abandoned timeline.
+  void Clear();
+
+ private:
+  explicit WorkerCache(const CacheConfig& config);
+  std::string Name() const { return TableLabel(config_.table_name); }
+  float* State(int32_t slot) { return states_.data() + size_t(slot) * width_; }
+  float* PendingDelta(int32_t slot) { return pending_delta_.data() + size_t(slot) * width_; }
+  int64_t PendingCount(int32_t slot) const { return local_clock_[slot] - server_clock_[slot]; }
+  // A configured bound as in force now (see CacheConfig::staleness_ramp).
+  int64_t BoundInForce(int64_t configured) const;
+  // A free slot, evicting a victim whose pending updates go to the outbox.
+  int32_t TakeSlot();
+
+  const CacheConfig config_;
+  const int width_;
+  mutable std::mutex mu_;
+  KeyIndex index_;
+  EvictionOrder order_;
+  std::vector<int32_t> free_slots_;
+  std::vector<int64_t> keys_, server_clock_, local_clock_;
+  std::vector<float> states_, pending_delta_;  // capacity * width_ each
+  Pushes outbox_;  // evicted with pending updates, not yet acknowledged
+  // FTRL's refresh recomputes a row from its slots with it; an entry has
+  // pending updates only after an Accumulate has set it.
+  float last_learning_rate_ = 0.0f;
+  CacheCounters counters_;
+};
+
+}  // namespace het
+
+#endif  // HET_TF_EMBEDDING_CORE_WORKER_CACHE_H_

@@ -1,0 +1,223 @@
+// Thin adapters from the cache ops to het::WorkerCache.
+#include <memory>
+#include <string>
+
+#include "cc_ops/common/kernel_util.h"
+#include "cc_ops/common/tf_status.h"
+#include "cc_ops/embedding/core/memory_budget.h"
+#include "cc_ops/embedding/core/worker_cache.h"
+#include "cc_ops/embedding/kernels/optimizer_attrs.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/resource_op_kernel.h"
+
+namespace het {
+
+using tensorflow::OpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Tensor;
+using tensorflow::TensorShape;
+
+using WorkerCacheResource = CoreResource<WorkerCache>;
+using CacheKernel = CoreKernel<WorkerCache>;
+
+namespace {
+
+tensorflow::Status OutputPushes(OpKernelContext* ctx, const Pushes& p, int64_t width) {
+  TF_RETURN_IF_ERROR(OutputVector(ctx, 0, p.keys));
+  TF_RETURN_IF_ERROR(OutputVector(ctx, 1, p.deltas, width));
+  TF_RETURN_IF_ERROR(OutputVector(ctx, 2, p.counts));
+  return OutputVector(ctx, 3, p.base_clocks);
+}
+
+}  // namespace
+
+class HetCacheOp : public tensorflow::ResourceOpKernel<WorkerCacheResource> {
+ public:
+  explicit HetCacheOp(OpKernelConstruction* ctx) : ResourceOpKernel(ctx) {
+    std::string policy;
+    int64_t dim, pin_threshold;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("table_name", &config_.table_name));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim));
+    config_.dim = ClampDim(dim);
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("capacity", &config_.capacity));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("vocabulary_size", &config_.vocabulary_size));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("policy", &policy));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("pin_threshold", &pin_threshold));
+    config_.pin_threshold = static_cast<uint64_t>(pin_threshold);
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("read_staleness", &config_.read_staleness));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("write_staleness", &config_.write_staleness));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("staleness_ramp", &config_.staleness_ramp));
+    OP_REQUIRES_OK(ctx, ParseOptimizerAttrs(ctx, config_.table_name, &config_.optimizer));
+    Status s = ParseCachePolicy(policy, &config_.policy);
+    OP_REQUIRES(ctx, s.ok(),
+                tensorflow::errors::InvalidArgument(TableLabel(config_.table_name), ": ", s.message()));
+  }
+
+ private:
+  tensorflow::Status CreateResource(WorkerCacheResource** resource) override {
+    std::unique_ptr<WorkerCache> cache;
+    TF_RETURN_IF_ERROR(ToTf(WorkerCache::Create(config_, &cache)));
+    *resource = new WorkerCacheResource(std::move(cache));
+    return tensorflow::OkStatus();
+  }
+
+  tensorflow::Status VerifyResource(WorkerCacheResource* resource) override {
+    const CacheConfig& have = resource->core().config();
+    if (have.dim != config_.dim || have.capacity != config_.capacity ||
+        have.optimizer.kind != config_.optimizer.kind) {
+      return tensorflow::errors::InvalidArgument(
+          "the cache of table '", config_.table_name, "' already exists on this device with dim ",
+          have.dim, " and ", have.capacity, " rows; asked for dim ", config_.dim, " and ",
+          config_.capacity, " rows, or for another optimizer");
+    }
+    return tensorflow::OkStatus();
+  }
+
+  CacheConfig config_;
+};
+
+class HetCachePrepareOp : public CacheKernel {
+ public:
+  explicit HetCachePrepareOp(OpKernelConstruction* ctx) : CacheKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("training", &training_));
+  }
+  void Run(OpKernelContext* ctx, WorkerCache& cache) override {
+    const Tensor& ids = ctx->input(1);
+    LookupPlan plan;
+    OP_REQUIRES_OK(ctx, ToTf(cache.Prepare(ids.flat<int64_t>().data(), ids.NumElements(),
+                                                  training_, &plan)));
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 0, plan.unique_keys));
+    Tensor* inverse = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, ids.shape(), &inverse));
+    std::copy(plan.inverse.begin(), plan.inverse.end(), inverse->flat<int32_t>().data());
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 2, plan.clocks));
+    Tensor* read_staleness = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({}), &read_staleness));
+    read_staleness->scalar<int64_t>()() = plan.read_staleness;
+  }
+
+ private:
+  bool training_;
+};
+
+class HetCacheCompleteOp : public CacheKernel {
+ public:
+  explicit HetCacheCompleteOp(OpKernelConstruction* ctx) : CacheKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("training", &training_));
+  }
+  void Run(OpKernelContext* ctx, WorkerCache& cache) override {
+    const std::string& name = cache.config().table_name;
+    const Tensor& keys = ctx->input(1);
+    const int64_t u = keys.NumElements();
+    const int64_t m = ctx->input(2).NumElements();
+    OP_REQUIRES_OK(ctx, CheckVector(name, "unique keys", keys));
+    OP_REQUIRES_OK(ctx, CheckShape(name, "returned positions", ctx->input(2), m, 0));
+    // Training answers carry whole states (values and slots), evaluation rows.
+    OP_REQUIRES_OK(ctx, CheckShape(name, training_ ? "returned states" : "returned rows",
+                                   ctx->input(3), m, training_ ? cache.width() : dim_));
+    OP_REQUIRES_OK(ctx, CheckShape(name, "returned clocks", ctx->input(4), m, 0));
+    Tensor* rows = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({u, dim_}), &rows));
+    OP_REQUIRES_OK(ctx, ToTf(cache.Complete(keys.flat<int64_t>().data(), u,
+                                            ctx->input(2).flat<int32_t>().data(), m,
+                                            ctx->input(3).flat<float>().data(),
+                                            ctx->input(4).flat<int64_t>().data(), training_,
+                                            rows->flat<float>().data())));
+  }
+
+ private:
+  bool training_;
+};
+
+class HetCacheAccumulateOp : public CacheKernel {
+ public:
+  using CacheKernel::CacheKernel;
+  void Run(OpKernelContext* ctx, WorkerCache& cache) override {
+    const Tensor& keys = ctx->input(1);
+    const int64_t n = keys.NumElements();
+    const std::string& name = cache.config().table_name;
+    OP_REQUIRES_OK(ctx, CheckVector(name, "keys", keys));
+    OP_REQUIRES_OK(ctx, CheckShape(name, "gradients", ctx->input(2), n, cache.config().dim));
+    float learning_rate;
+    OP_REQUIRES_OK(ctx, ReadScalar(name, "learning rate", ctx->input(3), &learning_rate));
+    Pushes due;
+    OP_REQUIRES_OK(ctx, ToTf(cache.Accumulate(keys.flat<int64_t>().data(), n,
+                                              ctx->input(2).flat<float>().data(), learning_rate,
+                                              &due)));
+    OP_REQUIRES_OK(ctx, OutputPushes(ctx, due, cache.width()));
+  }
+};
+
+class HetCacheAckPushOp : public CacheKernel {
+ public:
+  using CacheKernel::CacheKernel;
+  void Run(OpKernelContext* ctx, WorkerCache& cache) override {
+    const std::string& name = cache.config().table_name;
+    const int64_t n = ctx->input(1).NumElements();
+    OP_REQUIRES_OK(ctx, CheckVector(name, "pushed keys", ctx->input(1)));
+    OP_REQUIRES_OK(ctx, CheckShape(name, "pushed counts", ctx->input(2), n, 0));
+    const bool with_rows = ctx->input(3).NumElements() > 0 || n == 0;
+    if (with_rows) {
+      OP_REQUIRES_OK(ctx, CheckShape(name, "pushed states", ctx->input(3), n, cache.width()));
+      OP_REQUIRES_OK(ctx, CheckShape(name, "pushed clocks", ctx->input(4), n, 0));
+    }
+    OP_REQUIRES_OK(ctx, ToTf(cache.AckPush(
+                            ctx->input(1).flat<int64_t>().data(), n, ctx->input(2).flat<int64_t>().data(),
+                            with_rows ? ctx->input(3).flat<float>().data() : nullptr,
+                            with_rows ? ctx->input(4).flat<int64_t>().data() : nullptr)));
+  }
+};
+
+class HetCacheFlushOp : public CacheKernel {
+ public:
+  using CacheKernel::CacheKernel;
+  void Run(OpKernelContext* ctx, WorkerCache& cache) override {
+    Pushes pending;
+    cache.Flush(&pending);
+    OP_REQUIRES_OK(ctx, OutputPushes(ctx, pending, cache.width()));
+  }
+};
+
+class HetCacheClearOp : public CacheKernel {
+ public:
+  using CacheKernel::CacheKernel;
+  void Run(OpKernelContext*, WorkerCache& cache) override { cache.Clear(); }
+};
+
+class HetCacheStatsOp : public CacheKernel {
+ public:
+  using CacheKernel::CacheKernel;
+  void Run(OpKernelContext* ctx, WorkerCache& cache) override {
+    const CacheCounters c = cache.Counters();
+    OP_REQUIRES_OK(ctx, OutputStats(ctx, {
+                                             {"capacity", cache.config().capacity},
+                                             {"rows", cache.size()},
+                                             {"lookups", int64_t(c.lookups)},
+                                             {"unique_keys", int64_t(c.unique_keys)},
+                                             {"hits", int64_t(c.hits)},
+                                             {"misses", int64_t(c.misses)},
+                                             {"stale_refreshes", int64_t(c.stale_refreshes)},
+                                             {"evictions", int64_t(c.evictions)},
+                                             {"dirty_evictions", int64_t(c.dirty_evictions)},
+                                             {"rows_pulled", int64_t(c.rows_pulled)},
+                                             {"rows_pushed", int64_t(c.rows_pushed)},
+                                             {"updates_pushed", int64_t(c.updates_pushed)},
+                                             {"bytes_sent", int64_t(c.bytes_sent)},
+                                             {"bytes_received", int64_t(c.bytes_received)},
+                                             {"steps", int64_t(c.steps)},
+                                         }));
+  }
+};
+
+HET_CPU_KERNEL("HetCache", HetCacheOp);
+HET_CPU_KERNEL("HetCachePrepare", HetCachePrepareOp);
+HET_CPU_KERNEL("HetCacheComplete", HetCacheCompleteOp);
+HET_CPU_KERNEL("HetCacheAccumulate", HetCacheAccumulateOp);
+HET_CPU_KERNEL("HetCacheAckPush", HetCacheAckPushOp);
+HET_CPU_KERNEL("HetCacheFlush", HetCacheFlushOp);
+HET_CPU_KERNEL("HetCacheClear", HetCacheClearOp);
+HET_CPU_KERNEL("HetCacheStats", HetCacheStatsOp);
+
+}  // namespace het

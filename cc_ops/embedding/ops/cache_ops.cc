@@ -1,0 +1,143 @@
+// Ops on a worker's row cache. A cache lives on the worker's own device; the
+// tensors that pass between these ops and the table ops are the only
+// traffic between a worker and the parameter servers.
+#include "cc_ops/embedding/ops/op_defs.h"
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace het {
+
+using tensorflow::shape_inference::DimensionHandle;
+using tensorflow::shape_inference::InferenceContext;
+using tensorflow::shape_inference::ShapeHandle;
+
+namespace {
+
+tensorflow::Status PushListShape(InferenceContext* c) {
+  DimensionHandle n = c->UnknownDim();
+  c->set_output(0, c->Vector(n));
+  // State deltas: dim values and the optimizer's slots, as wide as the state.
+  c->set_output(1, c->Matrix(n, c->UnknownDim()));
+  c->set_output(2, c->Vector(n));
+  c->set_output(3, c->Vector(n));
+  return tensorflow::OkStatus();
+}
+
+}  // namespace
+
+REGISTER_OP("HetCache")
+    .Output("handle: resource")
+    .Attr("table_name: string")
+    .Attr("dim: int >= 1")
+    .Attr("capacity: int >= 1")
+    .Attr("vocabulary_size: int = -1")
+    .Attr("policy: string = 'lfu'")
+    .Attr("pin_threshold: int >= 1 = 100")
+    .Attr("read_staleness: int = 100")
+    .Attr("write_staleness: int = 100")
+    .Attr("staleness_ramp: int = 0")
+    .HET_OPTIMIZER_ATTRS
+    .Attr("container: string = ''")
+    .Attr("shared_name: string = ''")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
+    .Doc(R"doc(
+Creates, or finds by shared_name on this device, a worker cache of `capacity`
+rows with LRU, LFU or LFU-opt eviction and HET's per-row clocks. Negative
+staleness bounds are unbounded. With staleness_ramp > 0 the bounds in force
+are at most the cache's training steps / staleness_ramp. The optimizer attrs
+must be the table's: the cache takes its local steps with them.
+)doc");
+
+REGISTER_OP("HetCachePrepare")
+    .Input("cache: resource")
+    .Input("ids: int64")
+    .Output("unique_keys: int64")
+    .Output("inverse: int32")
+    .Output("clocks: int64")
+    .Output("read_staleness: int64")
+    .Attr("training: bool = true")
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Vector(c->UnknownDim()));
+      c->set_output(1, c->input(1));
+      c->set_output(2, c->Vector(c->UnknownDim()));
+      c->set_output(3, c->Scalar());
+      return tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+First half of a cached lookup: the batch's unique keys, where each id went,
+the local clock of each key's cached copy (-1 if none) and the read bound in
+force, to send to the table shards' HetTablePull.
+)doc");
+
+REGISTER_OP("HetCacheComplete")
+    .Input("cache: resource")
+    .Input("unique_keys: int64")
+    .Input("positions: int32")
+    .Input("values: float")
+    .Input("row_clocks: int64")
+    .Output("rows: float")
+    .Attr("dim: int >= 1")
+    .Attr("training: bool = true")
+    .SetShapeFn(RowPerKeyShape)
+    .Doc(R"doc(
+Second half of a cached lookup: takes the missing and stale rows the shards
+returned (whole states in training, bare rows otherwise) and gives the rows
+of all unique keys. In training it inserts and refreshes entries
+(re-applying their own pending deltas); otherwise it changes nothing.
+)doc");
+
+REGISTER_OP("HetCacheAccumulate")
+    .Input("cache: resource")
+    .Input("keys: int64")
+    .Input("grads: float")
+    .Input("learning_rate: float")
+    .Output("push_keys: int64")
+    .Output("push_deltas: float")
+    .Output("push_counts: int64")
+    .Output("push_base_clocks: int64")
+    .Attr("dim: int >= 1")
+    .SetShapeFn(PushListShape)
+    .Doc(R"doc(
+Takes one local step of the table's optimizer per (unique, cached) key and
+returns the pushes that are now due, as state deltas with their update counts
+and the server clocks they started from: rows past the write bound and rows
+evicted with pending updates.
+)doc");
+
+REGISTER_OP("HetCacheAckPush")
+    .Input("cache: resource")
+    .Input("keys: int64")
+    .Input("counts: int64")
+    .Input("values: float")
+    .Input("row_clocks: int64")
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc(R"doc(
+Marks pushes as delivered. With the states and clocks HetTablePushDeltas
+returned (non-empty `values`), the entries become the server's rows.
+)doc");
+
+REGISTER_OP("HetCacheFlush")
+    .Input("cache: resource")
+    .Output("push_keys: int64")
+    .Output("push_deltas: float")
+    .Output("push_counts: int64")
+    .Output("push_base_clocks: int64")
+    .Attr("dim: int >= 1")
+    .SetShapeFn(PushListShape)
+    .Doc("Every pending update, to push before a checkpoint, an export or the end.");
+
+REGISTER_OP("HetCacheClear")
+    .Input("cache: resource")
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc("Drops every entry and pending update, as after restoring a checkpoint.");
+
+REGISTER_OP("HetCacheStats")
+    .Input("cache: resource")
+    .Output("names: string")
+    .Output("values: int64")
+    .SetShapeFn(StatsShape)
+    .Doc("Lookup, hit, miss, eviction and traffic counters of the cache.");
+
+}  // namespace het

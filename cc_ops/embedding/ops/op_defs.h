@@ -1,0 +1,35 @@
+// Attrs and shapes shared by the table and cache ops.
+#ifndef HET_TF_EMBEDDING_OPS_OP_DEFS_H_
+#define HET_TF_EMBEDDING_OPS_OP_DEFS_H_
+
+#include "cc_ops/common/shape_fns.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+// The table optimizer's attrs, shared by HetTableShard and HetCache (whose
+// local steps follow the same optimizer).
+#define HET_OPTIMIZER_ATTRS                          \
+  Attr("optimizer: string = 'adagrad'")              \
+      .Attr("beta_1: float = 0.9")                   \
+      .Attr("beta_2: float = 0.999")                 \
+      .Attr("epsilon: float = 1e-7")                 \
+      .Attr("initial_accumulator_value: float = 0.1") \
+      .Attr("l1: float = 0.0")                       \
+      .Attr("l2: float = 0.0")                       \
+      .Attr("learning_rate_power: float = -0.5")     \
+      .Attr("ftrl_beta: float = 0.0")
+
+namespace het {
+
+// A row's state (values then num_slots slots) as a dimension: dim * (1 + num_slots).
+inline tensorflow::Status StateWidthAttr(tensorflow::shape_inference::InferenceContext* c,
+                                         tensorflow::shape_inference::DimensionHandle* out) {
+  int64_t dim = 0, num_slots = 0;
+  TF_RETURN_IF_ERROR(c->GetAttr("dim", &dim));
+  TF_RETURN_IF_ERROR(c->GetAttr("num_slots", &num_slots));
+  *out = c->MakeDim(dim * (1 + num_slots));
+  return tensorflow::OkStatus();
+}
+
+}  // namespace het
+
+#endif  // HET_TF_EMBEDDING_OPS_OP_DEFS_H_

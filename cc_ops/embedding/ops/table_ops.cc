@@ -1,0 +1,214 @@
+// Ops on a table shard. The shard lives in the ResourceMgr of the device it
+// is created on, normally a parameter-server task, and is found there by its
+// shared name, so any client of that task reaches the same rows.
+#include "cc_ops/embedding/ops/op_defs.h"
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace het {
+
+using tensorflow::shape_inference::DimensionHandle;
+using tensorflow::shape_inference::InferenceContext;
+using tensorflow::shape_inference::ShapeHandle;
+
+namespace {
+
+// A push's inputs after the handle: keys [n], values [n, width], update
+// counts [n] and a scalar learning rate.
+tensorflow::Status PushInputShapes(InferenceContext* c, ShapeHandle* keys) {
+  ShapeHandle unused;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, keys));
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 2, &unused));
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 1, &unused));
+  return c->WithRank(c->input(4), 0, &unused);
+}
+
+}  // namespace
+
+REGISTER_OP("HetTableShard")
+    .Output("handle: resource")
+    .Attr("table_name: string")
+    .Attr("dim: int >= 1")
+    .Attr("vocabulary_size: int = -1")
+    .Attr("max_rows: int = -1")
+    .Attr("initializer: string = 'uniform'")
+    .Attr("initializer_a: float = -0.05")
+    .Attr("initializer_b: float = 0.05")
+    .Attr("seed: int = 0")
+    .HET_OPTIMIZER_ATTRS
+    .Attr("container: string = ''")
+    .Attr("shared_name: string = ''")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
+    .Doc(R"doc(
+Creates, or finds by shared_name on this device, one shard of an embedding
+table, which maps int64 keys to rows of `dim` floats made on first touch, with
+optimizer slots and a per-row clock of applied updates. With max_rows > 0, a
+request that would take the shard past max_rows rows fails with
+ResourceExhausted and changes nothing.
+)doc");
+
+REGISTER_OP("HetTableGather")
+    .Input("table: resource")
+    .Input("keys: int64")
+    .Output("values: float")
+    .Attr("dim: int >= 1")
+    .SetShapeFn(RowPerKeyShape)
+    .Doc("Rows of `keys`, created on first touch: the no-cache read.");
+
+REGISTER_OP("HetTablePull")
+    .Input("table: resource")
+    .Input("keys: int64")
+    .Input("clocks: int64")
+    .Input("read_staleness: int64")
+    .Output("positions: int32")
+    .Output("values: float")
+    .Output("row_clocks: int64")
+    .Attr("dim: int >= 1")
+    .Attr("num_slots: int >= 0 = 0")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle unused;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &unused));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 1, &unused));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 0, &unused));
+      DimensionHandle width;
+      TF_RETURN_IF_ERROR(StateWidthAttr(c, &width));
+      c->set_output(0, c->Vector(c->UnknownDim()));
+      c->set_output(1, c->Matrix(c->UnknownDim(), width));
+      c->set_output(2, c->Vector(c->UnknownDim()));
+      return tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+The clock-checked read. `clocks` holds the local clock of the caller's cached
+copy of each key, or -1 for none. Returns, at ascending positions, only the
+rows that are missing or whose server clock exceeds the caller's by more than
+read_staleness (negative: unbounded), with their server clocks. With
+num_slots 0 each row is its dim values; with the table's number of slots it
+is the row's whole state, values then slots, for a training cache.
+)doc");
+
+REGISTER_OP("HetTablePushDeltas")
+    .Input("table: resource")
+    .Input("keys: int64")
+    .Input("deltas: float")
+    .Input("counts: int64")
+    .Input("learning_rate: float")
+    .Input("base_clocks: int64")
+    .Output("states: float")
+    .Output("row_clocks: int64")
+    .Attr("dim: int >= 1")
+    .Attr("num_slots: int >= 0")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle keys, unused;
+      TF_RETURN_IF_ERROR(PushInputShapes(c, &keys));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(5), 1, &unused));
+      DimensionHandle width;
+      TF_RETURN_IF_ERROR(StateWidthAttr(c, &width));
+      c->set_output(0, c->Matrix(c->Dim(keys, 0), width));
+      c->set_output(1, c->Vector(c->Dim(keys, 0)));
+      return tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+A worker cache's push: each key's state delta (what `counts` local optimizer
+steps changed in its values and slots) is merged into the row and its clock
+advances by the count. `base_clocks` are the row clocks the cache's copies
+were taken at: the updates since are other writers', and with Adam they set
+the share of the values' change the merge keeps. All keys and values are
+checked before any row changes. The rows' states after the merge and their clocks come back for the
+cache to take.
+)doc");
+
+REGISTER_OP("HetTablePush")
+    .Input("table: resource")
+    .Input("keys: int64")
+    .Input("grads: float")
+    .Input("counts: int64")
+    .Input("learning_rate: float")
+    .Output("values: float")
+    .Output("row_clocks: int64")
+    .Attr("dim: int >= 1")
+    .Attr("return_rows: bool = true")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle keys;
+      TF_RETURN_IF_ERROR(PushInputShapes(c, &keys));
+      bool return_rows;
+      TF_RETURN_IF_ERROR(c->GetAttr("return_rows", &return_rows));
+      DimensionHandle dim;
+      TF_RETURN_IF_ERROR(DimAttr(c, "dim", &dim));
+      DimensionHandle n = return_rows ? c->Dim(keys, 0) : c->MakeDim(0);
+      c->set_output(0, c->Matrix(n, dim));
+      c->set_output(1, c->Vector(n));
+      return tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+Applies each key's gradient sum with the table's optimizer and advances its
+clock by the count. All keys are checked before any row changes. With
+return_rows the updated rows and clocks come back for the caller's cache.
+)doc");
+
+REGISTER_OP("HetTableExport")
+    .Input("table: resource")
+    .Input("offset: int64")
+    .Input("limit: int64")
+    .Output("keys: int64")
+    .Output("values: float")
+    .Output("slots: float")
+    .Output("row_clocks: int64")
+    .Output("steps: int64")
+    .Attr("dim: int >= 1")
+    .Attr("num_slots: int >= 0")
+    .SetShapeFn([](InferenceContext* c) {
+      DimensionHandle dim, slots;
+      TF_RETURN_IF_ERROR(DimAttr(c, "dim", &dim));
+      TF_RETURN_IF_ERROR(DimAttr(c, "num_slots", &slots));
+      DimensionHandle n = c->UnknownDim();
+      c->set_output(0, c->Vector(n));
+      c->set_output(1, c->Matrix(n, dim));
+      c->set_output(2, c->MakeShape({n, slots, dim}));
+      c->set_output(3, c->Vector(n));
+      c->set_output(4, c->Vector(n));
+      return tensorflow::OkStatus();
+    })
+    .Doc("Rows [offset, offset + limit) of the shard, for checkpoints of any size.");
+
+REGISTER_OP("HetTableImport")
+    .Input("table: resource")
+    .Input("keys: int64")
+    .Input("values: float")
+    .Input("slots: float")
+    .Input("row_clocks: int64")
+    .Input("steps: int64")
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc("Inserts or overwrites rows; nothing changes if any input is invalid.");
+
+REGISTER_OP("HetTableClear")
+    .Input("table: resource")
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc("Drops every row of the shard, as before restoring a checkpoint.");
+
+REGISTER_OP("HetTableStats")
+    .Input("table: resource")
+    .Output("names: string")
+    .Output("values: int64")
+    .SetShapeFn(StatsShape)
+    .Doc("Rows held, bytes per row, memory and traffic counters of the shard.");
+
+REGISTER_OP("HetShardIndex")
+    .Input("keys: int64")
+    .Output("shards: int32")
+    .Attr("num_shards: int >= 1")
+    .Attr("vocabulary_size: int = -1")
+    .Attr("table_name: string = ''")
+    .SetShapeFn(tensorflow::shape_inference::UnchangedShape)
+    .Doc(R"doc(
+The shard of each key, a stable hash of the key alone. With a vocabulary size
+it first checks every key, so that a bad id fails before any shard is asked.
+)doc");
+
+REGISTER_OP("HetBuildInfo")
+    .Output("tensorflow_version: string")
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
+    .Doc("The TensorFlow version this op library was compiled against.");
+
+}  // namespace het
