@@ -26,6 +26,16 @@ tensorflow::Status PushListShape(InferenceContext* c) {
 
 }  // namespace
 
+// The pushes a cache hands out (HetCacheAccumulate, HetCacheFlush): keys,
+// state deltas, update counts and the server clocks the deltas started from.
+#define HET_PUSH_LIST                                \
+  Output("push_keys: int64")                         \
+      .Output("push_deltas: float")                  \
+      .Output("push_counts: int64")                  \
+      .Output("push_base_clocks: int64")             \
+      .Attr("dim: int >= 1")                         \
+      .SetShapeFn(PushListShape)
+
 REGISTER_OP("HetCache")
     .Output("handle: resource")
     .Attr("table_name: string")
@@ -93,12 +103,7 @@ REGISTER_OP("HetCacheAccumulate")
     .Input("keys: int64")
     .Input("grads: float")
     .Input("learning_rate: float")
-    .Output("push_keys: int64")
-    .Output("push_deltas: float")
-    .Output("push_counts: int64")
-    .Output("push_base_clocks: int64")
-    .Attr("dim: int >= 1")
-    .SetShapeFn(PushListShape)
+    .HET_PUSH_LIST
     .Doc(R"doc(
 Takes one local step of the table's optimizer per (unique, cached) key and
 returns the pushes that are now due, as state deltas with their update counts
@@ -120,12 +125,7 @@ returned (non-empty `values`), the entries become the server's rows.
 
 REGISTER_OP("HetCacheFlush")
     .Input("cache: resource")
-    .Output("push_keys: int64")
-    .Output("push_deltas: float")
-    .Output("push_counts: int64")
-    .Output("push_base_clocks: int64")
-    .Attr("dim: int >= 1")
-    .SetShapeFn(PushListShape)
+    .HET_PUSH_LIST
     .Doc("Every pending update, to push before a checkpoint, an export or the end.");
 
 REGISTER_OP("HetCacheClear")
