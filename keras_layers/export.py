@@ -12,9 +12,7 @@ import contextlib
 import tensorflow as tf
 
 from het_tf.keras_layers.het_embedding import het_embedding_layers
-
-# Fixed vocabularies up to this many floats export every row.
-MATERIALIZE_LIMIT = 1 << 27
+from het_tf.runtime.config import MATERIALIZE_LIMIT
 
 
 class ServingLookup(tf.Module):

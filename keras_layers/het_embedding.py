@@ -8,7 +8,6 @@ effect. A trainable scalar anchor carries that gradient path, so the layer
 drops into any model and `model.fit` with no subclassing.
 """
 import copy
-import math
 import zlib
 
 import numpy as np
@@ -19,14 +18,11 @@ from het_tf.distribute import horovod
 from het_tf.keras_layers import server_optimizer
 from het_tf.runtime.cache import WorkerCache, lookup_without_cache, push_without_cache
 from het_tf.runtime.checkpoint import TableCheckpoint
-from het_tf.runtime.config import UNBOUNDED, CacheConfig, TableConfig
+from het_tf.runtime.config import (MATERIALIZE_LIMIT, UNBOUNDED, CacheConfig, TableConfig,
+                                   staleness_bounds)
 from het_tf.runtime.table import ShardedTable
 
 COMBINERS = ("sum", "mean", "sqrtn")
-# Tables up to this many values may take an arbitrary Keras initializer,
-# which is evaluated once and written into the table.
-MATERIALIZE_LIMIT = 1 << 27
-
 _KERAS3_HINT = ("HetEmbedding is a tf_keras (Keras 2) layer: Keras 3 has no "
                 "ParameterServerStrategy support. Build the model with `import tf_keras` "
                 "or set TF_USE_LEGACY_KERAS=1 before importing TensorFlow.")
@@ -35,23 +31,6 @@ _KERAS3_HINT = ("HetEmbedding is a tf_keras (Keras 2) layer: Keras 3 has no "
 def _is_keras3(value):
     module = type(value).__module__
     return module.startswith("keras.") or module == "keras"
-
-
-# staleness="auto": bounds of 100 updates, but never more than a tenth of the
-# training steps this worker has taken, so that a short run is not all
-# inside one bound (docs/consistency.md, "The default bound").
-AUTO_STALENESS = 100
-AUTO_STALENESS_RAMP = 10
-
-
-def _staleness(value, owner, what):
-    if value is None or (isinstance(value, float) and math.isinf(value) and value > 0):
-        return UNBOUNDED
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        auto = ", or 'auto'" if what == "staleness" else ""
-        raise ValueError(f"{owner}: {what} must be an int >= 0, or None / math.inf for "
-                         f"unbounded{auto}; got {value!r}")
-    return int(value)
 
 
 class HetEmbedding(tf_keras.layers.Layer):
@@ -201,37 +180,24 @@ class HetEmbedding(tf_keras.layers.Layer):
                              f"number of rows; got {capacity!r}")
         if rows == 0:
             return None
-        auto = isinstance(staleness, str) and staleness == "auto"
-        both = AUTO_STALENESS if auto else _staleness(staleness, owner, "staleness")
-        read = both if read_staleness is None else _staleness(read_staleness, owner,
-                                                              "read_staleness")
-        write = both if write_staleness is None else _staleness(write_staleness, owner,
-                                                                "write_staleness")
+        read, write, ramp = staleness_bounds(owner, staleness, read_staleness, write_staleness)
         if read == 0 and write == 0:
             # Synchronous: a cached copy could only serve what the shards
             # hold, while its clock checks, slot transfers and push
             # acknowledgements would cost more bytes than the direct path,
             # whose numbers are the same (docs/consistency.md).
             return None
-        config = CacheConfig(rows, policy if isinstance(policy, str) else repr(policy),
-                             read, write, pin_threshold,
-                             staleness_ramp=AUTO_STALENESS_RAMP if auto else 0)
-        try:
-            return config.validate(self.name)
-        except ValueError as e:
-            raise ValueError(f"{owner}: {str(e).split(': ', 1)[-1]}") from None
+        return CacheConfig(rows, policy if isinstance(policy, str) else repr(policy), read, write,
+                           pin_threshold, staleness_ramp=ramp).validate(owner)
 
     def _make_table_config(self):
         kind = self._initializer[0]
         a, b = (0.0, 0.0) if kind == "materialize" else self._initializer[1:]
         seed = self.seed if self.seed is not None else zlib.crc32(self.name.encode())
-        try:
-            return TableConfig(self.name, self.output_dim,
-                               UNBOUNDED if self.input_dim is None else self.input_dim,
-                               "constant" if kind == "materialize" else kind, a, b, int(seed),
-                               self._optimizer_config, max_rows=self.max_rows)
-        except ValueError as e:
-            raise ValueError(f"{self._owner}: {str(e).split(': ', 1)[-1]}") from None
+        return TableConfig(self.name, self.output_dim,
+                           UNBOUNDED if self.input_dim is None else self.input_dim,
+                           "constant" if kind == "materialize" else kind, a, b, int(seed),
+                           self._optimizer_config, max_rows=self.max_rows, owner=self._owner)
 
     # ----- building -----
 

@@ -145,8 +145,8 @@ def test_train_reads_tsv_and_counts_malformed_lines(tmp_path):
     (["--data", "/nonexistent/day_*.tsv"], "no such file"),
     (["--samples", "100"], "less than one batch"),
     (["--cache-capacity", "2.5"], "fraction in (0, 1)"),
-    (["--staleness", "-1"], "staleness must be 'auto', >= 0 or 'inf'"),
-    (["--staleness", "soon"], "staleness must be 'auto', >= 0 or 'inf'"),
+    (["--staleness", "-1"], "--staleness: staleness must be 'auto', an int >= 0, or None"),
+    (["--staleness", "soon"], "--staleness: staleness must be 'auto', an int >= 0, or None"),
     (["--model", "lr"], "invalid choice"),
 ])
 def test_train_rejects_bad_arguments(tmp_path, args, message):

@@ -45,17 +45,16 @@ def _cache_capacity(text):
 
 
 def _staleness(text):
-    if text == "auto":
-        return text
-    if text in ("inf", "unbounded", "none"):
-        return None
+    """'auto', None (unbounded) or an int, checked by the layer's own rule."""
+    from het_tf.runtime.config import AUTO, UNBOUNDED, parse_staleness
+
+    if text.strip().lower() == AUTO:
+        return AUTO
     try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: staleness must be 'auto', >= 0 or 'inf'")
-    return value
+        bound = parse_staleness(text, "--staleness")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return None if bound == UNBOUNDED else bound
 
 
 def _positive(text):

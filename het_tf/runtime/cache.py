@@ -7,7 +7,7 @@ import logging
 import tensorflow as tf
 
 from het_tf import _op_library
-from het_tf.runtime.config import CacheConfig
+from het_tf.runtime.config import CacheConfig, table_label
 from het_tf.runtime.table import ShardedTable
 
 _instance = itertools.count()
@@ -31,7 +31,7 @@ class WorkerCache:
     def __init__(self, table: ShardedTable, config: CacheConfig, device=None, shared_name=None,
                  worker_devices=None):
         self.table = table
-        self.config = config.validate(table.config.name)
+        self.config = config.validate(table_label(table.config.name))
         self.device = device
         self.worker_devices = list(worker_devices) if worker_devices else [device]
         # Caches are private to the process that makes them unless named.

@@ -4,6 +4,8 @@ Everything a user can get wrong is checked here, in Python, so that errors
 name the table and say what would be right before any op runs.
 """
 import dataclasses
+import math
+import numbers
 import re
 import typing
 
@@ -16,12 +18,58 @@ NUM_SLOTS = {"sgd": 0, "adagrad": 1, "adam": 2, "ftrl": 2}
 # state delta is never negative (the core's NonNegativeSlot).
 SQUARED_GRADIENT_SLOT = {"adagrad": 0, "adam": 1, "ftrl": 0}
 UNBOUNDED = -1
+# Fixed vocabularies up to this many floats may be made whole at once: a
+# Keras initializer evaluated for every row, or an export of every row.
+MATERIALIZE_LIMIT = 1 << 27
+# staleness="auto": bounds of AUTO_STALENESS updates, but never more than a
+# 1/AUTO_STALENESS_RAMP share of the training steps this worker has taken,
+# so that a short run is not all inside one bound (docs/consistency.md,
+# "The default bound").
+AUTO = "auto"
+AUTO_STALENESS = 100
+AUTO_STALENESS_RAMP = 10
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-/]+$")
 
 
-def _fail(table, message):
-    raise ValueError(f"table '{table}': {message}")
+def table_label(name):
+    """How an error names a table (the core's TableLabel)."""
+    return f"table '{name}'"
+
+
+def _fail(owner, message):
+    raise ValueError(f"{owner}: {message}")
+
+
+def parse_staleness(value, owner, what="staleness"):
+    """A bound as the ops take it: an int >= 0, or UNBOUNDED for None,
+    math.inf or "inf". Text from a command line parses the same way."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("inf", "unbounded", "none"):
+            return UNBOUNDED
+        if text.isdigit():
+            return int(text)
+    elif value is None or (isinstance(value, float) and math.isinf(value) and value > 0):
+        return UNBOUNDED
+    elif isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 0:
+        return int(value)
+    auto = "'auto', " if what == "staleness" else ""
+    _fail(owner, f"{what} must be {auto}an int >= 0, or None / math.inf / 'inf' for unbounded; "
+          f"got {value!r}")
+
+
+def staleness_bounds(owner, staleness=AUTO, read_staleness=None, write_staleness=None):
+    """(read bound, write bound, ramp) of a cache: read_staleness and
+    write_staleness default to staleness; "auto" is AUTO_STALENESS with the
+    ramp."""
+    auto = isinstance(staleness, str) and staleness.strip().lower() == AUTO
+    both = AUTO_STALENESS if auto else parse_staleness(staleness, owner)
+    read = both if read_staleness is None else parse_staleness(read_staleness, owner,
+                                                               "read_staleness")
+    write = both if write_staleness is None else parse_staleness(write_staleness, owner,
+                                                                 "write_staleness")
+    return read, write, AUTO_STALENESS_RAMP if auto else 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,27 +109,31 @@ class TableConfig:
     # allowed ceil(max_rows / shards)); past it, requests that would create
     # rows fail with ResourceExhausted and change nothing. None: no limit.
     max_rows: typing.Optional[int] = None
+    # How errors name the table: table 'name' unless the caller (a layer)
+    # names it its own way.
+    owner: typing.Optional[str] = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not _NAME.match(self.name):
-            raise ValueError(f"table name {self.name!r} must be a non-empty string of "
-                             "letters, digits and _ . - /")
+            raise ValueError(f"{self.owner or 'a table'}: table name {self.name!r} must be a "
+                             "non-empty string of letters, digits and _ . - /")
+        owner = self.owner or table_label(self.name)
         if not _is_int(self.dim) or self.dim < 1:
-            _fail(self.name, f"output dimension must be a positive int, got {self.dim!r}")
+            _fail(owner, f"output dimension must be a positive int, got {self.dim!r}")
         if not _is_int(self.vocabulary_size) or (self.vocabulary_size < 1
                                                   and self.vocabulary_size != UNBOUNDED):
-            _fail(self.name, "vocabulary size must be a positive int, or None for dynamic "
+            _fail(owner, "vocabulary size must be a positive int, or None for dynamic "
                   f"int64 keys; got {self.vocabulary_size!r}")
         if self.initializer not in INITIALIZERS:
-            _fail(self.name, f"unknown initializer {self.initializer!r}; expected one of "
+            _fail(owner, f"unknown initializer {self.initializer!r}; expected one of "
                   f"{', '.join(INITIALIZERS)}")
         if self.optimizer.name not in OPTIMIZERS:
-            _fail(self.name, f"unknown optimizer {self.optimizer.name!r}; expected one of "
+            _fail(owner, f"unknown optimizer {self.optimizer.name!r}; expected one of "
                   f"{', '.join(OPTIMIZERS)}")
         if not _is_int(self.seed):
-            _fail(self.name, f"seed must be an int, got {self.seed!r}")
+            _fail(owner, f"seed must be an int, got {self.seed!r}")
         if self.max_rows is not None and (not _is_int(self.max_rows) or self.max_rows < 1):
-            _fail(self.name, f"max_rows must be a positive int or None, got {self.max_rows!r}")
+            _fail(owner, f"max_rows must be a positive int or None, got {self.max_rows!r}")
 
     @property
     def fixed_vocabulary(self):
@@ -112,29 +164,24 @@ class CacheConfig:
     # staleness_ramp, until they reach the bounds above (docs/consistency.md).
     staleness_ramp: int = 0
 
-    def validate(self, table):
+    def validate(self, owner):
+        """Checks every field; `owner` names the table or layer in errors."""
         if not _is_int(self.capacity) or self.capacity < 1:
-            _fail(table, f"cache capacity must be a positive number of rows, got {self.capacity!r}")
+            _fail(owner, f"cache capacity must be a positive number of rows, got {self.capacity!r}")
         if self.policy not in POLICIES:
-            _fail(table, f"unknown cache policy {self.policy!r}; expected one of "
+            _fail(owner, f"unknown cache policy {self.policy!r}; expected one of "
                   f"{', '.join(POLICIES)}")
         for field in ("read_staleness", "write_staleness"):
             value = getattr(self, field)
             if not _is_int(value) or value < UNBOUNDED:
-                _fail(table, f"{field} must be an int >= 0, or None for unbounded; got {value!r}")
+                _fail(owner, f"{field} must be an int >= 0, or {UNBOUNDED} for unbounded; "
+                      f"got {value!r}")
         if not _is_int(self.pin_threshold) or self.pin_threshold < 1:
-            _fail(table, f"pin_threshold must be a positive int, got {self.pin_threshold!r}")
+            _fail(owner, f"pin_threshold must be a positive int, got {self.pin_threshold!r}")
         if not _is_int(self.staleness_ramp) or self.staleness_ramp < 0:
-            _fail(table, "staleness_ramp must be an int >= 0 (0: no ramp), got "
+            _fail(owner, "staleness_ramp must be an int >= 0 (0: no ramp), got "
                   f"{self.staleness_ramp!r}")
         return self
-
-
-def staleness_value(value):
-    """None and infinity mean unbounded, which the ops spell -1."""
-    if value is None or value == float("inf"):
-        return UNBOUNDED
-    return value
 
 
 def _is_int(value):
