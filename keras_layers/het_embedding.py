@@ -16,7 +16,8 @@ import tf_keras
 
 from het_tf.distribute import horovod
 from het_tf.keras_layers import server_optimizer
-from het_tf.runtime.cache import WorkerCache, lookup_without_cache, push_without_cache
+from het_tf.runtime.cache import (WorkerCache, hit_rate, lookup_without_cache,
+                                  push_without_cache)
 from het_tf.runtime.checkpoint import TableCheckpoint
 from het_tf.runtime.config import (MATERIALIZE_LIMIT, UNBOUNDED, CacheConfig, TableConfig,
                                    staleness_bounds)
@@ -415,8 +416,7 @@ class HetEmbedding(tf_keras.layers.Layer):
                 stats.update({f"cache_{k}": v for k, v in self._cache.stats().items()})
         lookups = stats.get("cache_lookups", 0)
         if self._cache is not None:
-            unique = max(stats["cache_unique_keys"], 1)
-            stats["hit_rate"] = stats["cache_hits"] / unique
+            stats["hit_rate"] = hit_rate(stats, "cache_")
             traffic = stats["cache_bytes_sent"] + stats["cache_bytes_received"]
         else:
             lookups = stats["table_keys_checked"]

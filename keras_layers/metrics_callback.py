@@ -2,6 +2,9 @@
 import tensorflow as tf
 import tf_keras
 
+from het_tf.keras_layers.het_embedding import het_embedding_layers
+from het_tf.runtime.cache import hit_rate
+
 # Counters reported as per-epoch differences.
 _PER_EPOCH = ("cache_unique_keys", "cache_hits", "cache_evictions", "cache_rows_pulled",
               "cache_rows_pushed", "embedding_bytes", "samples", "table_rows_sent",
@@ -22,8 +25,6 @@ class HetMetricsCallback(tf_keras.callbacks.Callback):
         self._writer = None
 
     def _layers(self):
-        from het_tf.keras_layers.het_embedding import het_embedding_layers
-
         return [layer for layer in het_embedding_layers(self.model) if layer.table is not None]
 
     def on_train_begin(self, logs=None):
@@ -41,7 +42,7 @@ class HetMetricsCallback(tf_keras.callbacks.Callback):
         pulled = delta["cache_rows_pulled"] if cached else delta["table_rows_sent"]
         pushed = delta["cache_rows_pushed"] if cached else delta["table_rows_pushed"]
         return {
-            "hit_rate": delta["cache_hits"] / max(delta["cache_unique_keys"], 1) if cached else 0.0,
+            "hit_rate": hit_rate(delta, "cache_") if cached else 0.0,
             "rows_pulled_per_sample": pulled / samples,
             "rows_pushed_per_sample": pushed / samples,
             "bytes_per_sample": delta["embedding_bytes"] / samples,

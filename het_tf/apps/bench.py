@@ -165,7 +165,7 @@ def miss_rates(args, batches=1200, warmup=400, batch_size=128):
     real cache and unbounded staleness (so only capacity and first-touch
     misses count). Batches of 128 samples, so that a batch's unique keys fit
     the smallest cache."""
-    from het_tf.runtime.cache import WorkerCache
+    from het_tf.runtime.cache import WorkerCache, hit_rate
     from het_tf.runtime.config import UNBOUNDED, CacheConfig, TableConfig
     from het_tf.data import SyntheticCriteo
     from het_tf.runtime.table import ShardedTable
@@ -186,10 +186,9 @@ def miss_rates(args, batches=1200, warmup=400, batch_size=128):
                     before = cache.stats()
                 cache.lookup(batch, training=True)
             after = cache.stats()
-            unique = after["unique_keys"] - before["unique_keys"]
-            hits = after["hits"] - before["hits"]
+            measured = {k: after[k] - before[k] for k in ("hits", "unique_keys")}
             results.setdefault(policy, []).append(
-                {"fraction": fraction, "rows": rows, "miss_rate": 1 - hits / max(unique, 1)})
+                {"fraction": fraction, "rows": rows, "miss_rate": 1 - hit_rate(measured)})
             cache.clear()
             table.clear()
     return results

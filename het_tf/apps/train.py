@@ -271,19 +271,22 @@ def _embedding_figures(model):
     layers = het_embedding_layers(model)
     if not layers:
         return {}
-    hits = unique = traffic = rows = 0
+    from het_tf.runtime.cache import hit_rate
+
+    totals = {"hits": 0, "unique_keys": 0, "embedding_bytes": 0, "table_rows": 0}
     samples = 0
     for layer in layers:
         stats = layer.het_stats()
-        hits += stats.get("cache_hits", 0)
-        unique += stats.get("cache_unique_keys", 0)
-        traffic += stats["embedding_bytes"]
-        rows += stats["table_rows"]
+        totals["hits"] += stats.get("cache_hits", 0)
+        totals["unique_keys"] += stats.get("cache_unique_keys", 0)
+        totals["embedding_bytes"] += stats["embedding_bytes"]
+        totals["table_rows"] += stats["table_rows"]
         samples = max(samples, stats["samples"])
-    figures = {"embedding_bytes": int(traffic), "table_rows": int(rows),
+    traffic = totals["embedding_bytes"]
+    figures = {"embedding_bytes": int(traffic), "table_rows": int(totals["table_rows"]),
                "embedding_bytes_per_sample": traffic / max(samples, 1)}
-    if unique:
-        figures["cache_hit_rate"] = hits / unique
+    if totals["unique_keys"]:
+        figures["cache_hit_rate"] = hit_rate(totals)
     return figures
 
 

@@ -139,6 +139,12 @@ class WorkerCache:
                                                 clocks)
 
 
+def hit_rate(counters, prefix=""):
+    """Share of unique keys served from the cache, from cache counters (or
+    from their difference over an interval); 0.0 before any lookup."""
+    return counters.get(prefix + "hits", 0) / max(counters.get(prefix + "unique_keys", 0), 1)
+
+
 def lookup_without_cache(table: ShardedTable, ids):
     """The no-cache read: unique ids go to the shards, rows come back."""
     ids = table.check_ids(ids)
