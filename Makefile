@@ -17,7 +17,7 @@ CORE_TEST_SOURCES := $(wildcard cc_ops/common/tests/*.cc cc_ops/common/tests/*.h
 BAZEL ?= $(shell command -v bazel-4 || echo bazel)
 BAZEL_FLAGS := --repo_env=PYTHON_BIN_PATH=$(abspath $(PY))
 
-.PHONY: setup build test fuzz soak demo bench cc-test sanitize bazel-build clean
+.PHONY: setup build test lint fuzz soak demo bench cc-test sanitize bazel-build clean
 
 setup: $(VENV)/.deps
 
@@ -62,7 +62,13 @@ sanitize: $(VENV)/.deps build/core_tests_asan build/core_tests_tsan
 bazel-build: $(VENV)/.deps
 	$(BAZEL) build $(BAZEL_FLAGS) //cc_ops:all
 
-test: build cc-test sanitize bazel-build
+# Style: ruff (pyproject.toml) for Python, clang-format (.clang-format) for C++.
+CLANG_FORMAT ?= $(shell command -v clang-format-14 || echo clang-format)
+lint: $(VENV)/.deps
+	$(VENV)/bin/ruff check .
+	$(CLANG_FORMAT) --dry-run --Werror $(CC_SOURCES)
+
+test: lint build cc-test sanitize bazel-build
 	$(PY) -m pytest -q tests
 
 # The fuzz tests of every op and of HetEmbedding with many more examples

@@ -21,11 +21,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
+from toy_model import add_arguments, build_model, export_probe, skewed_data  # noqa: E402
 
 import het_tf  # noqa: E402
 from het_tf import cluster  # noqa: E402
 from het_tf.keras_layers import HetMetricsCallback  # noqa: E402
-from toy_model import add_arguments, build_model, export_probe, skewed_data  # noqa: E402
 
 
 def parse_args():

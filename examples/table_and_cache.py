@@ -31,7 +31,8 @@ for step in range(200):
 cache.flush(learning_rate=0.1)
 c, t = cache.stats(), table.stats()
 print(f"cache: {c['hits']} hits, {c['misses']} misses, {c['stale_refreshes']} stale refreshes, "
-      f"{c['evictions']} evictions, {c['updates_pushed']} updates pushed in {c['rows_pushed']} rows")
+      f"{c['evictions']} evictions, {c['updates_pushed']} updates pushed in "
+      f"{c['rows_pushed']} rows")
 print(f"table: {t['rows']} rows of {t['bytes_per_row']} bytes on {table.num_shards} shards, "
       f"{t['updates_applied']} updates applied")
 print(f"bytes worker->PS {c['bytes_sent']:,}, PS->worker {c['bytes_received']:,} "

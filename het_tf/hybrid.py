@@ -16,10 +16,24 @@ same on every rank.
 The PS addresses come from `HET_TF_PS` ("host:port,host:port") or from the
 "ps" job of `TF_CONFIG`.
 """
-from het_tf.distribute.horovod import (CLIENT_HOST_ENV, PS_ENV, allreduce_sum, barrier, init,
-                                       num_ps, ps_addresses, rank, size)
-from het_tf.keras_layers.hybrid_training import (Checkpoint, distribute, flush_and_clear,
-                                                 restore, save)
+from het_tf.distribute.horovod import (
+                                       CLIENT_HOST_ENV,
+                                       PS_ENV,
+                                       allreduce_sum,
+                                       barrier,
+                                       init,
+                                       num_ps,
+                                       ps_addresses,
+                                       rank,
+                                       size,
+)
+from het_tf.keras_layers.hybrid_training import (
+                                       Checkpoint,
+                                       distribute,
+                                       flush_and_clear,
+                                       restore,
+                                       save,
+)
 
 __all__ = ["CLIENT_HOST_ENV", "PS_ENV", "Checkpoint", "allreduce_sum", "barrier", "distribute",
            "flush_and_clear", "init", "num_ps", "ps_addresses", "rank", "restore", "save",

@@ -16,11 +16,15 @@ import tf_keras
 
 from het_tf.distribute import horovod
 from het_tf.keras_layers import server_optimizer
-from het_tf.runtime.cache import (WorkerCache, hit_rate, lookup_without_cache,
-                                  push_without_cache)
+from het_tf.runtime.cache import WorkerCache, hit_rate, lookup_without_cache, push_without_cache
 from het_tf.runtime.checkpoint import TableCheckpoint
-from het_tf.runtime.config import (MATERIALIZE_LIMIT, UNBOUNDED, CacheConfig, TableConfig,
-                                   staleness_bounds)
+from het_tf.runtime.config import (
+    MATERIALIZE_LIMIT,
+    UNBOUNDED,
+    CacheConfig,
+    TableConfig,
+    staleness_bounds,
+)
 from het_tf.runtime.table import ShardedTable
 
 COMBINERS = ("sum", "mean", "sqrtn")

@@ -4,7 +4,7 @@ together (het_tf.hybrid documents the whole mode)."""
 import tensorflow as tf
 import tf_keras
 
-from het_tf.distribute.horovod import initialized, barrier, num_ps, rank
+from het_tf.distribute.horovod import barrier, initialized, num_ps, rank
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 
 

@@ -96,7 +96,7 @@ def concurrent_share(optimizer, count, others):
     return np.float32(count / (count + others))
 
 
-def merge(optimizer, state, delta, count, lr, share=np.float32(1)):
+def merge(optimizer, state, delta, count, lr, share=None):
     """A delta of `count` updates merged into `state`: sums add, Adam's
     moments decay by beta^count and take the averages, FTRL's row follows
     its slots; the row keeps `share` of its change."""
@@ -104,7 +104,7 @@ def merge(optimizer, state, delta, count, lr, share=np.float32(1)):
         if optimizer == "adam" and f in ("m", "v"):
             decay = np.float32(float(np.float32(0.9 if f == "m" else 0.999)) ** count)
             state[f] = decay * state[f] + delta[f]
-        elif f == "w" and share != 1:
+        elif f == "w" and share is not None and share != 1:
             state[f] = state[f] + share * delta[f]
         else:
             state[f] = state[f] + delta[f]

@@ -11,8 +11,8 @@ import tensorflow as tf
 import tf_keras
 
 import het_tf
-from het_tf.runtime.checkpoint import TableCheckpoint
 from het_tf.keras_layers import HetEmbedding
+from het_tf.runtime.checkpoint import TableCheckpoint
 
 VOCAB, DIM = 300, 4
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -11,8 +11,8 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from het_tf.runtime.config import TableConfig
 from het_tf.runtime.checkpoint import TableCheckpoint
+from het_tf.runtime.config import TableConfig
 from het_tf.runtime.table import ShardedTable
 
 WRITER = r"""

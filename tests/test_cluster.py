@@ -12,9 +12,9 @@ import time
 
 import numpy as np
 import pytest
+from processes import processes_mentioning
 
 from het_tf.apps.launch import LocalCluster
-from processes import processes_mentioning
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "examples", "cluster_train.py")
@@ -210,7 +210,7 @@ def test_launch_tears_everything_down_on_ctrl_c():
             lines.append(line)
             if "het-tf server worker:1: serving" in line:
                 break
-        cluster = json.loads(next(l for l in lines if "cluster {" in l).split("cluster ", 1)[1])
+        cluster = json.loads(next(line for line in lines if "cluster {" in line).split("cluster ", 1)[1])
         port = cluster["ps"][0].rsplit(":", 1)[1]
         deadline = time.monotonic() + 60
         # The chief starts last.

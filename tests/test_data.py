@@ -12,11 +12,19 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from het_tf.data import (CATEGORICAL_FIELDS, DENSE_FIELDS, SyntheticCriteo, criteo_key,
-                         criteo_parquet_dataset, criteo_tsv_dataset, missing_key, parse_stats,
-                         split_key)
-from het_tf.data.synthetic import HELD_OUT_STREAM
 from het_tf.apps.train import roc_auc
+from het_tf.data import (
+    CATEGORICAL_FIELDS,
+    DENSE_FIELDS,
+    SyntheticCriteo,
+    criteo_key,
+    criteo_parquet_dataset,
+    criteo_tsv_dataset,
+    missing_key,
+    parse_stats,
+    split_key,
+)
+from het_tf.data.synthetic import HELD_OUT_STREAM
 
 _counters = iter(range(10**9))
 

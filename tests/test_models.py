@@ -7,11 +7,17 @@ import numpy as np
 import pytest
 import tf_keras
 
+from het_tf.apps.train import roc_auc
 from het_tf.data import SyntheticCriteo, criteo_key, missing_key
 from het_tf.keras_layers import HetEmbedding
-from het_tf.models import (MODELS, CrossLayer, EmbeddingSpec, FactorizationMachine,
-                           FieldIndices, build_model)
-from het_tf.apps.train import roc_auc
+from het_tf.models import (
+    MODELS,
+    CrossLayer,
+    EmbeddingSpec,
+    FactorizationMachine,
+    FieldIndices,
+    build_model,
+)
 
 
 def test_factorization_machine_is_the_sum_over_field_pairs():

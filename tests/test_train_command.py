@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 import pytest
+from processes import processes_mentioning
 
 from het_tf.data import SyntheticCriteo
-from processes import processes_mentioning
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HET_TF = [sys.executable, "-m", "het_tf.apps.cli"]

@@ -2,7 +2,8 @@
 # Debian packages the build needs beyond Python: Bazel for the Bazel build of
 # the op library (bazel-bootstrap works offline; bazelisk would download), and
 # clang with its sanitizer runtimes for the core's ASan/UBSan/TSan builds;
-# iproute2 (ip, tc) for the benchmark's rate-limited links (--link).
+# iproute2 (ip, tc) for the benchmark's rate-limited links (--link);
+# clang-format for `make lint`.
 set -euo pipefail
 needed=()
 command -v bazel >/dev/null 2>&1 || needed+=(bazel-bootstrap)
@@ -12,6 +13,7 @@ command -v clang++ >/dev/null 2>&1 || needed+=(clang)
 ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.tsan-x86_64.a >/dev/null 2>&1 \
   || needed+=(libclang-rt-14-dev)
 { command -v ip && command -v tc; } >/dev/null 2>&1 || needed+=(iproute2)
+command -v clang-format-14 >/dev/null 2>&1 || needed+=(clang-format-14)
 [ ${#needed[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ]; then
   echo "het_tf setup: please install these Debian packages as root: ${needed[*]}" >&2

@@ -20,12 +20,12 @@ namespace het {
 
 // Copies a vector into a new output: rank 1, or [size / dim, dim] when dim > 0.
 template <typename T>
-tensorflow::Status OutputVector(tensorflow::OpKernelContext* ctx, int index, const std::vector<T>& v,
-                                int64_t dim = 0) {
+tensorflow::Status OutputVector(tensorflow::OpKernelContext* ctx, int index,
+                                const std::vector<T>& v, int64_t dim = 0) {
   tensorflow::Tensor* out = nullptr;
   const int64_t size = static_cast<int64_t>(v.size());
-  tensorflow::TensorShape shape = dim > 0 ? tensorflow::TensorShape({size / dim, dim})
-                                          : tensorflow::TensorShape({size});
+  tensorflow::TensorShape shape =
+      dim > 0 ? tensorflow::TensorShape({size / dim, dim}) : tensorflow::TensorShape({size});
   TF_RETURN_IF_ERROR(ctx->allocate_output(index, shape, &out));
   if (!v.empty()) std::copy(v.begin(), v.end(), out->flat<T>().data());
   return tensorflow::OkStatus();
@@ -49,18 +49,16 @@ inline tensorflow::Status CheckShape(const std::string& table, const char* what,
 inline tensorflow::Status CheckVector(const std::string& table, const char* what,
                                       const tensorflow::Tensor& t) {
   if (t.dims() == 1) return tensorflow::OkStatus();
-  return tensorflow::errors::InvalidArgument(TableLabel(table), ": ", what,
-                                             " must be a vector, got shape ",
-                                             t.shape().DebugString());
+  return tensorflow::errors::InvalidArgument(
+      TableLabel(table), ": ", what, " must be a vector, got shape ", t.shape().DebugString());
 }
 
 template <typename T>
 tensorflow::Status ReadScalar(const std::string& table, const char* what,
                               const tensorflow::Tensor& t, T* out) {
   if (t.dims() != 0) {
-    return tensorflow::errors::InvalidArgument(TableLabel(table), ": ", what,
-                                               " must be a scalar, got shape ",
-                                               t.shape().DebugString());
+    return tensorflow::errors::InvalidArgument(
+        TableLabel(table), ": ", what, " must be a scalar, got shape ", t.shape().DebugString());
   }
   *out = t.scalar<T>()();
   return tensorflow::OkStatus();
@@ -109,8 +107,8 @@ class CoreKernel : public tensorflow::OpKernel {
 
   void Compute(tensorflow::OpKernelContext* ctx) final {
     tensorflow::core::RefCountPtr<CoreResource<Core>> resource;
-    OP_REQUIRES_OK(ctx, tensorflow::LookupResource(ctx, tensorflow::HandleFromInput(ctx, 0),
-                                                   &resource));
+    OP_REQUIRES_OK(ctx,
+                   tensorflow::LookupResource(ctx, tensorflow::HandleFromInput(ctx, 0), &resource));
     Core& core = resource->core();
     OP_REQUIRES(ctx, dim_ == 0 || dim_ == core.dim(),
                 tensorflow::errors::InvalidArgument(TableLabel(core.table_name()), " has dim ",

@@ -37,9 +37,9 @@ class Status {
 // How every error names its table: table 'name'.
 inline std::string TableLabel(const std::string& name) { return "table '" + name + "'"; }
 
-#define HET_RETURN_IF_ERROR(expr)       \
-  do {                                  \
-    ::het::Status het_status_ = (expr); \
+#define HET_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ::het::Status het_status_ = (expr);        \
     if (!het_status_.ok()) return het_status_; \
   } while (0)
 

@@ -165,9 +165,9 @@ def miss_rates(args, batches=1200, warmup=400, batch_size=128):
     real cache and unbounded staleness (so only capacity and first-touch
     misses count). Batches of 128 samples, so that a batch's unique keys fit
     the smallest cache."""
+    from het_tf.data import SyntheticCriteo
     from het_tf.runtime.cache import WorkerCache, hit_rate
     from het_tf.runtime.config import UNBOUNDED, CacheConfig, TableConfig
-    from het_tf.data import SyntheticCriteo
     from het_tf.runtime.table import ShardedTable
 
     data = SyntheticCriteo(0, args.scale, args.zipf)

@@ -122,10 +122,10 @@ class LocalCluster:
                     try:
                         socket.create_connection((host, int(port)), timeout=1).close()
                         break
-                    except OSError:
+                    except OSError as e:
                         if time.monotonic() > deadline:
                             raise TimeoutError(f"task {job}:{index} is not serving on "
-                                               f"{address} after {timeout} s")
+                                               f"{address} after {timeout} s") from e
                         time.sleep(0.2)
 
     def start_chief(self, command):

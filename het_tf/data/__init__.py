@@ -2,10 +2,16 @@
 Criteo-like generator. Every pipeline yields batches of
 `({"dense": float32 [B, 13], "categorical": int64 [B, 26]}, labels float32 [B])`
 with field-salted categorical keys (see `criteo_key`)."""
-from het_tf.data.criteo_schema import (CATEGORICAL_FIELDS, DENSE_FIELDS, KAGGLE_CARDINALITIES,
-                                       criteo_key, missing_key, split_key)
-from het_tf.data.criteo_tsv import criteo_tsv_dataset, parse_stats
 from het_tf.data.criteo_parquet import criteo_parquet_dataset
+from het_tf.data.criteo_schema import (
+                                       CATEGORICAL_FIELDS,
+                                       DENSE_FIELDS,
+                                       KAGGLE_CARDINALITIES,
+                                       criteo_key,
+                                       missing_key,
+                                       split_key,
+)
+from het_tf.data.criteo_tsv import criteo_tsv_dataset, parse_stats
 from het_tf.data.synthetic import SyntheticCriteo
 
 __all__ = [

@@ -15,8 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from het_tf import _op_library
-from het_tf.data.criteo_schema import (CATEGORICAL_FIELDS, DENSE_FIELDS, FIELD_SHIFT,
-                                       MISSING_BIT)
+from het_tf.data.criteo_schema import CATEGORICAL_FIELDS, DENSE_FIELDS, FIELD_SHIFT, MISSING_BIT
 from het_tf.data.criteo_tsv import _files, check_reader_arguments
 
 COLUMNS = ("label",) + DENSE_FIELDS + CATEGORICAL_FIELDS
@@ -81,7 +80,8 @@ def _record_parser(path, on_malformed, counter):
             with tf.control_dependencies([tf.debugging.Assert(
                     tf.reduce_all(valid),
                     [f"parquet reader: {path} record", index + first,
-                     "is malformed (label not 0/1, fractional count, or id outside [-1, 2**32))"])]):
+                     "is malformed (label not 0/1, fractional count, "
+                     "or id outside [-1, 2**32))"])]):
                 valid = tf.identity(valid)
         keys = tf.bitwise.bitwise_or(FIELD_BITS, tf.where(ids < 0, np.int64(MISSING_BIT), ids))
         dense = tf.cast(tf.math.log1p(tf.maximum(counts, 0.0)), tf.float32)

@@ -80,8 +80,8 @@ bool ParseCriteoLine(std::string_view line, bool has_label, CriteoRecord* out,
     } else if (feature < kCriteoDenseFields) {
       int64_t value = 0;
       if (!field.empty() && !ParseInteger(field, &value)) {
-        *reason = "integer feature I" + std::to_string(feature + 1) + " is not an integer: " +
-                  Shown(field);
+        *reason = "integer feature I" + std::to_string(feature + 1) +
+                  " is not an integer: " + Shown(field);
         return false;
       }
       out->dense[feature] = CriteoDenseValue(value);

@@ -1,7 +1,7 @@
 // Criteo's display-advertising TSV (Kaggle and Terabyte): a label, 13
-// integer features and 26 categorical features written as 8 hex digits, tab-separated, any feature possibly empty. Parsing is strict: a
-// line that does not fit the format exactly is rejected with the reason, so a
-// shifted or truncated line is never read as a sample.
+// integer features and 26 categorical features written as 8 hex digits, tab-separated, any feature
+// possibly empty. Parsing is strict: a line that does not fit the format exactly is rejected with
+// the reason, so a shifted or truncated line is never read as a sample.
 #ifndef HET_TF_DATA_CORE_CRITEO_FORMAT_H_
 #define HET_TF_DATA_CORE_CRITEO_FORMAT_H_
 
@@ -43,8 +43,7 @@ struct CriteoRecord {
 // Parses one line (a trailing '\r' is allowed). With has_label false the line
 // has no label column (Criteo's unlabeled test files) and label is 0. On
 // failure returns false and sets *reason; *out is then unspecified.
-bool ParseCriteoLine(std::string_view line, bool has_label, CriteoRecord* out,
-                     std::string* reason);
+bool ParseCriteoLine(std::string_view line, bool has_label, CriteoRecord* out, std::string* reason);
 
 }  // namespace het
 

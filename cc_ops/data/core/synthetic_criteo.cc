@@ -10,17 +10,17 @@
 namespace het {
 
 const int64_t kCriteoKaggleCardinalities[kCriteoCategoricalFields] = {
-    1460,  583,   10131227, 2202608, 305,     24,  12517, 633,     3,   93145, 5683, 8351593, 3194,
-    27,    14992, 5461306,  10,      5652,    2173, 4,    7046547, 18,  15,    286181, 105, 142572};
+    1460, 583,   10131227, 2202608, 305,  24,   12517, 633,     3,  93145, 5683,   8351593, 3194,
+    27,   14992, 5461306,  10,      5652, 2173, 4,     7046547, 18, 15,    286181, 105,     142572};
 
 namespace {
 
 // Fields that are often empty in Criteo (C19..C26 and a few integers).
 constexpr double kIdMissingRate[kCriteoCategoricalFields] = {
-    0, 0, 0.03, 0.03, 0, 0.12, 0, 0, 0, 0, 0, 0.03, 0, 0, 0, 0.03, 0, 0, 0.44, 0.44, 0.03, 0.76,
-    0, 0, 0.44, 0.44};
-constexpr double kCountMissingRate[kCriteoDenseFields] = {
-    0.45, 0, 0.21, 0.22, 0.03, 0.22, 0.04, 0.0, 0.04, 0.45, 0.04, 0.77, 0.22};
+    0, 0, 0.03, 0.03, 0, 0.12, 0,    0,    0,    0, 0, 0.03, 0,
+    0, 0, 0.03, 0,    0, 0.44, 0.44, 0.03, 0.76, 0, 0, 0.44, 0.44};
+constexpr double kCountMissingRate[kCriteoDenseFields] = {0.45, 0,    0.21, 0.22, 0.03, 0.22, 0.04,
+                                                          0.0,  0.04, 0.45, 0.04, 0.77, 0.22};
 // Small fields keep their full size when scaled down, so that they still
 // carry signal in a reduced data set.
 constexpr int64_t kMinScaledCardinality = 64;
@@ -56,7 +56,8 @@ SyntheticCriteo::SyntheticCriteo(const SyntheticCriteoSpec& spec) : spec_(spec) 
     dense_mu_[d] = 0.5 + 2.0 * model.Uniform();
     dense_sigma_[d] = 0.5 + model.Uniform();
   }
-  for (int f = 0; f < kCriteoCategoricalFields; ++f) field_sigma_[f] = 0.15 + 0.25 * model.Uniform();
+  for (int f = 0; f < kCriteoCategoricalFields; ++f)
+    field_sigma_[f] = 0.15 + 0.25 * model.Uniform();
   bias_ = -1.5;  // about a quarter of labels are 1, as in Criteo
 }
 
@@ -83,8 +84,9 @@ void SyntheticCriteo::Row(uint64_t stream, uint64_t row, SyntheticCriteoRow* out
     const double g = draws.Gaussian();
     out->counts[d] = out->count_missing[d]
                          ? 0
-                         : std::max<int64_t>(0, static_cast<int64_t>(std::floor(std::exp(
-                                                    dense_mu_[d] + dense_sigma_[d] * g))) - 1);
+                         : std::max<int64_t>(0, static_cast<int64_t>(std::floor(
+                                                    std::exp(dense_mu_[d] + dense_sigma_[d] * g))) -
+                                                    1);
     logit += dense_weight_[d] * (std::log1p(static_cast<double>(out->counts[d])) - dense_mu_[d]);
   }
   for (int f = 0; f < kCriteoCategoricalFields; ++f) {

@@ -66,8 +66,8 @@ class HetParseCriteoOp : public CountingKernel {
     OP_REQUIRES(ctx, lines.dims() == 1 && ctx->input(1).dims() == 0 && ctx->input(2).dims() == 0,
                 tensorflow::errors::InvalidArgument(
                     "criteo reader: lines must be a vector and first_line and source scalars, "
-                    "got shapes ", lines.shape().DebugString(), ", ",
-                    ctx->input(1).shape().DebugString(), ", ",
+                    "got shapes ",
+                    lines.shape().DebugString(), ", ", ctx->input(1).shape().DebugString(), ", ",
                     ctx->input(2).shape().DebugString()));
     const int64_t first_line = ctx->input(1).scalar<int64_t>()();
     const std::string source(ctx->input(2).scalar<tensorflow::tstring>()());
@@ -86,8 +86,8 @@ class HetParseCriteoOp : public CountingKernel {
       CriteoRecord record;
       std::string reason;
       for (int64_t i = begin; i < end; ++i) {
-        valid_out[i] = ParseCriteoLine(std::string_view(text(i).data(), text(i).size()),
-                                       has_label_, &record, &reason);
+        valid_out[i] = ParseCriteoLine(std::string_view(text(i).data(), text(i).size()), has_label_,
+                                       &record, &reason);
         if (!valid_out[i]) {
           record = CriteoRecord();
           std::lock_guard<std::mutex> lock(bad_mu);
@@ -103,8 +103,8 @@ class HetParseCriteoOp : public CountingKernel {
     counters_->Add(n, malformed);
     OP_REQUIRES(ctx, skip_malformed_ || malformed == 0,
                 tensorflow::errors::InvalidArgument(
-                    "criteo reader: ", source, " line ", first_line + first_bad, ": ",
-                    first_reason, " (pass on_malformed='skip' to count and skip such lines)"));
+                    "criteo reader: ", source, " line ", first_line + first_bad, ": ", first_reason,
+                    " (pass on_malformed='skip' to count and skip such lines)"));
   }
 
  private:

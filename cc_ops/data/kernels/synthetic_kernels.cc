@@ -116,7 +116,8 @@ class HetSyntheticCriteoCardinalitiesOp : public SyntheticKernel {
   void Compute(OpKernelContext* ctx) override {
     Tensor* out;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({kCriteoCategoricalFields}), &out));
-    for (int f = 0; f < kCriteoCategoricalFields; ++f) out->flat<int64_t>()(f) = data_->cardinality(f);
+    for (int f = 0; f < kCriteoCategoricalFields; ++f)
+      out->flat<int64_t>()(f) = data_->cardinality(f);
   }
 };
 

@@ -60,10 +60,8 @@ REGISTER_OP("HetParseStats")
 
 namespace het {
 
-#define HET_SYNTHETIC_ATTRS                 \
-  Attr("seed: int = 0")                     \
-      .Attr("scale: float = 1.0")           \
-      .Attr("zipf_exponent: float = 1.1")
+#define HET_SYNTHETIC_ATTRS \
+  Attr("seed: int = 0").Attr("scale: float = 1.0").Attr("zipf_exponent: float = 1.1")
 
 REGISTER_OP("HetSyntheticCriteo")
     .Input("stream: int64")

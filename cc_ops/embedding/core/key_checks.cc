@@ -2,7 +2,8 @@
 
 namespace het {
 
-Status CheckKeys(const std::string& table, int64_t vocabulary_size, const int64_t* keys, int64_t n) {
+Status CheckKeys(const std::string& table, int64_t vocabulary_size, const int64_t* keys,
+                 int64_t n) {
   if (vocabulary_size < 0) return Status::Ok();
   for (int64_t i = 0; i < n; ++i) {
     if (keys[i] < 0 || keys[i] >= vocabulary_size) {

@@ -32,8 +32,9 @@ Status ParseInitializerKind(const std::string& name, InitializerKind* kind) {
   } else if (name == "constant" || name == "zeros") {
     *kind = InitializerKind::kConstant;
   } else {
-    return Status::InvalidArgument("unknown initializer '" + name +
-                                   "'; expected uniform, normal, truncated_normal, constant or zeros");
+    return Status::InvalidArgument(
+        "unknown initializer '" + name +
+        "'; expected uniform, normal, truncated_normal, constant or zeros");
   }
   return Status::Ok();
 }

@@ -224,7 +224,8 @@ void ApplyUpdates(const OptimizerConfig& config, float learning_rate, const floa
   }
   const float scale = 1.0f / static_cast<float>(count);
   for (int j = 0; j < dim; ++j) (*mean)[j] = grad_sum[j] * scale;
-  for (int64_t c = 0; c < count; ++c) ApplyUpdate(config, learning_rate, mean->data(), dim, row, slots, step);
+  for (int64_t c = 0; c < count; ++c)
+    ApplyUpdate(config, learning_rate, mean->data(), dim, row, slots, step);
 }
 
 }  // namespace het

@@ -18,14 +18,14 @@ enum class OptimizerKind { kSGD, kAdagrad, kAdam, kFtrl };
 
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::kSGD;
-  float beta_1 = 0.9f;              // Adam
-  float beta_2 = 0.999f;            // Adam
-  float epsilon = 1e-7f;            // Adagrad, Adam
-  float initial_accumulator = 0.1f; // Adagrad, FTRL
-  float l1 = 0.0f;                  // FTRL
-  float l2 = 0.0f;                  // FTRL
-  float learning_rate_power = -0.5f;// FTRL
-  float beta = 0.0f;                // FTRL
+  float beta_1 = 0.9f;                // Adam
+  float beta_2 = 0.999f;              // Adam
+  float epsilon = 1e-7f;              // Adagrad, Adam
+  float initial_accumulator = 0.1f;   // Adagrad, FTRL
+  float l1 = 0.0f;                    // FTRL
+  float l2 = 0.0f;                    // FTRL
+  float learning_rate_power = -0.5f;  // FTRL
+  float beta = 0.0f;                  // FTRL
 };
 
 // Accepts "sgd", "adagrad", "adam" and "ftrl" in any case.

@@ -117,11 +117,12 @@ Status TableShard::ReserveNewRows(const int64_t* keys, int64_t n,
   const int64_t held = Size();
   if (absent > 0 && held + before + absent > config_.max_rows) {
     reserved_rows_.fetch_sub(absent);
-    return Status::ResourceExhausted(
-        TableLabel(config_.name) + ": this shard holds " + std::to_string(held) +
-        " rows and its limit is " + std::to_string(config_.max_rows) + "; the request would add " +
-        std::to_string(absent) + " more, so nothing was changed (raise max_rows, add PS "
-        "shards, or keep fewer distinct ids)");
+    return Status::ResourceExhausted(TableLabel(config_.name) + ": this shard holds " +
+                                     std::to_string(held) + " rows and its limit is " +
+                                     std::to_string(config_.max_rows) + "; the request would add " +
+                                     std::to_string(absent) +
+                                     " more, so nothing was changed (raise max_rows, add PS "
+                                     "shards, or keep fewer distinct ids)");
   }
   out->reset(new RowReservation(&reserved_rows_, absent));
   return Status::Ok();
@@ -195,10 +196,9 @@ Status TableShard::CheckPush(const int64_t* keys, const float* values, int width
   HET_RETURN_IF_ERROR(CheckLearningRate(name, config_.optimizer, learning_rate));
   for (int64_t i = 0; i < n; ++i) {
     if (counts[i] <= 0 || counts[i] > kMaxUpdatesPerPush) {
-      return Status::InvalidArgument(name + ": update counts must be between 1 and " +
-                                     std::to_string(kMaxUpdatesPerPush) + ", got " +
-                                     std::to_string(counts[i]) + " for id " +
-                                     std::to_string(keys[i]));
+      return Status::InvalidArgument(
+          name + ": update counts must be between 1 and " + std::to_string(kMaxUpdatesPerPush) +
+          ", got " + std::to_string(counts[i]) + " for id " + std::to_string(keys[i]));
     }
   }
   for (int64_t i = 0; i < n * width; ++i) {
@@ -275,15 +275,13 @@ Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const in
       }
     }
   }
-  HET_RETURN_IF_ERROR(
-      ApplyToRows(keys, counts, n, width, states, clocks, [&](int32_t i, char* p) {
-        // A clock behind the cache's copy (the table was restored since)
-        // counts as no other writer.
-        const float share = ConcurrentShare(kind, counts[i], *Clock(p) - base_clocks[i]);
-        ApplyDelta(config_.optimizer, learning_rate, deltas + int64_t{i} * width, counts[i],
-                   config_.dim, Values(p), Slots(p), NeedsStepCount(kind) ? Step(p) : nullptr,
-                   share);
-      }));
+  HET_RETURN_IF_ERROR(ApplyToRows(keys, counts, n, width, states, clocks, [&](int32_t i, char* p) {
+    // A clock behind the cache's copy (the table was restored since)
+    // counts as no other writer.
+    const float share = ConcurrentShare(kind, counts[i], *Clock(p) - base_clocks[i]);
+    ApplyDelta(config_.optimizer, learning_rate, deltas + int64_t{i} * width, counts[i],
+               config_.dim, Values(p), Slots(p), NeedsStepCount(kind) ? Step(p) : nullptr, share);
+  }));
   bytes_received_.fetch_add(sizeof(int64_t) * n, std::memory_order_relaxed);  // base clocks
   return Status::Ok();
 }
@@ -354,15 +352,15 @@ Status TableShard::Import(const TableChunk& chunk) {
   if (chunk.values.size() != n * dim || chunk.slots.size() != n * slot_floats ||
       chunk.clocks.size() != n || chunk.steps.size() != n) {
     return Status::InvalidArgument(
-        TableLabel(config_.name) + ": import of " + std::to_string(n) +
-        " rows needs " + std::to_string(n * dim) + " values, " + std::to_string(n * slot_floats) +
-        " slot values (" + std::to_string(num_slots_) + " slots of dim " + std::to_string(dim) +
+        TableLabel(config_.name) + ": import of " + std::to_string(n) + " rows needs " +
+        std::to_string(n * dim) + " values, " + std::to_string(n * slot_floats) + " slot values (" +
+        std::to_string(num_slots_) + " slots of dim " + std::to_string(dim) +
         "), and one clock and step per row; got " + std::to_string(chunk.values.size()) + ", " +
         std::to_string(chunk.slots.size()) + ", " + std::to_string(chunk.clocks.size()) + ", " +
         std::to_string(chunk.steps.size()));
   }
-  HET_RETURN_IF_ERROR(CheckKeys(config_.name, config_.vocabulary_size, chunk.keys.data(),
-                                static_cast<int64_t>(n)));
+  HET_RETURN_IF_ERROR(
+      CheckKeys(config_.name, config_.vocabulary_size, chunk.keys.data(), static_cast<int64_t>(n)));
   for (size_t i = 0; i < n; ++i) {
     if (chunk.clocks[i] < 0 || chunk.steps[i] < 0) {
       return Status::InvalidArgument(TableLabel(config_.name) +

@@ -40,11 +40,11 @@ Status ValidateTableConfig(const TableConfig& config);
 
 struct TableCounters {
   uint64_t pull_requests = 0;
-  uint64_t keys_checked = 0;   // keys received by pulls and gathers
-  uint64_t rows_sent = 0;      // rows returned to workers
+  uint64_t keys_checked = 0;  // keys received by pulls and gathers
+  uint64_t rows_sent = 0;     // rows returned to workers
   uint64_t push_requests = 0;
-  uint64_t rows_pushed = 0;    // rows received with gradients
-  uint64_t updates_applied = 0;// sum of pushed update counts
+  uint64_t rows_pushed = 0;      // rows received with gradients
+  uint64_t updates_applied = 0;  // sum of pushed update counts
   uint64_t rows_created = 0;
   uint64_t bytes_received = 0;
   uint64_t bytes_sent = 0;
@@ -161,8 +161,8 @@ class TableShard {
   // when out and clocks are not null, copies the row's first `width` floats
   // and its clock back; then counts the push.
   template <typename Apply>
-  Status ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width,
-                     float* out, int64_t* clocks, Apply apply);
+  Status ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width, float* out,
+                     int64_t* clocks, Apply apply);
 
   TableConfig config_;
   int num_slots_;

@@ -37,7 +37,8 @@ Status ValidateCacheConfig(const CacheConfig& c) {
   const std::string name = TableLabel(c.table_name);
   HET_RETURN_IF_ERROR(CheckDim(name, c.dim));
   if (c.capacity <= 0 || c.capacity >= (int64_t{1} << 31)) {
-    return Status::InvalidArgument(name + ": cache capacity must be between 1 and 2^31-1 rows, got " +
+    return Status::InvalidArgument(name +
+                                   ": cache capacity must be between 1 and 2^31-1 rows, got " +
                                    std::to_string(c.capacity));
   }
   if (c.policy == CachePolicy::kLFUPinned && c.pin_threshold == 0) {
@@ -52,8 +53,7 @@ Status ValidateCacheConfig(const CacheConfig& c) {
   // The cache is allocated in full when it is made: each row's state (values
   // and slots) and its pending delta, three 8-byte fields, and 56 bytes of
   // index, eviction order and free list (measured: docs/memory.md).
-  const double bytes =
-      double(c.capacity) * (8.0 * StateWidth(c.optimizer.kind, c.dim) + 24 + 56);
+  const double bytes = double(c.capacity) * (8.0 * StateWidth(c.optimizer.kind, c.dim) + 24 + 56);
   return CheckFitsInMemory(name, "a cache of " + std::to_string(c.capacity) + " rows", bytes);
 }
 
@@ -115,10 +115,9 @@ Status WorkerCache::Prepare(const int64_t* ids, int64_t n, bool training, Lookup
   }
   const int64_t u = static_cast<int64_t>(plan->unique_keys.size());
   if (training && u > config_.capacity) {
-    return Status::InvalidArgument(Name() + ": a batch has " + std::to_string(u) +
-                                   " unique ids but the cache holds only " +
-                                   std::to_string(config_.capacity) +
-                                   " rows; raise cache_capacity or shrink the batch");
+    return Status::InvalidArgument(
+        Name() + ": a batch has " + std::to_string(u) + " unique ids but the cache holds only " +
+        std::to_string(config_.capacity) + " rows; raise cache_capacity or shrink the batch");
   }
   std::lock_guard<std::mutex> lock(mu_);
   plan->read_staleness = BoundInForce(config_.read_staleness);
@@ -307,8 +306,8 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
     // Adam's step count is the row's clock: the shard advances both by one
     // per update applied.
     int64_t step = local_clock_[slot];
-    ApplyUpdate(config_.optimizer, learning_rate, grads + size_t(i) * dim, dim, state,
-                state + dim, &step, PendingDelta(slot));
+    ApplyUpdate(config_.optimizer, learning_rate, grads + size_t(i) * dim, dim, state, state + dim,
+                &step, PendingDelta(slot));
     ++local_clock_[slot];
     if ((write_staleness >= 0 && PendingCount(slot) > write_staleness) ||
         PendingCount(slot) >= kMaxUpdatesPerPush) {
@@ -328,14 +327,14 @@ Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* count
   for (int64_t i = 0; i < n; ++i) {
     const uint32_t o = in_outbox.Find(keys[i]);
     const uint32_t slot = index_.Find(keys[i]);
-    const int64_t expected = o != KeyIndex::kAbsent        ? outbox_.counts[o]
+    const int64_t expected = o != KeyIndex::kAbsent      ? outbox_.counts[o]
                              : slot != KeyIndex::kAbsent ? PendingCount(slot)
                                                          : -1;
     if (expected != counts[i]) {
-      return Status::FailedPrecondition(
-          Name() + ": push of " + std::to_string(counts[i]) + " updates for id " +
-          std::to_string(keys[i]) + " does not match the " + std::to_string(expected) +
-          " pending; nothing was acknowledged");
+      return Status::FailedPrecondition(Name() + ": push of " + std::to_string(counts[i]) +
+                                        " updates for id " + std::to_string(keys[i]) +
+                                        " does not match the " + std::to_string(expected) +
+                                        " pending; nothing was acknowledged");
     }
   }
   uint64_t updates = 0;
@@ -389,7 +388,8 @@ void WorkerCache::Clear() {
     if (order_.attached(static_cast<int32_t>(slot))) order_.Detach(static_cast<int32_t>(slot));
   }
   free_slots_.clear();
-  for (int64_t s = config_.capacity - 1; s >= 0; --s) free_slots_.push_back(static_cast<int32_t>(s));
+  for (int64_t s = config_.capacity - 1; s >= 0; --s)
+    free_slots_.push_back(static_cast<int32_t>(s));
   outbox_ = Pushes();
 }
 

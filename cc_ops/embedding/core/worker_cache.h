@@ -59,27 +59,27 @@ struct LookupPlan {
 // Outputs of this type are replaced, not appended to.
 struct Pushes {
   std::vector<int64_t> keys;
-  std::vector<float> deltas;   // keys.size() * StateWidth: each row's state delta
-  std::vector<int64_t> counts; // local updates each delta holds
+  std::vector<float> deltas;         // keys.size() * StateWidth: each row's state delta
+  std::vector<int64_t> counts;       // local updates each delta holds
   std::vector<int64_t> base_clocks;  // c_s: the server clock the delta started from
   void Add(int64_t key, const float* delta, int width, int64_t count, int64_t base_clock);
   size_t size() const { return keys.size(); }
 };
 
 struct CacheCounters {
-  uint64_t lookups = 0;      // ids looked up, duplicates included
-  uint64_t unique_keys = 0;  // after per-batch deduplication
-  uint64_t hits = 0;         // cached and within the read bound
-  uint64_t misses = 0;       // not cached
+  uint64_t lookups = 0;          // ids looked up, duplicates included
+  uint64_t unique_keys = 0;      // after per-batch deduplication
+  uint64_t hits = 0;             // cached and within the read bound
+  uint64_t misses = 0;           // not cached
   uint64_t stale_refreshes = 0;  // cached but past the read bound
   uint64_t evictions = 0;
   uint64_t dirty_evictions = 0;  // evicted with pending updates, which are pushed
   uint64_t rows_pulled = 0;
-  uint64_t rows_pushed = 0;      // acknowledged pushes
+  uint64_t rows_pushed = 0;  // acknowledged pushes
   uint64_t updates_pushed = 0;
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
-  uint64_t steps = 0;            // training updates (Accumulate calls)
+  uint64_t steps = 0;  // training updates (Accumulate calls)
 };
 
 class WorkerCache {
@@ -150,7 +150,7 @@ class WorkerCache {
   std::vector<int32_t> free_slots_;
   std::vector<int64_t> keys_, server_clock_, local_clock_;
   std::vector<float> states_, pending_delta_;  // capacity * width_ each
-  Pushes outbox_;  // evicted with pending updates, not yet acknowledged
+  Pushes outbox_;                              // evicted with pending updates, not yet acknowledged
   // FTRL's refresh recomputes a row from its slots with it; an entry has
   // pending updates only after an Accumulate has set it.
   float last_learning_rate_ = 0.0f;

@@ -51,8 +51,9 @@ class HetCacheOp : public tensorflow::ResourceOpKernel<WorkerCacheResource> {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("staleness_ramp", &config_.staleness_ramp));
     OP_REQUIRES_OK(ctx, ParseOptimizerAttrs(ctx, config_.table_name, &config_.optimizer));
     Status s = ParseCachePolicy(policy, &config_.policy);
-    OP_REQUIRES(ctx, s.ok(),
-                tensorflow::errors::InvalidArgument(TableLabel(config_.table_name), ": ", s.message()));
+    OP_REQUIRES(
+        ctx, s.ok(),
+        tensorflow::errors::InvalidArgument(TableLabel(config_.table_name), ": ", s.message()));
   }
 
  private:
@@ -86,8 +87,8 @@ class HetCachePrepareOp : public CacheKernel {
   void Run(OpKernelContext* ctx, WorkerCache& cache) override {
     const Tensor& ids = ctx->input(1);
     LookupPlan plan;
-    OP_REQUIRES_OK(ctx, ToTf(cache.Prepare(ids.flat<int64_t>().data(), ids.NumElements(),
-                                                  training_, &plan)));
+    OP_REQUIRES_OK(
+        ctx, ToTf(cache.Prepare(ids.flat<int64_t>().data(), ids.NumElements(), training_, &plan)));
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 0, plan.unique_keys));
     Tensor* inverse = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, ids.shape(), &inverse));
@@ -120,11 +121,11 @@ class HetCacheCompleteOp : public CacheKernel {
     OP_REQUIRES_OK(ctx, CheckShape(name, "returned clocks", ctx->input(4), m, 0));
     Tensor* rows = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({u, dim_}), &rows));
-    OP_REQUIRES_OK(ctx, ToTf(cache.Complete(keys.flat<int64_t>().data(), u,
-                                            ctx->input(2).flat<int32_t>().data(), m,
-                                            ctx->input(3).flat<float>().data(),
-                                            ctx->input(4).flat<int64_t>().data(), training_,
-                                            rows->flat<float>().data())));
+    OP_REQUIRES_OK(ctx,
+                   ToTf(cache.Complete(
+                       keys.flat<int64_t>().data(), u, ctx->input(2).flat<int32_t>().data(), m,
+                       ctx->input(3).flat<float>().data(), ctx->input(4).flat<int64_t>().data(),
+                       training_, rows->flat<float>().data())));
   }
 
  private:
@@ -143,9 +144,9 @@ class HetCacheAccumulateOp : public CacheKernel {
     float learning_rate;
     OP_REQUIRES_OK(ctx, ReadScalar(name, "learning rate", ctx->input(3), &learning_rate));
     Pushes due;
-    OP_REQUIRES_OK(ctx, ToTf(cache.Accumulate(keys.flat<int64_t>().data(), n,
-                                              ctx->input(2).flat<float>().data(), learning_rate,
-                                              &due)));
+    OP_REQUIRES_OK(ctx,
+                   ToTf(cache.Accumulate(keys.flat<int64_t>().data(), n,
+                                         ctx->input(2).flat<float>().data(), learning_rate, &due)));
     OP_REQUIRES_OK(ctx, OutputPushes(ctx, due, cache.width()));
   }
 };
@@ -163,10 +164,11 @@ class HetCacheAckPushOp : public CacheKernel {
       OP_REQUIRES_OK(ctx, CheckShape(name, "pushed states", ctx->input(3), n, cache.width()));
       OP_REQUIRES_OK(ctx, CheckShape(name, "pushed clocks", ctx->input(4), n, 0));
     }
-    OP_REQUIRES_OK(ctx, ToTf(cache.AckPush(
-                            ctx->input(1).flat<int64_t>().data(), n, ctx->input(2).flat<int64_t>().data(),
-                            with_rows ? ctx->input(3).flat<float>().data() : nullptr,
-                            with_rows ? ctx->input(4).flat<int64_t>().data() : nullptr)));
+    OP_REQUIRES_OK(ctx,
+                   ToTf(cache.AckPush(ctx->input(1).flat<int64_t>().data(), n,
+                                      ctx->input(2).flat<int64_t>().data(),
+                                      with_rows ? ctx->input(3).flat<float>().data() : nullptr,
+                                      with_rows ? ctx->input(4).flat<int64_t>().data() : nullptr)));
   }
 };
 

@@ -91,8 +91,8 @@ class HetTableShardOp : public tensorflow::ResourceOpKernel<TableShardResource> 
       return tensorflow::errors::InvalidArgument(
           TableLabel(config_.name), " already exists on this device with dim ", have.dim,
           ", vocabulary size ", have.vocabulary_size,
-          " and another or the same optimizer; asked for dim ", config_.dim,
-          ", vocabulary size ", config_.vocabulary_size, ". Use a different table name.");
+          " and another or the same optimizer; asked for dim ", config_.dim, ", vocabulary size ",
+          config_.vocabulary_size, ". Use a different table name.");
     }
     return tensorflow::OkStatus();
   }
@@ -109,7 +109,8 @@ class HetTableGatherOp : public TableKernel {
     OP_REQUIRES_OK(ctx, CheckVector(table.config().name, "keys", keys));
     Tensor* values = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, dim_}), &values));
-    OP_REQUIRES_OK(ctx, ToTf(table.Gather(keys.flat<int64_t>().data(), n, values->flat<float>().data())));
+    OP_REQUIRES_OK(
+        ctx, ToTf(table.Gather(keys.flat<int64_t>().data(), n, values->flat<float>().data())));
   }
 };
 
@@ -128,9 +129,9 @@ class HetTablePullOp : public TableKernel {
     OP_REQUIRES_OK(ctx, ReadScalar(name, "read_staleness", ctx->input(3), &read_staleness));
     OP_REQUIRES_OK(ctx, CheckNumSlots(table, num_slots_, true));
     PulledRows pulled;
-    OP_REQUIRES_OK(ctx, ToTf(table.Pull(keys.flat<int64_t>().data(),
-                                        ctx->input(2).flat<int64_t>().data(), n, read_staleness,
-                                        num_slots_ > 0, &pulled)));
+    OP_REQUIRES_OK(
+        ctx, ToTf(table.Pull(keys.flat<int64_t>().data(), ctx->input(2).flat<int64_t>().data(), n,
+                             read_staleness, num_slots_ > 0, &pulled)));
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 0, pulled.positions));
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 1, pulled.values, dim_ * (1 + num_slots_)));
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 2, pulled.clocks));
@@ -157,11 +158,11 @@ class HetTablePushDeltasOp : public TableKernel {
     Tensor* clocks = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, width}), &states));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({n}), &clocks));
-    OP_REQUIRES_OK(ctx, ToTf(table.PushDeltas(
-                            keys.flat<int64_t>().data(), ctx->input(2).flat<float>().data(),
-                            ctx->input(3).flat<int64_t>().data(),
-                            ctx->input(5).flat<int64_t>().data(), n, learning_rate,
-                            states->flat<float>().data(), clocks->flat<int64_t>().data())));
+    OP_REQUIRES_OK(
+        ctx, ToTf(table.PushDeltas(keys.flat<int64_t>().data(), ctx->input(2).flat<float>().data(),
+                                   ctx->input(3).flat<int64_t>().data(),
+                                   ctx->input(5).flat<int64_t>().data(), n, learning_rate,
+                                   states->flat<float>().data(), clocks->flat<int64_t>().data())));
   }
 
  private:
@@ -183,11 +184,11 @@ class HetTablePushOp : public TableKernel {
     Tensor* clocks = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({out_rows, dim_}), &values));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({out_rows}), &clocks));
-    OP_REQUIRES_OK(ctx, ToTf(table.Push(
-                            keys.flat<int64_t>().data(), ctx->input(2).flat<float>().data(),
-                            ctx->input(3).flat<int64_t>().data(), n, learning_rate,
-                            return_rows_ ? values->flat<float>().data() : nullptr,
-                            return_rows_ ? clocks->flat<int64_t>().data() : nullptr)));
+    OP_REQUIRES_OK(ctx,
+                   ToTf(table.Push(keys.flat<int64_t>().data(), ctx->input(2).flat<float>().data(),
+                                   ctx->input(3).flat<int64_t>().data(), n, learning_rate,
+                                   return_rows_ ? values->flat<float>().data() : nullptr,
+                                   return_rows_ ? clocks->flat<int64_t>().data() : nullptr)));
   }
 
  private:
@@ -289,10 +290,10 @@ class HetShardIndexOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("table_name", &table_name_));
     // Shard indices are int32 outputs; a wider count would wrap (to 0: a
     // division by zero).
-    OP_REQUIRES(ctx, num_shards_ <= std::numeric_limits<int32_t>::max(),
-                tensorflow::errors::InvalidArgument("table '", table_name_,
-                                                    "': num_shards must be at most 2^31-1, got ",
-                                                    num_shards_));
+    OP_REQUIRES(
+        ctx, num_shards_ <= std::numeric_limits<int32_t>::max(),
+        tensorflow::errors::InvalidArgument(
+            "table '", table_name_, "': num_shards must be at most 2^31-1, got ", num_shards_));
   }
   void Compute(OpKernelContext* ctx) override {
     const Tensor& keys = ctx->input(0);

@@ -28,12 +28,12 @@ tensorflow::Status PushListShape(InferenceContext* c) {
 
 // The pushes a cache hands out (HetCacheAccumulate, HetCacheFlush): keys,
 // state deltas, update counts and the server clocks the deltas started from.
-#define HET_PUSH_LIST                                \
-  Output("push_keys: int64")                         \
-      .Output("push_deltas: float")                  \
-      .Output("push_counts: int64")                  \
-      .Output("push_base_clocks: int64")             \
-      .Attr("dim: int >= 1")                         \
+#define HET_PUSH_LIST()                  \
+  Output("push_keys: int64")             \
+      .Output("push_deltas: float")      \
+      .Output("push_counts: int64")      \
+      .Output("push_base_clocks: int64") \
+      .Attr("dim: int >= 1")             \
       .SetShapeFn(PushListShape)
 
 REGISTER_OP("HetCache")
@@ -47,7 +47,7 @@ REGISTER_OP("HetCache")
     .Attr("read_staleness: int = 100")
     .Attr("write_staleness: int = 100")
     .Attr("staleness_ramp: int = 0")
-    .HET_OPTIMIZER_ATTRS
+    .HET_OPTIMIZER_ATTRS()
     .Attr("container: string = ''")
     .Attr("shared_name: string = ''")
     .SetIsStateful()
@@ -103,7 +103,7 @@ REGISTER_OP("HetCacheAccumulate")
     .Input("keys: int64")
     .Input("grads: float")
     .Input("learning_rate: float")
-    .HET_PUSH_LIST
+    .HET_PUSH_LIST()
     .Doc(R"doc(
 Takes one local step of the table's optimizer per (unique, cached) key and
 returns the pushes that are now due, as state deltas with their update counts
@@ -125,7 +125,7 @@ returned (non-empty `values`), the entries become the server's rows.
 
 REGISTER_OP("HetCacheFlush")
     .Input("cache: resource")
-    .HET_PUSH_LIST
+    .HET_PUSH_LIST()
     .Doc("Every pending update, to push before a checkpoint, an export or the end.");
 
 REGISTER_OP("HetCacheClear")

@@ -7,15 +7,15 @@
 
 // The table optimizer's attrs, shared by HetTableShard and HetCache (whose
 // local steps follow the same optimizer).
-#define HET_OPTIMIZER_ATTRS                          \
-  Attr("optimizer: string = 'adagrad'")              \
-      .Attr("beta_1: float = 0.9")                   \
-      .Attr("beta_2: float = 0.999")                 \
-      .Attr("epsilon: float = 1e-7")                 \
+#define HET_OPTIMIZER_ATTRS()                         \
+  Attr("optimizer: string = 'adagrad'")               \
+      .Attr("beta_1: float = 0.9")                    \
+      .Attr("beta_2: float = 0.999")                  \
+      .Attr("epsilon: float = 1e-7")                  \
       .Attr("initial_accumulator_value: float = 0.1") \
-      .Attr("l1: float = 0.0")                       \
-      .Attr("l2: float = 0.0")                       \
-      .Attr("learning_rate_power: float = -0.5")     \
+      .Attr("l1: float = 0.0")                        \
+      .Attr("l2: float = 0.0")                        \
+      .Attr("learning_rate_power: float = -0.5")      \
       .Attr("ftrl_beta: float = 0.0")
 
 namespace het {

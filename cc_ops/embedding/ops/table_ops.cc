@@ -36,7 +36,7 @@ REGISTER_OP("HetTableShard")
     .Attr("initializer_a: float = -0.05")
     .Attr("initializer_b: float = 0.05")
     .Attr("seed: int = 0")
-    .HET_OPTIMIZER_ATTRS
+    .HET_OPTIMIZER_ATTRS()
     .Attr("container: string = ''")
     .Attr("shared_name: string = ''")
     .SetIsStateful()

@@ -1,10 +1,11 @@
+#include "cc_ops/data/core/criteo_format.h"
+
 #include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>
 
 #include "cc_ops/common/tests/harness.h"
-#include "cc_ops/data/core/criteo_format.h"
 
 namespace {
 
@@ -54,17 +55,17 @@ HET_TEST(CriteoRejectsMalformedLines) {
   const std::string good = Line("1", "5", "00000abc");
   const std::string bad[] = {
       "",
-      good.substr(0, good.size() - 4),              // one field short
-      good + "\t00000abc",                               // one field too many
-      "2" + good.substr(1),                         // label not 0/1
-      Line("1", "5x", "00000abc"),                       // integer with junk
-      Line("1", "-", "00000abc"),                        // sign alone
-      Line("1", "99999999999999999999", "00000abc"),     // overflows int64
-      Line("1", "5", "123456789"),                  // nine hex digits
-      Line("1", "5", "1234567"),                    // seven: a cut-off value
-      Line("1", "5", "xyz"),                        // not hex
-      Line("1", "5", "ab cd"),                      // a space inside
-      Line("1", "5.5", "00000abc"),                      // not an integer
+      good.substr(0, good.size() - 4),                // one field short
+      good + "\t00000abc",                            // one field too many
+      "2" + good.substr(1),                           // label not 0/1
+      Line("1", "5x", "00000abc"),                    // integer with junk
+      Line("1", "-", "00000abc"),                     // sign alone
+      Line("1", "99999999999999999999", "00000abc"),  // overflows int64
+      Line("1", "5", "123456789"),                    // nine hex digits
+      Line("1", "5", "1234567"),                      // seven: a cut-off value
+      Line("1", "5", "xyz"),                          // not hex
+      Line("1", "5", "ab cd"),                        // a space inside
+      Line("1", "5.5", "00000abc"),                   // not an integer
   };
   for (const std::string& line : bad) {
     std::string why;
@@ -87,9 +88,15 @@ HET_TEST(CriteoRandomBytesNeverCrashAndRarelyParse) {
     for (int e = 0; e < edits; ++e) {
       const size_t at = rng() % (line.size() + 1);
       switch (rng() % 3) {
-        case 0: line.insert(at, 1, alphabet[rng() % alphabet.size()]); break;
-        case 1: if (at < line.size()) line.erase(at, 1); break;
-        default: if (at < line.size()) line[at] = alphabet[rng() % alphabet.size()]; break;
+        case 0:
+          line.insert(at, 1, alphabet[rng() % alphabet.size()]);
+          break;
+        case 1:
+          if (at < line.size()) line.erase(at, 1);
+          break;
+        default:
+          if (at < line.size()) line[at] = alphabet[rng() % alphabet.size()];
+          break;
       }
     }
     std::string why;

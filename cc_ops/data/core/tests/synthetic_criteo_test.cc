@@ -1,3 +1,5 @@
+#include "cc_ops/data/core/synthetic_criteo.h"
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -6,7 +8,6 @@
 
 #include "cc_ops/common/tests/harness.h"
 #include "cc_ops/data/core/criteo_format.h"
-#include "cc_ops/data/core/synthetic_criteo.h"
 
 namespace {
 

@@ -1,5 +1,6 @@
-#include "cc_ops/common/tests/harness.h"
 #include "cc_ops/embedding/core/eviction_order.h"
+
+#include "cc_ops/common/tests/harness.h"
 
 HET_TEST(LruEvictsLeastRecentlyTouched) {
   het::EvictionOrder order(het::CachePolicy::kLRU, 4, 0);

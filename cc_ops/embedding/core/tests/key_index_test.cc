@@ -1,8 +1,9 @@
+#include "cc_ops/embedding/core/key_index.h"
+
 #include <random>
 #include <unordered_map>
 
 #include "cc_ops/common/tests/harness.h"
-#include "cc_ops/embedding/core/key_index.h"
 
 HET_TEST(KeyIndexMatchesUnorderedMapUnderRandomInsertsAndErases) {
   het::KeyIndex index;

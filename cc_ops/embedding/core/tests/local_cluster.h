@@ -42,8 +42,8 @@ class LocalCluster {
                             float lr) {
     for (size_t i = 0; i < keys.size(); ++i) {
       const int64_t one = 1;
-      HET_RETURN_IF_ERROR(ShardOfKey(keys[i]).Push(&keys[i], grads.data() + i * dim_, &one, 1,
-                                                   lr, nullptr, nullptr));
+      HET_RETURN_IF_ERROR(ShardOfKey(keys[i]).Push(&keys[i], grads.data() + i * dim_, &one, 1, lr,
+                                                   nullptr, nullptr));
     }
     return het::Status::Ok();
   }
@@ -59,9 +59,9 @@ class LocalCluster {
     // Ask each key's shard; answers come back in the order of the plan.
     for (int64_t i = 0; i < u; ++i) {
       het::PulledRows pulled;
-      HET_RETURN_IF_ERROR(ShardOfKey(plan->unique_keys[i]).Pull(
-          &plan->unique_keys[i], &plan->clocks[i], 1, plan->read_staleness, training,
-          &pulled));
+      HET_RETURN_IF_ERROR(ShardOfKey(plan->unique_keys[i])
+                              .Pull(&plan->unique_keys[i], &plan->clocks[i], 1,
+                                    plan->read_staleness, training, &pulled));
       if (!pulled.positions.empty()) {
         positions.push_back(static_cast<int32_t>(i));
         rows.insert(rows.end(), pulled.values.begin(), pulled.values.end());
@@ -76,7 +76,8 @@ class LocalCluster {
   het::Status Update(het::WorkerCache& cache, const std::vector<int64_t>& unique_keys,
                      const std::vector<float>& grads, float lr) {
     het::Pushes due;
-    HET_RETURN_IF_ERROR(cache.Accumulate(unique_keys.data(), unique_keys.size(), grads.data(), lr, &due));
+    HET_RETURN_IF_ERROR(
+        cache.Accumulate(unique_keys.data(), unique_keys.size(), grads.data(), lr, &due));
     return PushAndAck(cache, due, lr);
   }
 

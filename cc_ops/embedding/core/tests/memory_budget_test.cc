@@ -1,7 +1,8 @@
+#include "cc_ops/embedding/core/memory_budget.h"
+
 #include <memory>
 
 #include "cc_ops/common/tests/harness.h"
-#include "cc_ops/embedding/core/memory_budget.h"
 #include "cc_ops/embedding/core/sparse_optimizer.h"
 #include "cc_ops/embedding/core/table_shard.h"
 #include "cc_ops/embedding/core/worker_cache.h"

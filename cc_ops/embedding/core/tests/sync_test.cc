@@ -59,14 +59,16 @@ std::vector<float> Gradients(const std::vector<float>& rows, int dim, int step) 
   return g;
 }
 
-std::map<int64_t, std::vector<float>> TableContents(LocalCluster& cluster, std::map<int64_t, int64_t>* clocks) {
+std::map<int64_t, std::vector<float>> TableContents(LocalCluster& cluster,
+                                                    std::map<int64_t, int64_t>* clocks) {
   std::map<int64_t, std::vector<float>> out;
   for (int s = 0; s < cluster.num_shards(); ++s) {
     het::TableChunk chunk;
     cluster.shard(s).Export(0, 1 << 30, &chunk);
     const int dim = cluster.shard(s).dim();
     for (size_t i = 0; i < chunk.keys.size(); ++i) {
-      out[chunk.keys[i]] = std::vector<float>(chunk.values.begin() + i * dim, chunk.values.begin() + (i + 1) * dim);
+      out[chunk.keys[i]] =
+          std::vector<float>(chunk.values.begin() + i * dim, chunk.values.begin() + (i + 1) * dim);
       if (clocks) (*clocks)[chunk.keys[i]] = chunk.clocks[i];
     }
   }
@@ -93,9 +95,10 @@ void TrainSideBySide(LocalCluster& cached, het::WorkerCache& cache, LocalCluster
 
 HET_TEST(StalenessZeroMatchesTheNoCachePathExactly) {
   const int dim = 5;
-  for (auto kind : {het::OptimizerKind::kSGD, het::OptimizerKind::kAdagrad, het::OptimizerKind::kAdam,
-                    het::OptimizerKind::kFtrl}) {
-    for (auto policy : {het::CachePolicy::kLRU, het::CachePolicy::kLFU, het::CachePolicy::kLFUPinned}) {
+  for (auto kind : {het::OptimizerKind::kSGD, het::OptimizerKind::kAdagrad,
+                    het::OptimizerKind::kAdam, het::OptimizerKind::kFtrl}) {
+    for (auto policy :
+         {het::CachePolicy::kLRU, het::CachePolicy::kLFU, het::CachePolicy::kLFUPinned}) {
       LocalCluster cached(Table(kind, dim), 2), direct(Table(kind, dim), 2);
       auto cache = MakeCache(Cache(dim, 40, policy, 0, 0, kind));  // small: evicts every step
       TrainSideBySide(cached, *cache, direct, Batches(60, 24, 300, 11), dim);
@@ -114,8 +117,8 @@ HET_TEST(StalenessZeroMatchesTheNoCachePathExactly) {
 // rounding of merging the summed increments.
 HET_TEST(LocalStepsFollowTheTablesOptimizer) {
   const int dim = 4;
-  for (auto kind : {het::OptimizerKind::kSGD, het::OptimizerKind::kAdagrad, het::OptimizerKind::kAdam,
-                    het::OptimizerKind::kFtrl}) {
+  for (auto kind : {het::OptimizerKind::kSGD, het::OptimizerKind::kAdagrad,
+                    het::OptimizerKind::kAdam, het::OptimizerKind::kFtrl}) {
     LocalCluster cached(Table(kind, dim), 2), direct(Table(kind, dim), 2);
     // Unbounded write bound and a cache that holds every key: no push at all.
     auto cache = MakeCache(Cache(dim, 400, het::CachePolicy::kLFU, -1, -1, kind));
@@ -144,7 +147,8 @@ HET_TEST(LocalStepsFollowTheTablesOptimizer) {
 // moment twice (by 2 * 0.9^30 - 1, flipping its sign).
 HET_TEST(TwoWorkersAdamMomentsMergeAsOneRun) {
   const int dim = 3;
-  LocalCluster cluster(Table(het::OptimizerKind::kAdam, dim), 1), sequential(Table(het::OptimizerKind::kAdam, dim), 1);
+  LocalCluster cluster(Table(het::OptimizerKind::kAdam, dim), 1),
+      sequential(Table(het::OptimizerKind::kAdam, dim), 1);
   const std::vector<int64_t> ids = {9};
   const std::vector<float> warm = {1.0f, -2.0f, 0.5f}, g = {-0.3f, 0.2f, 0.1f};
   EXPECT_OK(cluster.PushGradients(ids, warm, 0.01f));  // moments far from g's
@@ -253,8 +257,8 @@ HET_TEST(RefreshKeepsTheWorkersOwnPendingUpdates) {
   std::vector<float> row_a, row_b;
   EXPECT_OK(cluster.Lookup(*a, ids, true, &plan, &row_a));
   const float init = row_a[0];
-  EXPECT_OK(cluster.Update(*a, ids, {1.0f, 1.0f}, 0.1f));   // local: -0.1
-  EXPECT_OK(cluster.Update(*a, ids, {2.0f, 2.0f}, 0.1f));   // local: -0.2 more
+  EXPECT_OK(cluster.Update(*a, ids, {1.0f, 1.0f}, 0.1f));  // local: -0.1
+  EXPECT_OK(cluster.Update(*a, ids, {2.0f, 2.0f}, 0.1f));  // local: -0.2 more
   // a's local clock is 2: b's first two updates keep a's copy valid at bound 0.
   for (int i = 0; i < 3; ++i) {
     EXPECT_OK(cluster.Lookup(*b, ids, true, &plan, &row_b));
@@ -263,7 +267,7 @@ HET_TEST(RefreshKeepsTheWorkersOwnPendingUpdates) {
     EXPECT_EQ(a->Counters().stale_refreshes, i < 2 ? 0u : 1u);
   }
   EXPECT_NEAR(row_a[0], init - 0.75f - 0.3f, 1e-6);  // server row plus a's own steps
-  EXPECT_OK(cluster.Flush(*a, 0.1f));  // server applies a's sum of 2 with SGD at 0.1
+  EXPECT_OK(cluster.Flush(*a, 0.1f));                // server applies a's sum of 2 with SGD at 0.1
   std::map<int64_t, int64_t> clocks;
   auto contents = TableContents(cluster, &clocks);
   EXPECT_NEAR(contents[-42][0], init - 0.75f - 0.3f, 1e-6);

@@ -1,10 +1,11 @@
+#include "cc_ops/embedding/core/table_shard.h"
+
 #include <cmath>
 #include <thread>
 #include <vector>
 
 #include "cc_ops/common/tests/harness.h"
 #include "cc_ops/embedding/core/row_initializer.h"
-#include "cc_ops/embedding/core/table_shard.h"
 
 namespace {
 
@@ -101,7 +102,9 @@ HET_TEST(OptimizersMatchTheirUpdateRules) {
       EXPECT_EQ(clock, step);
       const double gg = g[0];
       switch (kind) {
-        case het::OptimizerKind::kSGD: w0 -= lr * gg; break;
+        case het::OptimizerKind::kSGD:
+          w0 -= lr * gg;
+          break;
         case het::OptimizerKind::kAdagrad:
           acc += gg * gg;
           w0 -= lr * gg / std::sqrt(acc + 1e-7);
@@ -109,7 +112,8 @@ HET_TEST(OptimizersMatchTheirUpdateRules) {
         case het::OptimizerKind::kAdam: {
           m = 0.9 * m + 0.1 * gg;
           v = 0.999 * v + 0.001 * gg * gg;
-          const double alpha = lr * std::sqrt(1 - std::pow(0.999, step)) / (1 - std::pow(0.9, step));
+          const double alpha =
+              lr * std::sqrt(1 - std::pow(0.999, step)) / (1 - std::pow(0.9, step));
           w0 -= alpha * m / (std::sqrt(v) + 1e-7);
           break;
         }
@@ -168,16 +172,20 @@ HET_TEST(BadPushesChangeNothing) {
   std::vector<int64_t> bases = {0, 0};
   std::vector<float> deltas(16, 0.5f);
   deltas[7] = INFINITY;
-  EXPECT_INVALID(t->PushDeltas(keys.data(), deltas.data(), counts.data(), bases.data(), 2, 0.1f, nullptr, nullptr),
+  EXPECT_INVALID(t->PushDeltas(keys.data(), deltas.data(), counts.data(), bases.data(), 2, 0.1f,
+                               nullptr, nullptr),
                  "non-finite delta for id 1");
   deltas[7] = -0.5f;  // an accumulator cannot shrink
-  EXPECT_INVALID(t->PushDeltas(keys.data(), deltas.data(), counts.data(), bases.data(), 2, 0.1f, nullptr, nullptr),
+  EXPECT_INVALID(t->PushDeltas(keys.data(), deltas.data(), counts.data(), bases.data(), 2, 0.1f,
+                               nullptr, nullptr),
                  "negative squared-gradient change for id 1");
   deltas[7] = 0.5f;
-  EXPECT_INVALID(t->PushDeltas(keys.data(), deltas.data(), counts.data(), bases.data(), 2, NAN, nullptr, nullptr),
+  EXPECT_INVALID(t->PushDeltas(keys.data(), deltas.data(), counts.data(), bases.data(), 2, NAN,
+                               nullptr, nullptr),
                  "learning rate must be finite");
   bases[1] = -1;
-  EXPECT_INVALID(t->PushDeltas(keys.data(), deltas.data(), counts.data(), bases.data(), 2, 0.1f, nullptr, nullptr),
+  EXPECT_INVALID(t->PushDeltas(keys.data(), deltas.data(), counts.data(), bases.data(), 2, 0.1f,
+                               nullptr, nullptr),
                  "negative base clock -1 for id 2");
   EXPECT_OK(t->Gather(keys.data(), 2, after.data()));
   for (int i = 0; i < 8; ++i) EXPECT_EQ(before[i], after[i]);
@@ -210,7 +218,8 @@ HET_TEST(ConcurrentPushesLoseNoUpdate) {
         std::vector<int64_t> keys = {r % 4, 1000 + w * 10 + r % 10};
         std::vector<float> grads(8, 0.25f);
         std::vector<int64_t> counts = {1 + (r % 3), 1};
-        het::Status s = t->Push(keys.data(), grads.data(), counts.data(), 2, 1.0f, nullptr, nullptr);
+        het::Status s =
+            t->Push(keys.data(), grads.data(), counts.data(), 2, 1.0f, nullptr, nullptr);
         if (!s.ok()) std::abort();
         int64_t key = (r * 7) % 4;
         int64_t clock = 0;
@@ -251,7 +260,8 @@ HET_TEST(ExportThenImportRestoresEverythingInChunks) {
   for (int64_t k = 0; k < 5000; ++k) keys.push_back(k * 7919 - 100000);
   std::vector<float> grads(keys.size() * 3, 0.125f);
   std::vector<int64_t> counts(keys.size(), 2);
-  EXPECT_OK(a->Push(keys.data(), grads.data(), counts.data(), keys.size(), 0.01f, nullptr, nullptr));
+  EXPECT_OK(
+      a->Push(keys.data(), grads.data(), counts.data(), keys.size(), 0.01f, nullptr, nullptr));
   EXPECT_OK(a->Push(keys.data(), grads.data(), counts.data(), 100, 0.01f, nullptr, nullptr));
   auto b = Make(config);
   int64_t offset = 0;
@@ -285,13 +295,14 @@ HET_TEST(RowLimitRefusesNewRowsAndChangesNothing) {
   EXPECT_OK(t->Push(keys.data(), grads.data(), counts.data(), 4, 0.1f, nullptr, nullptr));
   std::vector<int64_t> mixed = {4, 5};  // one held, one new
   std::vector<int64_t> clocks(2, -1);
-  EXPECT_TRUE(t->Push(mixed.data(), grads.data(), counts.data(), 2, 0.1f, nullptr, nullptr).code() ==
-              het::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(
+      t->Push(mixed.data(), grads.data(), counts.data(), 2, 0.1f, nullptr, nullptr).code() ==
+      het::StatusCode::kResourceExhausted);
   het::PulledRows pulled;
   EXPECT_TRUE(t->Pull(mixed.data(), clocks.data(), 2, 0, false, &pulled).code() ==
               het::StatusCode::kResourceExhausted);
-  EXPECT_INVALID(het::Status::InvalidArgument(
-                     t->Gather(mixed.data(), 2, values.data()).message()), "limit is 4");
+  EXPECT_INVALID(het::Status::InvalidArgument(t->Gather(mixed.data(), 2, values.data()).message()),
+                 "limit is 4");
   het::TableChunk chunk;
   chunk.keys = {9};
   chunk.values = {1, 1};
