@@ -74,7 +74,7 @@ def add_arguments(p):
 
 
 def _versions():
-    from het_tf.apps.train import _versions as train_versions
+    from het_tf.apps.train import versions as train_versions
 
     versions = train_versions()
     try:

@@ -1,0 +1,130 @@
+"""`het-tf train`'s command line: the options, their checks and the run folder."""
+import argparse
+import datetime
+import glob
+import math
+import os
+
+MODES = ("local", "ps", "hybrid")
+DEFAULT_DIM = 16
+# What argparse and the het-tf command add to the parsed options.
+_COMMAND_FIELDS = ("run", "command_name", "train_argv")
+
+
+def options(args, leave_out=()):
+    """The parsed options of a het-tf command, for the record."""
+    return {k: v for k, v in vars(args).items() if k not in _COMMAND_FIELDS + tuple(leave_out)}
+
+
+def default_run_dir(name):
+    """runs/NAME-TIME under the current folder."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return os.path.abspath(os.path.join("runs", f"{name}-{stamp}"))
+
+
+def _cache_capacity(text):
+    value = float(text)
+    if value < 0 or (value >= 1 and not value.is_integer()):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give a fraction in (0, 1) of the vocabulary, a row count, or 0 for no "
+            "cache")
+    return value if 0 < value < 1 else int(value)
+
+
+def _staleness(text):
+    """'auto', None (unbounded) or an int, checked by the layer's own rule."""
+    from het_tf.runtime.config import AUTO, UNBOUNDED, parse_staleness
+
+    if text.strip().lower() == AUTO:
+        return AUTO
+    try:
+        bound = parse_staleness(text, "--staleness")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return None if bound == UNBOUNDED else bound
+
+
+def _positive(text):
+    value = int(float(text))
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a positive number")
+    return value
+
+
+def add_arguments(p):
+    p.add_argument("--model", choices=("wdl", "deepfm", "dcn"), default="wdl")
+    p.add_argument("--data", default="synthetic",
+                   help="'synthetic', or Criteo TSV / Parquet (*.parquet) files: a path or glob")
+    p.add_argument("--eval-data", help="held-out files; by default 1 batch in 20 of --data is "
+                   "held out (synthetic data has its own held-out stream)")
+    p.add_argument("--mode", choices=MODES, default="local")
+    p.add_argument("--ps", type=_positive, default=1, help="PS tasks of a local cluster")
+    p.add_argument("--workers", type=_positive, default=2,
+                   help="workers (ps mode) or Horovod ranks (hybrid mode) of a local cluster")
+    p.add_argument("--link", metavar="RATE",
+                   help="ps mode's local cluster only: each task in a network namespace of its "
+                   "own behind a tc-shaped link of RATE, such as 100mbit (needs root; "
+                   "otherwise loopback, with a message)")
+    p.add_argument("--embedding", choices=("het", "keras", "tfra"), default="het",
+                   help="'keras' trains tf_keras.layers.Embedding instead, 'tfra' "
+                   "TensorFlow Recommenders-Addons' dynamic embedding (baselines)")
+    p.add_argument("--cache-capacity", type=_cache_capacity, default=0.1,
+                   help="rows cached per worker: a fraction of the vocabulary, a row count, "
+                   "or 0 for no cache (default 0.1)")
+    p.add_argument("--cache-policy", choices=("lfu", "lru", "lfu_opt"), default="lfu")
+    p.add_argument("--staleness", type=_staleness, default="auto",
+                   help="bound on cached rows' staleness in updates, 'inf', or 'auto' (the "
+                   "default: up to 100, and at most a tenth of each worker's steps so far)")
+    p.add_argument("--samples", type=_positive, default=1_000_000,
+                   help="training samples, all workers together")
+    p.add_argument("--eval-samples", type=int, default=100_000,
+                   help="held-out samples to evaluate on (0: skip)")
+    p.add_argument("--eval-before-flush", action="store_true",
+                   help="also evaluate before the caches' pending updates are pushed, as the "
+                   "workers' own copies stand (metrics.json 'before_flush')")
+    p.add_argument("--batch-size", type=_positive, default=1024, help="per worker")
+    p.add_argument("--dim", type=_positive, default=DEFAULT_DIM, help="embedding size")
+    p.add_argument("--optimizer", choices=("adagrad", "adam", "sgd", "ftrl"), default="adagrad",
+                   help="for the dense weights and the tables")
+    p.add_argument("--learning-rate", type=float, default=0.05)
+    p.add_argument("--scale", type=float, default=0.01,
+                   help="synthetic data: scale of Criteo's large fields (1 = 33.76M ids)")
+    p.add_argument("--zipf", type=float, default=1.1, help="synthetic data: Zipf exponent")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--on-malformed", choices=("skip", "fail"), default="skip")
+    p.add_argument("--steps-per-execution", type=_positive, default=8)
+    p.add_argument("--run-dir", help="where to write the run (default runs/MODEL-MODE-TIME)")
+    p.add_argument("--no-save", action="store_true",
+                   help="write metrics.json only: no checkpoint, no export")
+
+
+def run_dir(args):
+    if args.run_dir:
+        return os.path.abspath(args.run_dir)
+    return default_run_dir(f"{args.model}-{args.mode}")
+
+
+def check(args):
+    if args.data != "synthetic" and not _matches(args.data):
+        raise ValueError(f"--data {args.data!r}: no such file (give 'synthetic' or Criteo "
+                         "TSV / Parquet files)")
+    if args.eval_data and not _matches(args.eval_data):
+        raise ValueError(f"--eval-data {args.eval_data!r}: no such file")
+    if args.eval_samples < 0:
+        raise ValueError(f"--eval-samples must be >= 0, got {args.eval_samples}")
+    if not (args.learning_rate > 0 and math.isfinite(args.learning_rate)):
+        raise ValueError(f"--learning-rate must be > 0, got {args.learning_rate}")
+    if args.link:
+        from het_tf.apps.link import parse_rate
+
+        if args.mode != "ps":
+            raise ValueError("--link shapes the local cluster that ps mode starts by itself; "
+                             f"it does not apply to {args.mode} mode")
+        parse_rate(args.link)
+    if args.samples < args.batch_size:
+        raise ValueError(f"--samples ({args.samples}) is less than one batch "
+                         f"({args.batch_size})")
+
+
+def _matches(pattern):
+    return bool(glob.glob(pattern))

@@ -1,0 +1,111 @@
+"""What `het-tf train` measures and reports: throughput, the embedding
+layers' traffic and hit rate, held-out AUC and logloss, metrics.json."""
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+import het_tf
+from het_tf.data.synthetic import HELD_OUT_STREAM
+from het_tf.keras_layers.het_embedding import het_embedding_layers
+from het_tf.runtime.cache import hit_rate
+
+
+class Throughput:
+    """Steady-state samples/s: from the end of the first progress chunk (past
+    tracing and cache warm-up) to the end of training. Epoch-level, as
+    ParameterServerStrategy allows no batch-level callbacks."""
+
+    def __init__(self, samples_per_epoch):
+        self.samples_per_epoch = samples_per_epoch
+        self.times = []
+        outer = self
+
+        class Callback(tf_keras.callbacks.Callback):
+            def on_epoch_end(self, epoch, logs=None):
+                outer.times.append(time.perf_counter())
+
+        self.callback = Callback()
+
+    def samples_per_second(self):
+        if len(self.times) < 2:
+            return float("nan")
+        return (len(self.times) - 1) * self.samples_per_epoch / (self.times[-1] - self.times[0])
+
+
+def embedding_figures(model):
+    """Hit rate, embedding bytes per sample and table rows of a model's
+    HetEmbedding layers, from their counters."""
+    layers = het_embedding_layers(model)
+    if not layers:
+        return {}
+    totals = {"hits": 0, "unique_keys": 0, "embedding_bytes": 0, "table_rows": 0}
+    samples = 0
+    for layer in layers:
+        stats = layer.het_stats()
+        totals["hits"] += stats.get("cache_hits", 0)
+        totals["unique_keys"] += stats.get("cache_unique_keys", 0)
+        totals["embedding_bytes"] += stats["embedding_bytes"]
+        totals["table_rows"] += stats["table_rows"]
+        samples = max(samples, stats["samples"])
+    traffic = totals["embedding_bytes"]
+    figures = {"embedding_bytes": int(traffic), "table_rows": int(totals["table_rows"]),
+               "embedding_bytes_per_sample": traffic / max(samples, 1)}
+    if totals["unique_keys"]:
+        figures["cache_hit_rate"] = hit_rate(totals)
+    return figures
+
+
+def versions():
+    return {"het_tf": het_tf.__version__, "tensorflow": tf.__version__,
+            "tf_keras": tf_keras.__version__, "python": sys.version.split()[0]}
+
+
+def evaluate(model, eval_input, args):
+    steps = max(1, args.eval_samples // args.batch_size)
+    evaluation = model.evaluate(eval_input, steps=steps, return_dict=True, verbose=0)
+    return dict(auc=float(evaluation["auc"]), logloss=float(evaluation["logloss"]),
+                eval_samples=steps * args.batch_size)
+
+
+def best_auc(inputs, num_rows):
+    """AUC of the hidden model's own logits on the held-out rows: the most
+    any model can reach on this data."""
+    _, labels, logits = inputs.synthetic.rows(HELD_OUT_STREAM, 0, num_rows, with_logits=True)
+    return float(roc_auc(labels.numpy(), logits.numpy()))
+
+
+def roc_auc(labels, scores):
+    """Exact AUC by ranks, ties averaged."""
+    labels = np.asarray(labels) > 0.5
+    order = np.argsort(scores, kind="mergesort")
+    ranks = np.empty(len(scores))
+    sorted_scores = np.asarray(scores)[order]
+    _, first, counts = np.unique(sorted_scores, return_index=True, return_counts=True)
+    average = first + (counts + 1) / 2.0
+    ranks[order] = np.repeat(average, counts)
+    positives = labels.sum()
+    negatives = len(labels) - positives
+    if positives == 0 or negatives == 0:
+        return float("nan")
+    return (ranks[labels].sum() - positives * (positives + 1) / 2) / (positives * negatives)
+
+
+def report(result, run_dir):
+    with open(os.path.join(run_dir, "metrics.json"), "w") as f:
+        json.dump(result, f, indent=2)
+
+    def fmt(key, spec):
+        value = result.get(key)
+        return "n/a" if value is None else format(value, spec)
+
+    print(f"het-tf train: AUC {fmt('auc', '.4f')} (best reachable {fmt('best_auc', '.4f')}), "
+          f"logloss {fmt('logloss', '.4f')}, {fmt('samples_per_second', ',.0f')} samples/s, "
+          f"cache hit rate {fmt('cache_hit_rate', '.3f')}, "
+          f"{fmt('embedding_bytes_per_sample', ',.0f')} embedding bytes/sample", flush=True)
+    saved = "" if result.get("export") is None else ", checkpoint/ and export/"
+    print(f"het-tf train: wrote {run_dir}/metrics.json{saved}", flush=True)

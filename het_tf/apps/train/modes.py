@@ -1,0 +1,161 @@
+"""What differs between `het-tf train`'s modes, one object each: where the
+process runs, how the model is placed and compiled, where the data comes
+from, and how pending updates, sums and checkpoints reach every worker."""
+import contextlib
+import os
+import sys
+
+import tensorflow as tf
+import tf_keras
+
+from het_tf import hybrid
+from het_tf.apps import launch
+from het_tf.distribute import horovod, server
+from het_tf.keras_layers.het_embedding import het_embedding_layers
+
+
+class LocalMode:
+    """One process: the model, its tables and its cache all here."""
+
+    rank, size = 0, 1
+
+    def launch(self, args, argv):
+        """The exit code when this process only starts (or serves) a
+        cluster; None when it trains."""
+        return None
+
+    def prepare(self, args):
+        """Runs before the model is built."""
+
+    @property
+    def num_workers(self):
+        return self.size
+
+    @property
+    def batches_per_step(self):
+        return self.size
+
+    def scope(self):
+        return contextlib.nullcontext()
+
+    def compile_options(self):
+        return {}
+
+    def learning_rate_factor(self):
+        return 1
+
+    def distribute(self, model):
+        """Runs after the model is built, before it is compiled."""
+
+    def pipelines(self, inputs):
+        """(training input, held-out input) of this worker."""
+        return inputs.train(self.rank, self.size), inputs.held_out()
+
+    def worker_devices(self):
+        """Where the data readers ran, for their counters."""
+        return (None,)
+
+    def flush(self, model):
+        """Pushes every pending cache update to the tables."""
+        for layer in het_embedding_layers(model):
+            layer.flush()
+
+    def sum(self, value):
+        """A number summed over the ranks."""
+        return value
+
+    def save(self, model, manager):
+        return manager.save()
+
+    def barrier(self):
+        pass
+
+
+class PsMode(LocalMode):
+    """ParameterServerStrategy: this process is the chief, the tables are on
+    the PS tasks and every worker has a cache."""
+
+    def __init__(self):
+        self.strategy = None
+
+    def launch(self, args, argv):
+        if not os.environ.get("TF_CONFIG"):
+            return launch.launch(args.ps, args.workers, argv, link=args.link)
+        task = server.tf_config()["task"]["type"]
+        if task in server.SERVER_JOBS:
+            return server.serve()
+        if task != "chief":
+            raise ValueError(f"het-tf train runs as the chief, ps or worker task, not {task!r}")
+        return None
+
+    def prepare(self, args):
+        partitioner = None
+        if args.embedding == "keras":
+            # TensorFlow's own PS path: the Keras embedding split over the PS tasks.
+            partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
+                min_shard_bytes=256 << 10, max_shards=len(server.tf_config()["cluster"]["ps"]))
+        self.strategy = server.parameter_server_strategy(partitioner)
+
+    @property
+    def num_workers(self):
+        return self.strategy.extended._num_workers
+
+    @property
+    def batches_per_step(self):
+        return 1  # a step is one worker's batch
+
+    def scope(self):
+        return self.strategy.scope()
+
+    def compile_options(self):
+        return {"pss_evaluation_shards": 0}
+
+    def pipelines(self, inputs):
+        create = tf_keras.utils.experimental.DatasetCreator
+        return (create(lambda ctx: inputs.train(ctx.input_pipeline_id, ctx.num_input_pipelines)),
+                create(lambda ctx: inputs.held_out(ctx.input_pipeline_id,
+                                                   ctx.num_input_pipelines)))
+
+    def worker_devices(self):
+        return [f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in range(self.num_workers)]
+
+
+class HybridMode(LocalMode):
+    """Horovod ranks, each a client of the PS tasks, with dense gradients
+    averaged by allreduce."""
+
+    def launch(self, args, argv):
+        if not os.environ.get(horovod.PS_ENV) and not os.environ.get("TF_CONFIG"):
+            return launch.launch(args.ps, args.workers, argv, hybrid=True)
+        return None
+
+    def prepare(self, args):
+        hybrid.init()  # before the model is built
+        self.rank, self.size = hybrid.rank(), hybrid.size()
+
+    def learning_rate_factor(self):
+        return self.size  # Horovod's convention: the dense rate scales with the ranks
+
+    def distribute(self, model):
+        hybrid.distribute(model)
+
+    def flush(self, model):
+        hybrid.flush_and_clear(model)
+        hybrid.barrier()
+
+    def sum(self, value):
+        return hybrid.allreduce_sum(value)
+
+    def save(self, model, manager):
+        return hybrid.save(model, manager)
+
+    def barrier(self):
+        hybrid.barrier()
+
+
+MODES = {"local": LocalMode, "ps": PsMode, "hybrid": HybridMode}
+
+
+def own_command(argv, run_dir):
+    """This `het-tf train` again, for the tasks or ranks of a local cluster."""
+    return [sys.executable, "-m", "het_tf.apps.cli", "train", *argv, "--run-dir", run_dir]

@@ -1,0 +1,127 @@
+"""One `het-tf train` run: build, fit, flush, evaluate, save and report, the
+same steps in every mode (modes.py holds what differs)."""
+import json
+import os
+import sys
+import time
+
+import het_tf
+from het_tf.apps.train import arguments, figures
+from het_tf.apps.train.inputs import Inputs
+from het_tf.apps.train.modes import MODES, own_command
+from het_tf.data import parse_stats
+from het_tf.distribute.server import SERVER_IMPORTS_ENV
+from het_tf.models import EmbeddingSpec, build_model
+
+# Progress is reported (and the steady-state clock started) per chunk.
+PROGRESS_CHUNKS = 10
+
+
+def run(args, argv):
+    """Entry point of `het-tf train`; argv is the command line after `train`."""
+    arguments.check(args)
+    # TensorFlow's C++ info logs (server configs, CPU features) drown the
+    # progress; HET's own figures are printed. TF_CPP_MIN_LOG_LEVEL=0 shows them.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    args.run_dir = arguments.run_dir(args)
+    if args.embedding == "tfra":  # its ops run on the cluster's tasks too
+        extra = os.environ.get(SERVER_IMPORTS_ENV, "")
+        os.environ[SERVER_IMPORTS_ENV] = ",".join(filter(None, [extra,
+                                                                "tensorflow_recommenders_addons"]))
+    mode = MODES[args.mode]()
+    code = mode.launch(args, own_command(argv, args.run_dir))
+    return train(args, mode) if code is None else code
+
+
+def _schedule(args, batches_per_step):
+    """(epochs, steps per epoch): samples split into progress chunks."""
+    steps = max(1, args.samples // (args.batch_size * batches_per_step))
+    epochs = min(PROGRESS_CHUNKS, steps)
+    return epochs, max(1, steps // epochs)
+
+
+def _build_and_compile(args, inputs, mode):
+    import tf_keras
+
+    with mode.scope():
+        spec = EmbeddingSpec(args.embedding, inputs.cardinalities, args.cache_capacity,
+                             args.cache_policy, args.staleness, args.optimizer,
+                             args.learning_rate, args.seed)
+        model = build_model(args.model, spec, dim=args.dim)
+        mode.distribute(model)
+        optimizer = tf_keras.optimizers.get({
+            "class_name": args.optimizer,
+            "config": {"learning_rate": args.learning_rate * mode.learning_rate_factor()}})
+        model.compile(spec.wrap_optimizer(optimizer), "binary_crossentropy",
+                      metrics=[tf_keras.metrics.AUC(num_thresholds=2000, name="auc"),
+                               tf_keras.metrics.BinaryCrossentropy(name="logloss")],
+                      steps_per_execution=args.steps_per_execution, **mode.compile_options())
+    return model
+
+
+def train(args, mode):
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    mode.prepare(args)  # first: it sets up TensorFlow's runtime
+    inputs = Inputs(args)
+    os.makedirs(args.run_dir, exist_ok=True)
+    epochs, steps_per_epoch = _schedule(args, mode.batches_per_step)
+    model = _build_and_compile(args, inputs, mode)
+    throughput = figures.Throughput(args.batch_size * steps_per_epoch)
+    train_input, eval_input = mode.pipelines(inputs)
+    num_workers, rank = mode.num_workers, mode.rank
+    if rank == 0:
+        print(f"het-tf train: {args.model} on {args.data} in {args.mode} mode "
+              f"({num_workers} worker{'s' * (num_workers > 1)}), {epochs * steps_per_epoch} "
+              f"steps of {args.batch_size}, run folder {args.run_dir}", flush=True)
+    started = time.perf_counter()
+    history = model.fit(train_input, epochs=epochs, steps_per_epoch=steps_per_epoch,
+                        callbacks=[throughput.callback],
+                        verbose=(1 if sys.stdout.isatty() else 2) if rank == 0 else 0).history
+    result = {"config": arguments.options(args, leave_out=("run_dir",)),
+              "versions": figures.versions(), "workers": num_workers,
+              "train_samples": epochs * steps_per_epoch * args.batch_size * mode.size,
+              "train_seconds": time.perf_counter() - started,
+              "samples_per_second": float(mode.sum(throughput.samples_per_second())),
+              "loss": history.get("loss", [])}
+    if args.eval_before_flush and args.eval_samples and rank == 0:
+        # The model as the workers' caches see it, before their pending
+        # updates reach the shards: the gap to the evaluation after the flush
+        # is what the flush moved (docs/consistency.md).
+        result["before_flush"] = figures.evaluate(model, eval_input, args)
+    mode.flush(model)
+    result.update(figures.embedding_figures(model))
+    if inputs.synthetic is None:
+        read = {k: int(mode.sum(v)) for k, v in parse_stats(devices=mode.worker_devices()).items()}
+        result.update(records_read=read["records"], malformed_records=read["malformed"])
+    if args.eval_samples and rank == 0:
+        result.update(figures.evaluate(model, eval_input, args))
+        if inputs.synthetic is not None:
+            result["best_auc"] = figures.best_auc(inputs, result["eval_samples"])
+    if not args.no_save:
+        _save_and_export(model, args, result, inputs, mode)
+    mode.barrier()
+    if rank == 0:
+        figures.report(result, args.run_dir)
+    return 0
+
+
+def _save_and_export(model, args, result, inputs, mode):
+    import tensorflow as tf
+
+    checkpoint_dir = os.path.join(args.run_dir, "checkpoint")
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), checkpoint_dir,
+                                         max_to_keep=1)
+    result["checkpoint"] = mode.save(model, manager)
+    if mode.rank != 0:
+        return
+    export_dir = os.path.join(args.run_dir, "export")
+    het_tf.export_saved_model(model, export_dir)
+    result["export"] = export_dir
+    # A few held-out rows with this model's scores, for checking the export
+    # in a process without het_tf (examples/serve_export.py).
+    features, labels = next(iter(inputs.held_out().take(1)))
+    rows = {k: v.numpy()[:8] for k, v in features.items()}
+    scores = model.predict(rows, verbose=0).ravel()
+    with open(os.path.join(args.run_dir, "examples.json"), "w") as f:
+        json.dump({"features": {k: v.tolist() for k, v in rows.items()},
+                   "labels": labels.numpy()[:8].tolist(), "scores": scores.tolist()}, f)
