@@ -77,7 +77,7 @@ def test_accuracy_sweep_reports_mean_spread_and_paired_differences(tmp_path):
 
 
 def test_accuracy_sweep_summary_counts_failures_and_skips_missing_cells():
-    from het_tf.apps import accuracy_sweep
+    from het_tf.apps.bench import accuracy_sweep
 
     runs = {"adam-s0-seed0": {"auc": 0.70, "logloss": 0.50},
             "adam-s0-seed1": {"auc": 0.72, "logloss": 0.48},
