@@ -14,20 +14,14 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from het_tf.distribute import horovod
 from het_tf.keras_layers import server_optimizer
+from het_tf.keras_layers.combiners import COMBINERS, embed_and_combine
+from het_tf.keras_layers.layer_settings import placement, resolve_cache, resolve_initializer
 from het_tf.runtime.cache import WorkerCache, hit_rate, lookup_without_cache, push_without_cache
 from het_tf.runtime.checkpoint import TableCheckpoint
-from het_tf.runtime.config import (
-    MATERIALIZE_LIMIT,
-    UNBOUNDED,
-    CacheConfig,
-    TableConfig,
-    staleness_bounds,
-)
+from het_tf.runtime.config import UNBOUNDED, TableConfig
 from het_tf.runtime.table import ShardedTable
 
-COMBINERS = ("sum", "mean", "sqrtn")
 _KERAS3_HINT = ("HetEmbedding is a tf_keras (Keras 2) layer: Keras 3 has no "
                 "ParameterServerStrategy support. Build the model with `import tf_keras` "
                 "or set TF_USE_LEGACY_KERAS=1 before importing TensorFlow.")
@@ -110,12 +104,14 @@ class HetEmbedding(tf_keras.layers.Layer):
         self.embeddings_initializer = (embeddings_initializer
                                        if isinstance(embeddings_initializer, str)
                                        else tf_keras.initializers.get(embeddings_initializer))
-        self._initializer = self._resolve_initializer(embeddings_initializer)
+        self._initializer = resolve_initializer(embeddings_initializer, self.input_dim,
+                                                self.output_dim, owner)
         (self._optimizer_config, self._learning_rate,
          self._optimizer_serialized) = server_optimizer.resolve(optimizer, owner)
         self.optimizer = optimizer
-        self._cache_config = self._resolve_cache(cache_capacity, cache_policy, staleness,
-                                                 read_staleness, write_staleness, pin_threshold)
+        self._cache_config = resolve_cache(cache_capacity, cache_policy, staleness,
+                                           read_staleness, write_staleness, pin_threshold,
+                                           self.input_dim, owner)
         # Validates name, dims and optimizer now rather than at build.
         self._table_config = self._make_table_config()
         self._table = None
@@ -124,76 +120,6 @@ class HetEmbedding(tf_keras.layers.Layer):
         self.supports_masking = False
 
     # ----- settings -----
-
-    def _resolve_initializer(self, init):
-        """(kind, a, b) for the shards, or ("materialize", initializer)."""
-        simple = {"uniform": ("uniform", -0.05, 0.05), "random_uniform": ("uniform", -0.05, 0.05),
-                  "normal": ("normal", 0.0, 0.05), "random_normal": ("normal", 0.0, 0.05),
-                  "truncated_normal": ("truncated_normal", 0.0, 0.05),
-                  "zeros": ("constant", 0.0, 0.0), "ones": ("constant", 1.0, 0.0)}
-        if isinstance(init, str):
-            if init in simple:
-                return simple[init]
-            try:
-                init = tf_keras.initializers.get(init)
-            except ValueError as e:
-                raise ValueError(f"{self._owner}: unknown embeddings_initializer {init!r}") from e
-        inits = tf_keras.initializers
-        cfg = init.get_config() if hasattr(init, "get_config") else {}
-        if isinstance(init, inits.RandomUniform):
-            return ("uniform", float(cfg["minval"]), float(cfg["maxval"]))
-        if isinstance(init, inits.TruncatedNormal):
-            return ("truncated_normal", float(cfg["mean"]), float(cfg["stddev"]))
-        if isinstance(init, inits.RandomNormal):
-            return ("normal", float(cfg["mean"]), float(cfg["stddev"]))
-        if isinstance(init, inits.Zeros):
-            return ("constant", 0.0, 0.0)
-        if isinstance(init, inits.Ones):
-            return ("constant", 1.0, 0.0)
-        if isinstance(init, inits.Constant) and np.ndim(cfg.get("value", None)) == 0:
-            return ("constant", float(cfg["value"]), 0.0)
-        if not callable(init):
-            raise ValueError(f"{self._owner}: embeddings_initializer must be a name or a tf_keras "
-                             f"initializer, got {init!r}")
-        if self.input_dim is None:
-            raise ValueError(f"{self._owner}: {type(init).__name__} cannot run row by row on the "
-                             "shards; with input_dim=None use uniform, normal, truncated_normal, "
-                             "zeros, ones or a scalar Constant")
-        if self.input_dim * self.output_dim > MATERIALIZE_LIMIT:
-            raise ValueError(f"{self._owner}: {type(init).__name__} would be evaluated for all "
-                             f"{self.input_dim} rows at once; use an initializer the shards run "
-                             "row by row (uniform, normal, truncated_normal, zeros, ones)")
-        return ("materialize", init)
-
-    def _resolve_cache(self, capacity, policy, staleness, read_staleness, write_staleness,
-                       pin_threshold):
-        owner = self._owner
-        if isinstance(capacity, bool) or not isinstance(capacity, (int, float, np.integer)) \
-                or capacity < 0:
-            raise ValueError(f"{owner}: cache_capacity must be a fraction in (0, 1), a row "
-                             f"count, or 0 for no cache; got {capacity!r}")
-        if isinstance(capacity, float) and 0 < capacity < 1:
-            if self.input_dim is None:
-                raise ValueError(f"{owner}: cache_capacity={capacity} is a fraction of "
-                                 "input_dim, but input_dim is None (dynamic keys); give a row "
-                                 "count instead")
-            rows = max(1, int(round(capacity * self.input_dim)))
-        elif float(capacity).is_integer():
-            rows = int(capacity)
-        else:
-            raise ValueError(f"{owner}: cache_capacity must be a fraction in (0, 1) or a whole "
-                             f"number of rows; got {capacity!r}")
-        if rows == 0:
-            return None
-        read, write, ramp = staleness_bounds(owner, staleness, read_staleness, write_staleness)
-        if read == 0 and write == 0:
-            # Synchronous: a cached copy could only serve what the shards
-            # hold, while its clock checks, slot transfers and push
-            # acknowledgements would cost more bytes than the direct path,
-            # whose numbers are the same (docs/consistency.md).
-            return None
-        return CacheConfig(rows, policy if isinstance(policy, str) else repr(policy), read, write,
-                           pin_threshold, staleness_ramp=ramp).validate(owner)
 
     def _make_table_config(self):
         kind = self._initializer[0]
@@ -205,25 +131,6 @@ class HetEmbedding(tf_keras.layers.Layer):
                            self._optimizer_config, max_rows=self.max_rows, owner=self._owner)
 
     # ----- building -----
-
-    def _placement(self):
-        """(table shard devices, worker devices, instance) for the current
-        strategy: with ParameterServerStrategy one shard per PS task and a
-        cache on every worker; otherwise one in-process shard and cache."""
-        strategy = tf.distribute.get_strategy()
-        if horovod.num_ps() is not None:  # a Horovod rank, its own client of the PS tasks
-            return ([f"/job:ps/replica:0/task:{i}/device:CPU:0" for i in range(horovod.num_ps())],
-                    None, "cluster")
-        if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
-            extended = strategy.extended
-            return ([f"/job:ps/replica:0/task:{i}/device:CPU:0" for i in range(extended._num_ps)],
-                    [f"/job:worker/replica:0/task:{i}/device:CPU:0"
-                     for i in range(extended._num_workers)],
-                    # Named for the cluster: a restarted chief finds the same rows.
-                    "cluster")
-        # A process-unique instance: tables are found by name, and a second
-        # model with a layer of the same name must not see these rows.
-        return [None], None, f"{id(self):x}"
 
     def build(self, input_shape):
         # The anchor only carries the gradient path to the embedding update.
@@ -238,7 +145,7 @@ class HetEmbedding(tf_keras.layers.Layer):
         super().build(input_shape)
 
     def _create_table_and_cache(self):
-        shard_devices, worker_devices, instance = self._placement()
+        shard_devices, worker_devices, instance = placement(f"{id(self):x}")
         self._table = ShardedTable(self._table_config, shard_devices, instance)
         self._cache = None
         if self._cache_config is not None:
@@ -319,13 +226,6 @@ class HetEmbedding(tf_keras.layers.Layer):
 
         return lookup(self._anchor)
 
-    def _combine(self, summed, counts):
-        if self.combiner == "mean":
-            return summed / tf.maximum(counts, 1.0)
-        if self.combiner == "sqrtn":
-            return summed / tf.sqrt(tf.maximum(counts, 1.0))
-        return summed
-
     # Only static Python control flow: nothing for autograph to convert.
     @tf.autograph.experimental.do_not_convert
     def call(self, inputs, training=None):
@@ -335,35 +235,8 @@ class HetEmbedding(tf_keras.layers.Layer):
             batch = (inputs.nrows() if isinstance(inputs, tf.RaggedTensor)
                      else tf.shape(inputs, out_type=tf.int64)[0])
             self._samples.assign_add(tf.cast(batch, tf.int64))
-        if isinstance(inputs, tf.RaggedTensor):
-            if self.combiner is None:
-                raise ValueError(f"{self._owner}: a ragged input needs a combiner "
-                                 "(sum, mean or sqrtn)")
-            emb = inputs.with_flat_values(self._embed(self._check_ids(inputs.flat_values),
-                                                      training))
-            counts = tf.reduce_sum(tf.ones_like(inputs, tf.float32), axis=-1)[..., tf.newaxis]
-            return self._combine(tf.reduce_sum(emb, axis=-2), counts)
-        if isinstance(inputs, tf.SparseTensor):
-            if self.combiner is None:
-                raise ValueError(f"{self._owner}: a sparse input needs a combiner "
-                                 "(sum, mean or sqrtn)")
-            shape = tf.shape(inputs, out_type=tf.int64)
-            # The row count spelled out: -1 cannot be inferred for an empty input.
-            flat = tf.sparse.reshape(inputs, tf.stack([tf.reduce_prod(shape[:-1]), shape[-1]]))
-            rows = flat.indices[:, 0]
-            nrows = tf.shape(flat, out_type=tf.int64)[0]
-            emb = self._embed(self._check_ids(flat.values), training)
-            summed = tf.math.unsorted_segment_sum(emb, rows, nrows)
-            counts = tf.math.unsorted_segment_sum(tf.ones_like(rows, tf.float32), rows,
-                                                  nrows)[:, tf.newaxis]
-            out = self._combine(summed, counts)
-            return tf.reshape(out, tf.concat([shape[:-1], [self.output_dim]], 0))
-        inputs = tf.convert_to_tensor(inputs)
-        emb = self._embed(self._check_ids(inputs), training)
-        if self.combiner is None:
-            return emb
-        counts = tf.cast(tf.shape(inputs)[-1], tf.float32)
-        return self._combine(tf.reduce_sum(emb, axis=-2), counts)
+        return embed_and_combine(inputs, lambda ids: self._embed(self._check_ids(ids), training),
+                                 self.combiner, self.output_dim, self._owner)
 
     def compute_output_shape(self, input_shape):
         shape = tf.TensorShape(input_shape)

@@ -6,6 +6,7 @@ import tensorflow as tf
 import tf_keras
 
 from het_tf.data.criteo_schema import KAGGLE_CARDINALITIES, MISSING_BIT, VALUE_MASK
+from het_tf.runtime.config import cache_rows
 
 KINDS = ("het", "keras", "tfra")
 
@@ -70,10 +71,7 @@ class EmbeddingSpec:
         return sum(self.cardinalities) + len(self.cardinalities)
 
     def cache_rows(self):
-        capacity = self.cache_capacity
-        if isinstance(capacity, float) and 0 < capacity < 1:
-            return max(1, int(round(capacity * self.vocabulary_size)))
-        return capacity
+        return cache_rows(self.cache_capacity, self.vocabulary_size, "the embedding spec")
 
     def table_optimizer(self):
         return tf_keras.optimizers.get({"class_name": self.optimizer,

@@ -59,6 +59,23 @@ def parse_staleness(value, owner, what="staleness"):
           f"got {value!r}")
 
 
+def cache_rows(capacity, vocabulary_size, owner):
+    """Rows a cache holds: a fraction in (0, 1) of the vocabulary (which
+    must then be known), or a whole number of rows; 0 is no cache."""
+    if isinstance(capacity, bool) or not isinstance(capacity, numbers.Real) or capacity < 0:
+        _fail(owner, "cache_capacity must be a fraction in (0, 1), a row count, or 0 for no "
+              f"cache; got {capacity!r}")
+    if 0 < capacity < 1:
+        if vocabulary_size is None:
+            _fail(owner, f"cache_capacity={capacity} is a fraction of input_dim, but input_dim "
+                  "is None (dynamic keys); give a row count instead")
+        return max(1, int(round(capacity * vocabulary_size)))
+    if not float(capacity).is_integer():
+        _fail(owner, "cache_capacity must be a fraction in (0, 1) or a whole number of rows; "
+              f"got {capacity!r}")
+    return int(capacity)
+
+
 def staleness_bounds(owner, staleness=AUTO, read_staleness=None, write_staleness=None):
     """(read bound, write bound, ramp) of a cache: read_staleness and
     write_staleness default to staleness; "auto" is AUTO_STALENESS with the

@@ -1,0 +1,43 @@
+"""Multi-hot inputs: ids in the last axis of a dense tensor, or in the rows
+of a ragged or sparse one, reduced to one vector per row by a combiner."""
+import tensorflow as tf
+
+COMBINERS = ("sum", "mean", "sqrtn")
+
+
+def _combine(combiner, summed, counts):
+    if combiner == "mean":
+        return summed / tf.maximum(counts, 1.0)
+    if combiner == "sqrtn":
+        return summed / tf.sqrt(tf.maximum(counts, 1.0))
+    return summed
+
+
+def embed_and_combine(inputs, embed, combiner, output_dim, owner):
+    """embed(flat or dense ids) -> vectors, then per row the combiner's
+    reduction (None: one vector per id, dense inputs only)."""
+    if isinstance(inputs, tf.RaggedTensor):
+        if combiner is None:
+            raise ValueError(f"{owner}: a ragged input needs a combiner (sum, mean or sqrtn)")
+        emb = inputs.with_flat_values(embed(inputs.flat_values))
+        counts = tf.reduce_sum(tf.ones_like(inputs, tf.float32), axis=-1)[..., tf.newaxis]
+        return _combine(combiner, tf.reduce_sum(emb, axis=-2), counts)
+    if isinstance(inputs, tf.SparseTensor):
+        if combiner is None:
+            raise ValueError(f"{owner}: a sparse input needs a combiner (sum, mean or sqrtn)")
+        shape = tf.shape(inputs, out_type=tf.int64)
+        # The row count spelled out: -1 cannot be inferred for an empty input.
+        flat = tf.sparse.reshape(inputs, tf.stack([tf.reduce_prod(shape[:-1]), shape[-1]]))
+        rows = flat.indices[:, 0]
+        nrows = tf.shape(flat, out_type=tf.int64)[0]
+        summed = tf.math.unsorted_segment_sum(embed(flat.values), rows, nrows)
+        counts = tf.math.unsorted_segment_sum(tf.ones_like(rows, tf.float32), rows,
+                                              nrows)[:, tf.newaxis]
+        out = _combine(combiner, summed, counts)
+        return tf.reshape(out, tf.concat([shape[:-1], [output_dim]], 0))
+    inputs = tf.convert_to_tensor(inputs)
+    emb = embed(inputs)
+    if combiner is None:
+        return emb
+    counts = tf.cast(tf.shape(inputs)[-1], tf.float32)
+    return _combine(combiner, tf.reduce_sum(emb, axis=-2), counts)

@@ -1,0 +1,88 @@
+"""HetEmbedding's settings as the runtime takes them: the initializer the
+shards run (or one evaluated once for a fixed vocabulary), the cache, and
+where the table and caches are placed."""
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from het_tf.distribute import horovod
+from het_tf.runtime.config import MATERIALIZE_LIMIT, CacheConfig, cache_rows, staleness_bounds
+
+
+def resolve_initializer(init, input_dim, output_dim, owner):
+    """(kind, a, b) for the shards, or ("materialize", initializer)."""
+    simple = {"uniform": ("uniform", -0.05, 0.05), "random_uniform": ("uniform", -0.05, 0.05),
+              "normal": ("normal", 0.0, 0.05), "random_normal": ("normal", 0.0, 0.05),
+              "truncated_normal": ("truncated_normal", 0.0, 0.05),
+              "zeros": ("constant", 0.0, 0.0), "ones": ("constant", 1.0, 0.0)}
+    if isinstance(init, str):
+        if init in simple:
+            return simple[init]
+        try:
+            init = tf_keras.initializers.get(init)
+        except ValueError as e:
+            raise ValueError(f"{owner}: unknown embeddings_initializer {init!r}") from e
+    inits = tf_keras.initializers
+    cfg = init.get_config() if hasattr(init, "get_config") else {}
+    if isinstance(init, inits.RandomUniform):
+        return ("uniform", float(cfg["minval"]), float(cfg["maxval"]))
+    if isinstance(init, inits.TruncatedNormal):
+        return ("truncated_normal", float(cfg["mean"]), float(cfg["stddev"]))
+    if isinstance(init, inits.RandomNormal):
+        return ("normal", float(cfg["mean"]), float(cfg["stddev"]))
+    if isinstance(init, inits.Zeros):
+        return ("constant", 0.0, 0.0)
+    if isinstance(init, inits.Ones):
+        return ("constant", 1.0, 0.0)
+    if isinstance(init, inits.Constant) and np.ndim(cfg.get("value", None)) == 0:
+        return ("constant", float(cfg["value"]), 0.0)
+    if not callable(init):
+        raise ValueError(f"{owner}: embeddings_initializer must be a name or a tf_keras "
+                         f"initializer, got {init!r}")
+    if input_dim is None:
+        raise ValueError(f"{owner}: {type(init).__name__} cannot run row by row on the "
+                         "shards; with input_dim=None use uniform, normal, truncated_normal, "
+                         "zeros, ones or a scalar Constant")
+    if input_dim * output_dim > MATERIALIZE_LIMIT:
+        raise ValueError(f"{owner}: {type(init).__name__} would be evaluated for all "
+                         f"{input_dim} rows at once; use an initializer the shards run "
+                         "row by row (uniform, normal, truncated_normal, zeros, ones)")
+    return ("materialize", init)
+
+
+def resolve_cache(capacity, policy, staleness, read_staleness, write_staleness, pin_threshold,
+                  input_dim, owner):
+    """The layer's CacheConfig, or None for no cache."""
+    rows = cache_rows(capacity, input_dim, owner)
+    if rows == 0:
+        return None
+    read, write, ramp = staleness_bounds(owner, staleness, read_staleness, write_staleness)
+    if read == 0 and write == 0:
+        # Synchronous: a cached copy could only serve what the shards
+        # hold, while its clock checks, slot transfers and push
+        # acknowledgements would cost more bytes than the direct path,
+        # whose numbers are the same (docs/consistency.md).
+        return None
+    return CacheConfig(rows, policy if isinstance(policy, str) else repr(policy), read, write,
+                       pin_threshold, staleness_ramp=ramp).validate(owner)
+
+
+def placement(instance):
+    """(table shard devices, worker devices, instance) for the current
+    strategy: with ParameterServerStrategy one shard per PS task and a
+    cache on every worker; otherwise one in-process shard and cache, under
+    this process-unique `instance`."""
+    strategy = tf.distribute.get_strategy()
+    if horovod.num_ps() is not None:  # a Horovod rank, its own client of the PS tasks
+        return ([f"/job:ps/replica:0/task:{i}/device:CPU:0" for i in range(horovod.num_ps())],
+                None, "cluster")
+    if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
+        extended = strategy.extended
+        return ([f"/job:ps/replica:0/task:{i}/device:CPU:0" for i in range(extended._num_ps)],
+                [f"/job:worker/replica:0/task:{i}/device:CPU:0"
+                 for i in range(extended._num_workers)],
+                # Named for the cluster: a restarted chief finds the same rows.
+                "cluster")
+    # Tables are found by name, and a second model with a layer of the same
+    # name must not see these rows.
+    return [None], None, instance
