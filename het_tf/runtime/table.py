@@ -78,9 +78,10 @@ class ShardedTable:
 
     def pull(self, keys, clocks, read_staleness, with_slots=False):
         """The clock-checked read: (positions, rows, clocks) of the keys
-        whose cached copy is missing or staler than the read bound. With
-        slots, each row comes as its whole state (values, then the
-        optimizer's slots), as a training cache needs it."""
+        whose cached copy is missing or staler than the read bound, shard
+        after shard (the positions are distinct, not sorted). With slots,
+        each row comes as its whole state (values, then the optimizer's
+        slots), as a training cache needs it."""
         staleness = tf.cast(read_staleness, tf.int64)
         num_slots = self.config.num_slots if with_slots else 0
         origin, answers = self._on_shards(
@@ -89,11 +90,8 @@ class ShardedTable:
             keys, clocks)
         if origin is None:
             return tuple(answers[0])
-        positions = tf.concat([tf.gather(origin[s], a[0]) for s, a in enumerate(answers)], 0)
-        order = tf.argsort(positions)
-        return (tf.gather(positions, order),
-                tf.gather(tf.concat([a[1] for a in answers], 0), order),
-                tf.gather(tf.concat([a[2] for a in answers], 0), order))
+        return (tf.concat([tf.gather(origin[s], a[0]) for s, a in enumerate(answers)], 0),
+                tf.concat([a[1] for a in answers], 0), tf.concat([a[2] for a in answers], 0))
 
     def push(self, keys, grads, counts, learning_rate, return_rows=True):
         """Applies gradient sums; with return_rows, the updated rows and

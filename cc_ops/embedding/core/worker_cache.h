@@ -99,7 +99,7 @@ class WorkerCache {
   // batch must fit in the cache.
   Status Prepare(const int64_t* ids, int64_t n, bool training, LookupPlan* plan);
 
-  // Takes the shards' answer for plan.unique_keys (clocks at ascending
+  // Takes the shards' answer for plan.unique_keys (clocks at distinct
   // `positions`, with full states in training and bare rows out of it) and
   // writes all u unique rows to `rows_out`. In training, missing rows are
   // inserted and stale ones refreshed with their own pending deltas
@@ -141,6 +141,9 @@ class WorkerCache {
   int64_t BoundInForce(int64_t configured) const;
   // A free slot, evicting a victim whose pending updates go to the outbox.
   int32_t TakeSlot();
+  // Keys must be unique; those of the last Prepare are by construction, so
+  // the two halves of a lookup and its update do not check them again.
+  Status CheckUniqueUnlessPrepared(const int64_t* keys, int64_t n) const;
 
   const CacheConfig config_;
   const int width_;
@@ -151,6 +154,7 @@ class WorkerCache {
   std::vector<int64_t> keys_, server_clock_, local_clock_;
   std::vector<float> states_, pending_delta_;  // capacity * width_ each
   Pushes outbox_;                              // evicted with pending updates, not yet acknowledged
+  std::vector<int64_t> prepared_;              // the unique keys of the last Prepare
   // FTRL's refresh recomputes a row from its slots with it; an entry has
   // pending updates only after an Accumulate has set it.
   float last_learning_rate_ = 0.0f;
