@@ -190,11 +190,8 @@ void ApplyDelta(const OptimizerConfig& c, float lr, const float* delta, int64_t 
       for (int j = 0; j < dim; ++j) w[j] = FtrlWeight(c, lr, slots[dim + j], slots[j]);
       return;
   }
-  if (value_share == 1.0f) {
-    for (int j = 0; j < dim; ++j) w[j] += delta[j];
-  } else {
-    for (int j = 0; j < dim; ++j) w[j] += value_share * delta[j];
-  }
+  // A share of 1 multiplies exactly: the merge of a sole writer stays exact.
+  for (int j = 0; j < dim; ++j) w[j] += value_share * delta[j];
 }
 
 float ConcurrentShare(OptimizerKind kind, int64_t count, int64_t others) {

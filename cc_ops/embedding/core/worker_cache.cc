@@ -133,6 +133,11 @@ Status WorkerCache::Prepare(const int64_t* ids, int64_t n, bool training, Lookup
   return Status::Ok();
 }
 
+float WorkerCache::PendingShare(int32_t slot, int64_t fresh_clock) const {
+  return ConcurrentShare(config_.optimizer.kind, PendingCount(slot),
+                         fresh_clock - server_clock_[slot]);
+}
+
 Status WorkerCache::CheckUniqueUnlessPrepared(const int64_t* keys, int64_t n) const {
   if (static_cast<size_t>(n) == prepared_.size() && std::equal(keys, keys + n, prepared_.begin())) {
     return Status::Ok();
@@ -214,8 +219,7 @@ Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_
       } else {
         const int32_t slot = slots[i];
         const float* delta = PendingDelta(slot);
-        const float share = ConcurrentShare(config_.optimizer.kind, PendingCount(slot),
-                                            clocks[answer[i]] - server_clock_[slot]);
+        const float share = PendingShare(slot, clocks[answer[i]]);
         for (int j = 0; j < dim; ++j) out[j] = fresh[j] + share * delta[j];
         ++refreshes;
       }
@@ -244,8 +248,7 @@ Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_
           // The shard would keep this share of the pending delta if it came
           // now; the delta keeps only that share from here on, so that the
           // push that carries it later is judged against the writers since.
-          const float share = ConcurrentShare(config_.optimizer.kind, pending,
-                                              clocks[answer[i]] - server_clock_[slot]);
+          const float share = PendingShare(slot, clocks[answer[i]]);
           float* delta = PendingDelta(slot);
           if (share != 1.0f) {
             for (int j = 0; j < dim; ++j) delta[j] *= share;

@@ -137,6 +137,9 @@ class WorkerCache {
   float* State(int32_t slot) { return states_.data() + size_t(slot) * width_; }
   float* PendingDelta(int32_t slot) { return pending_delta_.data() + size_t(slot) * width_; }
   int64_t PendingCount(int32_t slot) const { return local_clock_[slot] - server_clock_[slot]; }
+  // The share of an entry's pending delta that a shard whose row is at
+  // fresh_clock would keep (ConcurrentShare).
+  float PendingShare(int32_t slot, int64_t fresh_clock) const;
   // A configured bound as in force now (see CacheConfig::staleness_ramp).
   int64_t BoundInForce(int64_t configured) const;
   // A free slot, evicting a victim whose pending updates go to the outbox.

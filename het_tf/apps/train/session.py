@@ -5,6 +5,9 @@ import os
 import sys
 import time
 
+import tensorflow as tf
+import tf_keras
+
 import het_tf
 from het_tf.apps.train import arguments, figures
 from het_tf.apps.train.inputs import Inputs
@@ -41,8 +44,6 @@ def _schedule(args, batches_per_step):
 
 
 def _build_and_compile(args, inputs, mode):
-    import tf_keras
-
     with mode.scope():
         spec = EmbeddingSpec(args.embedding, inputs.cardinalities, args.cache_capacity,
                              args.cache_policy, args.staleness, args.optimizer,
@@ -106,8 +107,6 @@ def train(args, mode):
 
 
 def _save_and_export(model, args, result, inputs, mode):
-    import tensorflow as tf
-
     checkpoint_dir = os.path.join(args.run_dir, "checkpoint")
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), checkpoint_dir,
                                          max_to_keep=1)
