@@ -176,12 +176,6 @@ class HetEmbedding(tf_keras.layers.Layer):
             raise TypeError(f"{self._owner}: got a Keras 3 {type(inputs).__name__}. {_KERAS3_HINT}")
         return super().__call__(inputs, *args, **kwargs)
 
-    def _check_ids(self, ids):
-        if not ids.dtype.is_integer or ids.dtype not in (tf.int32, tf.int64):
-            raise ValueError(f"{self._owner}: ids must be int32 or int64, got {ids.dtype.name}; "
-                             "declare the input as tf_keras.Input(..., dtype='int64')")
-        return tf.cast(ids, tf.int64)
-
     def _current_learning_rate(self):
         lr = self._learning_rate
         if isinstance(lr, tf_keras.optimizers.schedules.LearningRateSchedule):
@@ -191,7 +185,7 @@ class HetEmbedding(tf_keras.layers.Layer):
     def _embed(self, ids, training):
         """Rows of `ids` (any shape) with the update on the gradient path."""
         if self._serving_lookup is not None:
-            return self._serving_lookup(tf.cast(ids, tf.int64))
+            return self._serving_lookup(self._table.check_ids(ids))
         table, cache, dim, owner = self._table, self._cache, self.output_dim, self._owner
 
         @tf.custom_gradient
@@ -235,7 +229,7 @@ class HetEmbedding(tf_keras.layers.Layer):
             batch = (inputs.nrows() if isinstance(inputs, tf.RaggedTensor)
                      else tf.shape(inputs, out_type=tf.int64)[0])
             self._samples.assign_add(tf.cast(batch, tf.int64))
-        return embed_and_combine(inputs, lambda ids: self._embed(self._check_ids(ids), training),
+        return embed_and_combine(inputs, lambda ids: self._embed(ids, training),
                                  self.combiner, self.output_dim, self._owner)
 
     def compute_output_shape(self, input_shape):

@@ -5,7 +5,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from het_tf.distribute import horovod
+from het_tf.distribute import horovod, server
 from het_tf.runtime.config import MATERIALIZE_LIMIT, CacheConfig, cache_rows, staleness_bounds
 
 
@@ -77,10 +77,10 @@ def placement(instance):
         return ([f"/job:ps/replica:0/task:{i}/device:CPU:0" for i in range(horovod.num_ps())],
                 None, "cluster")
     if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
-        extended = strategy.extended
-        return ([f"/job:ps/replica:0/task:{i}/device:CPU:0" for i in range(extended._num_ps)],
+        return ([f"/job:ps/replica:0/task:{i}/device:CPU:0"
+                 for i in range(server.num_tasks(strategy, "ps"))],
                 [f"/job:worker/replica:0/task:{i}/device:CPU:0"
-                 for i in range(extended._num_workers)],
+                 for i in range(server.num_tasks(strategy, "worker"))],
                 # Named for the cluster: a restarted chief finds the same rows.
                 "cluster")
     # Tables are found by name, and a second model with a layer of the same

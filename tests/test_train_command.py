@@ -97,7 +97,8 @@ def test_adagrad_cache_at_staleness_100_costs_no_held_out_accuracy(tmp_path):
     direct path), same seed, 600,000 samples (about 290 steps a worker).
     With plain SGD local steps s=100 lost 0.011 to 0.034 AUC and 0.008 to
     0.028 logloss here (3 runs, docs/consistency.md); identical asynchronous
-    runs differ by a few thousandths."""
+    runs differ by a few thousandths (up to 0.0062 in logloss, seen once),
+    so the AUC bound is the one that catches the old fault in every run."""
     common = ["--mode", "ps", "--ps", "1", "--workers", "2", "--model", "wdl", "--samples",
               "600000", "--eval-samples", "20480", "--optimizer", "adagrad", "--seed", "0",
               "--no-save"]
@@ -105,7 +106,7 @@ def test_adagrad_cache_at_staleness_100_costs_no_held_out_accuracy(tmp_path):
     cached, _ = train(tmp_path / "s100", *common, "--staleness", "100", "--eval-before-flush")
     assert cached["cache_hit_rate"] > 0.5 and "cache_hit_rate" not in reference
     assert abs(cached["auc"] - reference["auc"]) < 0.006
-    assert abs(cached["logloss"] - reference["logloss"]) < 0.006
+    assert abs(cached["logloss"] - reference["logloss"]) < 0.008
     # The flush before evaluation moves the model by little.
     assert abs(cached["logloss"] - cached["before_flush"]["logloss"]) < 0.006
 

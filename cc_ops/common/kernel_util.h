@@ -7,9 +7,11 @@
 #include <vector>
 
 #include "cc_ops/common/status.h"
+#include "cc_ops/common/tf_status.h"
 #include "tensorflow/core/framework/node_def_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/resource_op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 
 // Registers a CPU kernel; every op of het_tf runs on the CPU.
@@ -119,6 +121,32 @@ class CoreKernel : public tensorflow::OpKernel {
  protected:
   virtual void Run(tensorflow::OpKernelContext* ctx, Core& core) = 0;
   int64_t dim_ = 0;
+};
+
+// The op that makes (or finds, by shared name) a het resource: parses its
+// attrs into a Config once, creates the core with Core::Create, and asks
+// Mismatch() whether a resource already there under the name was made with
+// other settings.
+template <typename Core, typename Config>
+class CoreResourceOp : public tensorflow::ResourceOpKernel<CoreResource<Core>> {
+ public:
+  using tensorflow::ResourceOpKernel<CoreResource<Core>>::ResourceOpKernel;
+
+ protected:
+  // An error naming what differs, or OK when `have` is the same table.
+  virtual tensorflow::Status Mismatch(const Config& have) const = 0;
+  Config config_;
+
+ private:
+  tensorflow::Status CreateResource(CoreResource<Core>** resource) override {
+    std::unique_ptr<Core> core;
+    TF_RETURN_IF_ERROR(ToTf(Core::Create(config_, &core)));
+    *resource = new CoreResource<Core>(std::move(core));
+    return tensorflow::OkStatus();
+  }
+  tensorflow::Status VerifyResource(CoreResource<Core>* resource) override {
+    return Mismatch(resource->core().config());
+  }
 };
 
 }  // namespace het

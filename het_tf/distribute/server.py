@@ -105,3 +105,14 @@ def parameter_server_strategy(variable_partitioner=None):
     tf.config.threading.set_inter_op_parallelism_threads(max(4, num_workers + 2))
     return tf.distribute.experimental.ParameterServerStrategy(
         resolver, variable_partitioner=variable_partitioner)
+
+
+def num_tasks(strategy, job):
+    """How many tasks of `job` ("ps" or "worker") a ParameterServerStrategy
+    spans, from its cluster resolver."""
+    # TF's ParameterServerStrategy keeps the resolver it was made with but
+    # its public `cluster_resolver` property answers None (TF 2.16-2.21):
+    # this is the one place that reads the kept one.
+    resolver = strategy.cluster_resolver or strategy._cluster_resolver
+    spec = resolver.cluster_spec()
+    return spec.num_tasks(job) if job in spec.jobs else 0

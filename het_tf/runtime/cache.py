@@ -7,7 +7,7 @@ import logging
 import tensorflow as tf
 
 from het_tf import _op_library
-from het_tf.runtime.config import CacheConfig, table_label
+from het_tf.runtime.config import CacheConfig
 from het_tf.runtime.table import ShardedTable
 
 _instance = itertools.count()
@@ -31,7 +31,7 @@ class WorkerCache:
     def __init__(self, table: ShardedTable, config: CacheConfig, device=None, shared_name=None,
                  worker_devices=None):
         self.table = table
-        self.config = config.validate(table_label(table.config.name))
+        self.config = config.validate(table.config.label)
         self.device = device
         self.worker_devices = list(worker_devices) if worker_devices else [device]
         # Caches are private to the process that makes them unless named.
@@ -104,7 +104,7 @@ class WorkerCache:
                 self.handle(), ids, training=training)
         # Training takes whole states: local steps need the optimizer's slots.
         positions, values, row_clocks = self.table.pull(unique, clocks, read_staleness,
-                                                        with_slots=training)
+                                                        with_slots=training, keys_checked=True)
         with self._placed(self.device):
             rows = self._ops.het_cache_complete(self.handle(), unique, positions, values,
                                                 row_clocks, dim=self.dim, training=training)
@@ -132,8 +132,9 @@ class WorkerCache:
         """pushes: (keys, deltas, counts, base clocks) as the cache's
         accumulate and flush ops give them."""
         keys, deltas, counts, base_clocks = pushes
+        # The cache pushes only keys its Prepare checked.
         values, clocks = self.table.push_deltas(keys, deltas, counts, base_clocks,
-                                                learning_rate)
+                                                learning_rate, keys_checked=True)
         with self._placed(device or self.device):
             return self._ops.het_cache_ack_push(self.handle(device), keys, counts, values,
                                                 clocks)
@@ -156,4 +157,6 @@ def lookup_without_cache(table: ShardedTable, ids):
 
 def push_without_cache(table: ShardedTable, unique_keys, unique_grads, learning_rate):
     counts = tf.ones_like(unique_keys)
-    return table.push(unique_keys, unique_grads, counts, learning_rate, return_rows=False)
+    # The keys are the forward's, checked by its gather.
+    return table.push(unique_keys, unique_grads, counts, learning_rate, return_rows=False,
+                      keys_checked=True)

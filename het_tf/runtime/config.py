@@ -134,7 +134,7 @@ class TableConfig:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
             raise ValueError(f"{self.owner or 'a table'}: table name {self.name!r} must be a "
                              "non-empty string of letters, digits and _ . - /")
-        owner = self.owner or table_label(self.name)
+        owner = self.label
         if not _is_int(self.dim) or self.dim < 1:
             _fail(owner, f"output dimension must be a positive int, got {self.dim!r}")
         if not _is_int(self.vocabulary_size) or (self.vocabulary_size < 1
@@ -151,6 +151,11 @@ class TableConfig:
             _fail(owner, f"seed must be an int, got {self.seed!r}")
         if self.max_rows is not None and (not _is_int(self.max_rows) or self.max_rows < 1):
             _fail(owner, f"max_rows must be a positive int or None, got {self.max_rows!r}")
+
+    @property
+    def label(self):
+        """How errors name this table."""
+        return self.owner or table_label(self.name)
 
     @property
     def fixed_vocabulary(self):

@@ -18,7 +18,7 @@ class ShardedTable:
 
     def __init__(self, config: TableConfig, devices=(None,), instance=""):
         if not devices:
-            raise ValueError(f"table '{config.name}': needs at least one shard device")
+            raise ValueError(f"{config.label}: needs at least one shard device")
         self.config = config
         self.devices = list(devices)
         self.instance = instance
@@ -40,22 +40,24 @@ class ShardedTable:
             return self._ops.het_table_shard(shared_name=self.shared_name(shard),
                                              **self.config.op_attrs(self.num_shards))
 
-    def _partition(self, keys, *values):
+    def _partition(self, keys, *values, keys_checked=False):
         """Splits keys (and rows that go with them) by shard; also returns
         where each part came from, to put answers back in request order."""
-        # Checks every id first: a bad one must fail before any shard changes.
+        # Checks every id first, unless the caller already has: a bad one
+        # must fail before any shard changes.
+        vocabulary = -1 if keys_checked else self.config.vocabulary_size
         shard_of = self._ops.het_shard_index(keys, num_shards=self.num_shards,
-                                             vocabulary_size=self.config.vocabulary_size,
+                                             vocabulary_size=vocabulary,
                                              table_name=self.config.name)
         origin = tf.dynamic_partition(tf.range(tf.size(keys)), shard_of, self.num_shards)
         parts = [tf.dynamic_partition(t, shard_of, self.num_shards) for t in (keys,) + values]
         return origin, parts
 
-    def _on_shards(self, fn, keys, *values):
+    def _on_shards(self, fn, keys, *values, keys_checked=False):
         """Calls fn(shard, handle, keys_part, *value_parts) on every shard."""
         if self.num_shards == 1:
             return None, [fn(0, self.handle(0), keys, *values)]
-        origin, parts = self._partition(keys, *values)
+        origin, parts = self._partition(keys, *values, keys_checked=keys_checked)
         results = []
         for s in range(self.num_shards):
             with tf.device(self.devices[s]):
@@ -63,11 +65,14 @@ class ShardedTable:
         return origin, results
 
     def check_ids(self, ids, what="ids"):
-        """Integer ids as int64; anything else is refused naming the table."""
+        """Integer ids as int64; anything else is refused naming the table
+        (or the layer that owns it). Their range is checked by the first op
+        that reads them: HetCachePrepare, or the gather of a lookup without
+        cache."""
         ids = tf.convert_to_tensor(ids) if not isinstance(ids, tf.Tensor) else ids
         if ids.dtype not in (tf.int32, tf.int64):
-            raise ValueError(f"table '{self.config.name}': {what} must be int32 or int64, "
-                             f"got {ids.dtype.name}")
+            raise ValueError(f"{self.config.label}: {what} must be int32 or int64, "
+                             f"got {ids.dtype.name}; pass integer ids")
         return tf.cast(ids, tf.int64)
 
     def gather(self, keys):
@@ -76,36 +81,39 @@ class ShardedTable:
             lambda s, h, k: self._ops.het_table_gather(h, k, dim=self.dim), keys)
         return rows[0] if origin is None else tf.dynamic_stitch(origin, rows)
 
-    def pull(self, keys, clocks, read_staleness, with_slots=False):
+    def pull(self, keys, clocks, read_staleness, with_slots=False, keys_checked=False):
         """The clock-checked read: (positions, rows, clocks) of the keys
         whose cached copy is missing or staler than the read bound, shard
         after shard (the positions are distinct, not sorted). With slots,
         each row comes as its whole state (values, then the optimizer's
-        slots), as a training cache needs it."""
+        slots), as a training cache needs it.
+
+        keys_checked: the caller has checked every key against the
+        vocabulary (a cache's own Prepare did), so routing them need not."""
         staleness = tf.cast(read_staleness, tf.int64)
         num_slots = self.config.num_slots if with_slots else 0
         origin, answers = self._on_shards(
             lambda s, h, k, c: self._ops.het_table_pull(h, k, c, staleness, dim=self.dim,
                                                         num_slots=num_slots),
-            keys, clocks)
+            keys, clocks, keys_checked=keys_checked)
         if origin is None:
             return tuple(answers[0])
         return (tf.concat([tf.gather(origin[s], a[0]) for s, a in enumerate(answers)], 0),
                 tf.concat([a[1] for a in answers], 0), tf.concat([a[2] for a in answers], 0))
 
-    def push(self, keys, grads, counts, learning_rate, return_rows=True):
+    def push(self, keys, grads, counts, learning_rate, return_rows=True, keys_checked=False):
         """Applies gradient sums; with return_rows, the updated rows and
-        clocks come back in the order of `keys`."""
+        clocks come back in the order of `keys`. keys_checked as for pull."""
         lr = tf.cast(learning_rate, tf.float32)
         return self._push(
             lambda h, k, g, c: self._ops.het_table_push(h, k, g, c, lr, dim=self.dim,
                                                         return_rows=return_rows),
-            keys, grads, counts, "gradient", return_rows)
+            keys, grads, counts, "gradient", return_rows, keys_checked=keys_checked)
 
-    def push_deltas(self, keys, deltas, counts, base_clocks, learning_rate):
+    def push_deltas(self, keys, deltas, counts, base_clocks, learning_rate, keys_checked=False):
         """Merges caches' state deltas, taken from rows at `base_clocks` (see
         HetTablePushDeltas); the rows' states after the merge and their
-        clocks come back in the order of `keys`."""
+        clocks come back in the order of `keys`. keys_checked as for pull."""
         lr = tf.cast(learning_rate, tf.float32)
         if self.num_shards > 1:
             # One shard checks its whole push itself; several must refuse a
@@ -114,30 +122,31 @@ class ShardedTable:
         return self._push(
             lambda h, k, d, c, b: self._ops.het_table_push_deltas(
                 h, k, d, c, lr, b, dim=self.dim, num_slots=self.config.num_slots),
-            keys, deltas, counts, "state delta", True, base_clocks)
+            keys, deltas, counts, "state delta", True, base_clocks, keys_checked=keys_checked)
 
     def _check_deltas(self, deltas, base_clocks):
-        name = self.config.name
+        label = self.config.label
         checks = [tf.debugging.assert_non_negative(
-            base_clocks, message=f"table '{name}': negative base clock; nothing was applied")]
+            base_clocks, message=f"{label}: negative base clock; nothing was applied")]
         slot = SQUARED_GRADIENT_SLOT.get(self.config.optimizer.name)
         if slot is not None:
             at = self.dim * (1 + slot)
             checks.append(tf.debugging.assert_non_negative(
                 deltas[:, at:at + self.dim],
-                message=f"table '{name}': negative squared-gradient change; nothing was applied"))
+                message=f"{label}: negative squared-gradient change; nothing was applied"))
         with tf.control_dependencies(checks):
             return tf.identity(deltas), tf.identity(base_clocks)
 
-    def _push(self, push_op, keys, values, counts, what, return_rows, *more):
+    def _push(self, push_op, keys, values, counts, what, return_rows, *more, keys_checked):
         """push_op(handle, keys, values, counts, *more) on every shard, each
         with its part of the inputs; the answers back in the order of `keys`
         (empty without return_rows)."""
         if self.num_shards > 1:  # one shard checks its whole push itself
             values = tf.debugging.check_numerics(
-                values, f"table '{self.config.name}': non-finite {what}; nothing was applied")
+                values, f"{self.config.label}: non-finite {what}; nothing was applied")
         origin, answers = self._on_shards(lambda s, h, *parts: push_op(h, *parts),
-                                          keys, values, counts, *more)
+                                          keys, values, counts, *more,
+                                          keys_checked=keys_checked)
         if origin is None:
             return tuple(answers[0])
         if not return_rows:

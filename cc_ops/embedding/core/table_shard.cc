@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "cc_ops/common/hashing.h"
-#include "cc_ops/embedding/core/memory_budget.h"
+#include "cc_ops/embedding/core/wire_sizes.h"
 
 namespace het {
 namespace {
@@ -12,21 +12,6 @@ namespace {
 constexpr uint32_t kRowsPerBlock = 4096;
 
 }  // namespace
-
-Status ValidateTableConfig(const TableConfig& c) {
-  HET_RETURN_IF_ERROR(CheckDim(TableLabel(c.name), c.dim));
-  if (c.vocabulary_size == 0 || c.vocabulary_size < -1) {
-    return Status::InvalidArgument(TableLabel(c.name) +
-                                   ": vocabulary size must be positive, or -1 for dynamic keys");
-  }
-  if (c.max_rows == 0 || c.max_rows < -1) {
-    return Status::InvalidArgument(TableLabel(c.name) +
-                                   ": max_rows must be positive, or -1 for no limit");
-  }
-  Status s = ValidateOptimizer(c.optimizer);
-  if (!s.ok()) return Status::InvalidArgument(TableLabel(c.name) + ": " + s.message());
-  return Status::Ok();
-}
 
 Status TableShard::Create(const TableConfig& config, std::unique_ptr<TableShard>* out) {
   HET_RETURN_IF_ERROR(ValidateTableConfig(config));
@@ -141,8 +126,8 @@ Status TableShard::Gather(const int64_t* keys, int64_t n, float* values) {
   keys_checked_.fetch_add(n, std::memory_order_relaxed);
   rows_sent_.fetch_add(n, std::memory_order_relaxed);
   pull_requests_.fetch_add(1, std::memory_order_relaxed);
-  bytes_received_.fetch_add(8 * n, std::memory_order_relaxed);
-  bytes_sent_.fetch_add(sizeof(float) * dim * n, std::memory_order_relaxed);
+  bytes_received_.fetch_add(wire::GatherRequest(n), std::memory_order_relaxed);
+  bytes_sent_.fetch_add(wire::GatherAnswer(n, dim), std::memory_order_relaxed);
   return Status::Ok();
 }
 
@@ -183,36 +168,14 @@ Status TableShard::Pull(const int64_t* keys, const int64_t* clocks, int64_t n,
   pull_requests_.fetch_add(1, std::memory_order_relaxed);
   keys_checked_.fetch_add(n, std::memory_order_relaxed);
   rows_sent_.fetch_add(m, std::memory_order_relaxed);
-  bytes_received_.fetch_add(16 * n, std::memory_order_relaxed);
-  bytes_sent_.fetch_add((sizeof(float) * width + 8 + 4) * m, std::memory_order_relaxed);
-  return Status::Ok();
-}
-
-Status TableShard::CheckPush(const int64_t* keys, const float* values, int width,
-                             const int64_t* counts, int64_t n, float learning_rate,
-                             const char* what) const {
-  HET_RETURN_IF_ERROR(CheckKeys(config_.name, config_.vocabulary_size, keys, n));
-  const std::string name = TableLabel(config_.name);
-  HET_RETURN_IF_ERROR(CheckLearningRate(name, config_.optimizer, learning_rate));
-  for (int64_t i = 0; i < n; ++i) {
-    if (counts[i] <= 0 || counts[i] > kMaxUpdatesPerPush) {
-      return Status::InvalidArgument(
-          name + ": update counts must be between 1 and " + std::to_string(kMaxUpdatesPerPush) +
-          ", got " + std::to_string(counts[i]) + " for id " + std::to_string(keys[i]));
-    }
-  }
-  for (int64_t i = 0; i < n * width; ++i) {
-    if (!std::isfinite(values[i])) {
-      return Status::InvalidArgument(name + ": non-finite " + what + " for id " +
-                                     std::to_string(keys[i / width]) + "; nothing was applied");
-    }
-  }
+  bytes_received_.fetch_add(wire::PullRequest(n), std::memory_order_relaxed);
+  bytes_sent_.fetch_add(wire::PullAnswer(m, width), std::memory_order_relaxed);
   return Status::Ok();
 }
 
 template <typename Apply>
 Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width,
-                               float* out, int64_t* clocks, Apply apply) {
+                               bool with_base_clock, float* out, int64_t* clocks, Apply apply) {
   std::unique_ptr<RowReservation> reservation;
   HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
   uint64_t updates = 0;
@@ -228,10 +191,9 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
   push_requests_.fetch_add(1, std::memory_order_relaxed);
   rows_pushed_.fetch_add(n, std::memory_order_relaxed);
   updates_applied_.fetch_add(updates, std::memory_order_relaxed);
-  bytes_received_.fetch_add((8 + 8 + sizeof(float) * width) * n, std::memory_order_relaxed);
-  if (out != nullptr) {
-    bytes_sent_.fetch_add((8 + sizeof(float) * width) * n, std::memory_order_relaxed);
-  }
+  bytes_received_.fetch_add(wire::PushRequest(n, width, with_base_clock),
+                            std::memory_order_relaxed);
+  if (out != nullptr) bytes_sent_.fetch_add(wire::PushAnswer(n, width), std::memory_order_relaxed);
   return Status::Ok();
 }
 
@@ -240,11 +202,12 @@ Status TableShard::Push(const int64_t* keys, const float* grads, const int64_t* 
   const int dim = config_.dim;
   HET_RETURN_IF_ERROR(CheckPush(keys, grads, dim, counts, n, learning_rate, "gradient"));
   std::vector<float> mean(dim);
-  return ApplyToRows(keys, counts, n, dim, values, clocks, [&](int32_t i, char* p) {
-    ApplyUpdates(config_.optimizer, learning_rate, grads + int64_t{i} * dim, counts[i], dim,
-                 Values(p), Slots(p), NeedsStepCount(config_.optimizer.kind) ? Step(p) : nullptr,
-                 &mean);
-  });
+  return ApplyToRows(
+      keys, counts, n, dim, /*with_base_clock=*/false, values, clocks, [&](int32_t i, char* p) {
+        ApplyUpdates(config_.optimizer, learning_rate, grads + int64_t{i} * dim, counts[i], dim,
+                     Values(p), Slots(p),
+                     NeedsStepCount(config_.optimizer.kind) ? Step(p) : nullptr, &mean);
+      });
 }
 
 Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
@@ -252,38 +215,17 @@ Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const in
                               float* states, int64_t* clocks) {
   const int width = state_width();
   HET_RETURN_IF_ERROR(CheckPush(keys, deltas, width, counts, n, learning_rate, "delta"));
-  for (int64_t i = 0; i < n; ++i) {
-    if (base_clocks[i] < 0) {
-      return Status::InvalidArgument(TableLabel(config_.name) + ": negative base clock " +
-                                     std::to_string(base_clocks[i]) + " for id " +
-                                     std::to_string(keys[i]) + "; nothing was applied");
-    }
-  }
-  // What a run of updates adds to a sum or average of squared gradients is
-  // never negative: a negative one could only come from a corrupt push, and
-  // would end in the square root of a negative number.
+  HET_RETURN_IF_ERROR(CheckDeltaPush(keys, deltas, base_clocks, n));
   const OptimizerKind kind = config_.optimizer.kind;
-  if (NonNegativeSlot(kind) >= 0) {
-    const int64_t at = config_.dim * (1 + NonNegativeSlot(kind));
-    for (int64_t i = 0; i < n; ++i) {
-      for (int j = 0; j < config_.dim; ++j) {
-        if (deltas[i * width + at + j] < 0) {
-          return Status::InvalidArgument(TableLabel(config_.name) +
-                                         ": negative squared-gradient change for id " +
-                                         std::to_string(keys[i]) + "; nothing was applied");
-        }
-      }
-    }
-  }
-  HET_RETURN_IF_ERROR(ApplyToRows(keys, counts, n, width, states, clocks, [&](int32_t i, char* p) {
-    // A clock behind the cache's copy (the table was restored since)
-    // counts as no other writer.
-    const float share = ConcurrentShare(kind, counts[i], *Clock(p) - base_clocks[i]);
-    ApplyDelta(config_.optimizer, learning_rate, deltas + int64_t{i} * width, counts[i],
-               config_.dim, Values(p), Slots(p), NeedsStepCount(kind) ? Step(p) : nullptr, share);
-  }));
-  bytes_received_.fetch_add(sizeof(int64_t) * n, std::memory_order_relaxed);  // base clocks
-  return Status::Ok();
+  return ApplyToRows(
+      keys, counts, n, width, /*with_base_clock=*/true, states, clocks, [&](int32_t i, char* p) {
+        // A clock behind the cache's copy (the table was restored since)
+        // counts as no other writer.
+        const float share = ConcurrentShare(kind, counts[i], *Clock(p) - base_clocks[i]);
+        ApplyDelta(config_.optimizer, learning_rate, deltas + int64_t{i} * width, counts[i],
+                   config_.dim, Values(p), Slots(p), NeedsStepCount(kind) ? Step(p) : nullptr,
+                   share);
+      });
 }
 
 int64_t TableShard::Size() const {

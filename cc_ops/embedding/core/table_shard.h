@@ -156,13 +156,17 @@ class TableShard {
   // before anything changes.
   Status CheckPush(const int64_t* keys, const float* values, int width, const int64_t* counts,
                    int64_t n, float learning_rate, const char* what) const;
+  // Checks what only a delta push carries: base clocks that are not
+  // negative, and squared-gradient changes that are not negative.
+  Status CheckDeltaPush(const int64_t* keys, const float* deltas, const int64_t* base_clocks,
+                        int64_t n) const;
   // The body of both pushes: reserves new rows, calls apply(row) on each
   // key's row under its stripe's lock, advances its clock by counts[i] and,
   // when out and clocks are not null, copies the row's first `width` floats
   // and its clock back; then counts the push.
   template <typename Apply>
-  Status ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width, float* out,
-                     int64_t* clocks, Apply apply);
+  Status ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width,
+                     bool with_base_clock, float* out, int64_t* clocks, Apply apply);
 
   TableConfig config_;
   int num_slots_;

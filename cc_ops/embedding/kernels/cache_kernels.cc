@@ -33,9 +33,9 @@ tensorflow::Status OutputPushes(OpKernelContext* ctx, const Pushes& p, int64_t w
 
 }  // namespace
 
-class HetCacheOp : public tensorflow::ResourceOpKernel<WorkerCacheResource> {
+class HetCacheOp : public CoreResourceOp<WorkerCache, CacheConfig> {
  public:
-  explicit HetCacheOp(OpKernelConstruction* ctx) : ResourceOpKernel(ctx) {
+  explicit HetCacheOp(OpKernelConstruction* ctx) : CoreResourceOp(ctx) {
     std::string policy;
     int64_t dim, pin_threshold;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("table_name", &config_.table_name));
@@ -57,26 +57,17 @@ class HetCacheOp : public tensorflow::ResourceOpKernel<WorkerCacheResource> {
   }
 
  private:
-  tensorflow::Status CreateResource(WorkerCacheResource** resource) override {
-    std::unique_ptr<WorkerCache> cache;
-    TF_RETURN_IF_ERROR(ToTf(WorkerCache::Create(config_, &cache)));
-    *resource = new WorkerCacheResource(std::move(cache));
-    return tensorflow::OkStatus();
-  }
-
-  tensorflow::Status VerifyResource(WorkerCacheResource* resource) override {
-    const CacheConfig& have = resource->core().config();
+  tensorflow::Status Mismatch(const CacheConfig& have) const override {
     if (have.dim != config_.dim || have.capacity != config_.capacity ||
         have.optimizer.kind != config_.optimizer.kind) {
       return tensorflow::errors::InvalidArgument(
-          "the cache of table '", config_.table_name, "' already exists on this device with dim ",
-          have.dim, " and ", have.capacity, " rows; asked for dim ", config_.dim, " and ",
-          config_.capacity, " rows, or for another optimizer");
+          "the cache of ", TableLabel(config_.table_name),
+          " already exists on this device with dim ", have.dim, " and ", have.capacity,
+          " rows; asked for dim ", config_.dim, " and ", config_.capacity,
+          " rows, or for another optimizer");
     }
     return tensorflow::OkStatus();
   }
-
-  CacheConfig config_;
 };
 
 class HetCachePrepareOp : public CacheKernel {

@@ -69,23 +69,15 @@ tensorflow::Status ReadPushInputs(OpKernelContext* ctx, const TableShard& table,
 
 }  // namespace
 
-class HetTableShardOp : public tensorflow::ResourceOpKernel<TableShardResource> {
+class HetTableShardOp : public CoreResourceOp<TableShard, TableConfig> {
  public:
-  explicit HetTableShardOp(OpKernelConstruction* ctx) : ResourceOpKernel(ctx) {
+  explicit HetTableShardOp(OpKernelConstruction* ctx) : CoreResourceOp(ctx) {
     OP_REQUIRES_OK(ctx, ParseTableConfig(ctx, &config_));
   }
 
  private:
-  tensorflow::Status CreateResource(TableShardResource** resource) override {
-    std::unique_ptr<TableShard> table;
-    TF_RETURN_IF_ERROR(ToTf(TableShard::Create(config_, &table)));
-    *resource = new TableShardResource(std::move(table));
-    return tensorflow::OkStatus();
-  }
-
   // A second layer asking for the same shared name must mean the same table.
-  tensorflow::Status VerifyResource(TableShardResource* resource) override {
-    const TableConfig& have = resource->core().config();
+  tensorflow::Status Mismatch(const TableConfig& have) const override {
     if (have.dim != config_.dim || have.vocabulary_size != config_.vocabulary_size ||
         have.optimizer.kind != config_.optimizer.kind) {
       return tensorflow::errors::InvalidArgument(
@@ -96,8 +88,6 @@ class HetTableShardOp : public tensorflow::ResourceOpKernel<TableShardResource> 
     }
     return tensorflow::OkStatus();
   }
-
-  TableConfig config_;
 };
 
 class HetTableGatherOp : public TableKernel {

@@ -98,7 +98,7 @@ class PsMode(LocalMode):
 
     @property
     def num_workers(self):
-        return self.strategy.extended._num_workers
+        return server.num_tasks(self.strategy, "worker")
 
     @property
     def batches_per_step(self):

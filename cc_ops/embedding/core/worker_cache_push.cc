@@ -1,0 +1,123 @@
+// The cache's write side: gradients applied to cached copies, pushes made
+// due by the write bound, their acknowledgement, and the final flush.
+#include <cmath>
+#include <cstring>
+
+#include "cc_ops/embedding/core/wire_sizes.h"
+#include "cc_ops/embedding/core/worker_cache.h"
+
+namespace het {
+
+void Pushes::Add(int64_t key, const float* delta, int width, int64_t count, int64_t base_clock) {
+  keys.push_back(key);
+  deltas.insert(deltas.end(), delta, delta + width);
+  counts.push_back(count);
+  base_clocks.push_back(base_clock);
+}
+
+Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grads,
+                               float learning_rate, Pushes* due) {
+  const int dim = config_.dim;
+  HET_RETURN_IF_ERROR(CheckLearningRate(Name(), config_.optimizer, learning_rate));
+  for (int64_t i = 0; i < n * dim; ++i) {
+    if (!std::isfinite(grads[i])) {
+      return Status::InvalidArgument(Name() + ": non-finite gradient for id " +
+                                     std::to_string(keys[i / dim]) + "; nothing was applied");
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  HET_RETURN_IF_ERROR(CheckUniqueUnlessPrepared(keys, n));
+  const int64_t write_staleness = BoundInForce(config_.write_staleness);
+  *due = outbox_;
+  std::vector<int32_t> slots(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t slot = index_.Find(keys[i]);
+    if (slot == KeyIndex::kAbsent) {
+      return Status::FailedPrecondition(Name() + ": gradient for id " + std::to_string(keys[i]) +
+                                        ", which is not cached; update only ids just looked up");
+    }
+    slots[i] = static_cast<int32_t>(slot);
+  }
+  last_learning_rate_ = learning_rate;
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t slot = slots[i];
+    float* state = State(slot);
+    // Adam's step count is the row's clock: the shard advances both by one
+    // per update applied.
+    int64_t step = local_clock_[slot];
+    ApplyUpdate(config_.optimizer, learning_rate, grads + size_t(i) * dim, dim, state, state + dim,
+                &step, PendingDelta(slot));
+    ++local_clock_[slot];
+    if ((write_staleness >= 0 && PendingCount(slot) > write_staleness) ||
+        PendingCount(slot) >= kMaxUpdatesPerPush) {
+      due->Add(keys_[slot], PendingDelta(slot), width_, PendingCount(slot), server_clock_[slot]);
+    }
+  }
+  ++counters_.steps;
+  return Status::Ok();
+}
+
+Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* counts,
+                            const float* states, const int64_t* clocks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  KeyIndex in_outbox(outbox_.size());
+  for (size_t i = 0; i < outbox_.size(); ++i) in_outbox.Insert(outbox_.keys[i], uint32_t(i));
+  std::vector<uint8_t> delivered(outbox_.size(), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t o = in_outbox.Find(keys[i]);
+    const uint32_t slot = index_.Find(keys[i]);
+    const int64_t expected = o != KeyIndex::kAbsent      ? outbox_.counts[o]
+                             : slot != KeyIndex::kAbsent ? PendingCount(slot)
+                                                         : -1;
+    if (expected != counts[i]) {
+      return Status::FailedPrecondition(Name() + ": push of " + std::to_string(counts[i]) +
+                                        " updates for id " + std::to_string(keys[i]) +
+                                        " does not match the " + std::to_string(expected) +
+                                        " pending; nothing was acknowledged");
+    }
+  }
+  uint64_t updates = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    updates += counts[i];
+    const uint32_t o = in_outbox.Find(keys[i]);
+    if (o != KeyIndex::kAbsent) {
+      delivered[o] = 1;
+      continue;
+    }
+    const uint32_t slot = index_.Find(keys[i]);
+    std::memset(PendingDelta(slot), 0, sizeof(float) * width_);
+    if (states != nullptr) {
+      std::memcpy(State(slot), states + size_t(i) * width_, sizeof(float) * width_);
+      server_clock_[slot] = local_clock_[slot] = clocks[i];
+    } else {
+      server_clock_[slot] = local_clock_[slot];
+    }
+  }
+  Pushes undelivered;
+  for (size_t i = 0; i < outbox_.size(); ++i) {
+    if (!delivered[i]) {
+      undelivered.Add(outbox_.keys[i], outbox_.deltas.data() + i * width_, width_,
+                      outbox_.counts[i], outbox_.base_clocks[i]);
+    }
+  }
+  outbox_ = std::move(undelivered);
+  counters_.rows_pushed += n;
+  counters_.updates_pushed += updates;
+  counters_.bytes_sent += wire::PushRequest(n, width_, /*with_base_clock=*/true);
+  if (states != nullptr) counters_.bytes_received += wire::PushAnswer(n, width_);
+  return Status::Ok();
+}
+
+void WorkerCache::Flush(Pushes* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  *out = outbox_;
+  for (size_t slot = 0; slot < keys_.size(); ++slot) {
+    const int32_t s = static_cast<int32_t>(slot);
+    if (index_.Find(keys_[s]) != static_cast<uint32_t>(s)) continue;  // free slot
+    if (PendingCount(s) > 0) {
+      out->Add(keys_[s], PendingDelta(s), width_, PendingCount(s), server_clock_[s]);
+    }
+  }
+}
+
+}  // namespace het
