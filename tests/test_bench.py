@@ -18,27 +18,53 @@ def test_bench_runs_configurations_and_writes_figures_and_plots(tmp_path):
     out = tmp_path / "bench"
     # The cluster run behind shaped links (tests run as root; test_link.py
     # checks the links themselves).
-    done = run(["--only", "limit", "het-nocache", "--samples", "40960", "--eval-samples", "8192",
-                "--link", "1gbit", "--out", str(out)])
+    done = run(["--only", "limit", "het-nocache", "--dim", "16", "--samples", "40960",
+                "--eval-samples", "8192", "--timeline-samples", "2048", "--link", "1gbit",
+                "--out", str(out)])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
-    assert set(results["runs"]) == {"limit", "het-nocache"}
-    assert results["link"] == "1gbit" and "Links between tasks: 1gbit" in done.stdout
-    assert results["runs"]["het-nocache"]["config"]["link"] == "1gbit"
-    assert results["runs"]["limit"]["config"]["link"] is None  # one process: nothing to shape
-    rows = {r["name"]: r for r in results["table"]}
+    assert [s["key"] for s in results["sections"]] == ["wdl-d16-1gbit"]
+    section = results["sections"][0]
+    runs = section["runs"]
+    assert set(runs) == {"limit", "het-nocache"}
+    assert results["link"] == "1gbit" and "## WDL, dim 16: 1gbit" in done.stdout
+    assert runs["het-nocache"]["config"]["link"] == "1gbit"
+    assert runs["het-nocache"]["config"]["dim"] == 16
+    assert runs["limit"]["config"]["link"] is None  # one process: nothing to shape
+    rows = {r["name"]: r for r in section["table"]}
     assert rows["limit"]["ratio_to_limit"] == 1.0
-    assert rows["het-nocache"]["samples_per_second"] > 0
-    assert rows["het-nocache"]["embedding_bytes_per_sample"] > 0
-    assert 0.55 < rows["het-nocache"]["auc"] < 0.9
+    nocache = rows["het-nocache"]
+    assert nocache["samples_per_second"] > 0 and nocache["embedding_bytes_per_sample"] > 0
+    assert 0.55 < nocache["auc"] < 0.9
+    # The wire to the PS task carries the rows, and the dense variables besides.
+    assert nocache["wire_ps_bytes_per_sample"] > runs["het-nocache"]["shard_bytes_per_sample"]
+    assert section["targets"]["wire_ps_minus_counted"]["het-nocache"] > 0
+    # AUC at each tenth of training, against training time.
+    timeline = runs["het-nocache"]["timeline"]
+    assert len(timeline) == 10
+    assert all(a["seconds"] < b["seconds"] for a, b in zip(timeline, timeline[1:]))
+    assert section["targets"]["target_auc"] > 0.5
     # Per batch of 1024, thousands of distinct keys: the baseline's traffic is from them.
-    assert 1000 < results["unique_id_traffic"]["unique_ids_per_batch"] < 1024 * 26
+    assert 1000 < section["unique_id_traffic"]["unique_ids_per_batch"] < 1024 * 26
     lfu = [p["miss_rate"] for p in results["miss_rates"]["lfu"]]
     assert all(a >= b for a, b in zip(lfu, lfu[1:])) and 0 < lfu[-1] < lfu[0] < 1
-    for name in ("throughput.png", "miss_rate.png", "auc_staleness.png", "report.md"):
+    for name in ("throughput-wdl-d16-1gbit.png", "auc_time-wdl-d16-1gbit.png", "miss_rate.png",
+                 "auc_staleness.png", "report.md"):
         assert (out / name).stat().st_size > 0
     assert "| limit:" in (out / "report.md").read_text()
     assert results["versions"]["tensorflow-recommenders-addons"] == "0.8.1"
+
+
+def test_time_to_target_is_the_first_point_past_a_share_of_the_best_auc():
+    from het_tf.apps.bench.report import time_to_target
+
+    runs = {"a": {"timeline": [{"seconds": 1, "auc": 0.60}, {"seconds": 2, "auc": 0.70}]},
+            "b": {"timeline": [{"seconds": 3, "auc": 0.75}, {"seconds": 4, "auc": 0.80}]},
+            "c": {"failed": True}}
+    target, seconds = time_to_target(runs, 0.9)
+    assert abs(target - 0.72) < 1e-12
+    assert seconds == {"a": None, "b": 3}
+    assert time_to_target({"c": {"failed": True}}, 0.99) == (None, {})
 
 
 def test_bench_refuses_what_it_cannot_do(tmp_path):
@@ -50,6 +76,10 @@ def test_bench_refuses_what_it_cannot_do(tmp_path):
     assert done.returncode == 2 and "no such configuration of the sweep" in done.stderr
     done = run(["--sweep", "--repeats", "0", "--out", str(tmp_path / "b")], timeout=120)
     assert done.returncode == 2 and "--repeats >= 1" in done.stderr
+    done = run(["--latency", "1ms", "--out", str(tmp_path / "b")], timeout=120)
+    assert done.returncode == 2 and "give --link RATE too" in done.stderr
+    done = run(["--dim", "0", "--out", str(tmp_path / "b")], timeout=120)
+    assert done.returncode == 2 and "--dim must be positive" in done.stderr
     assert not (tmp_path / "b").exists()
 
 

@@ -27,8 +27,9 @@ def _server(_args):
 
 
 def _launch(args):
-    from het_tf.apps import launch
+    from het_tf.apps import launch, link
 
+    link.check_arguments(args)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         print("het-tf launch: give the chief's command after --", file=sys.stderr)
@@ -38,7 +39,7 @@ def _launch(args):
               file=sys.stderr)
         return 2
     return launch.launch(args.ps, args.workers, command, evaluator=args.evaluator,
-                         hybrid=args.hybrid)
+                         hybrid=args.hybrid, link=args.link, latency=args.latency)
 
 
 def _train(args):
@@ -60,6 +61,8 @@ def main(argv=None):
         run=_info)
     sub.add_parser("server", help="run the ps or worker task that TF_CONFIG names, until "
                    "SIGTERM").set_defaults(run=_server)
+    from het_tf.apps import link
+
     launch = sub.add_parser("launch", help="start a local cluster on 127.0.0.1 and run a "
                             "command as its chief")
     launch.add_argument("--ps", type=int, default=1, help="parameter-server tasks (default 1)")
@@ -67,8 +70,10 @@ def main(argv=None):
     launch.add_argument("--evaluator", action="store_true",
                         help="also run the command as an evaluator task")
     launch.add_argument("--hybrid", action="store_true",
-                        help="run the command as --workers Horovod ranks (horovodrun --gloo) "
-                        "that share the PS tasks' tables; HET_TF_PS names the PS tasks")
+                        help="run the command as --workers Horovod ranks (Gloo, started as "
+                        "horovodrun would) that share the PS tasks' tables; HET_TF_PS names the "
+                        "PS tasks")
+    link.add_arguments(launch, "the cluster")
     launch.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
     launch.set_defaults(run=_launch)
     from het_tf.apps.train import add_arguments as add_train_arguments

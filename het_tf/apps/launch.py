@@ -9,8 +9,10 @@ import sys
 import threading
 import time
 
+from het_tf.apps import horovod_ranks
 from het_tf.apps import link as link_module
 from het_tf.apps.link import TASK_PORT
+from het_tf.distribute import horovod
 from het_tf.distribute.server import SERVER_JOBS
 
 
@@ -59,21 +61,27 @@ class LocalCluster:
         if num_ps < 1 or num_workers < 1:
             raise ValueError(f"a cluster needs at least 1 ps and 1 worker, got {num_ps} ps "
                              f"and {num_workers} workers")
-        if link is not None and (hybrid or evaluator):
-            raise ValueError("rate-limited links are made for the ps mode's chief, ps and "
-                             "worker tasks only")
+        if link is not None and evaluator:
+            raise ValueError("rate-limited links are made for the chief, ps and worker tasks "
+                             "and the Horovod ranks, not for an evaluator")
         self.hybrid = hybrid
         self.num_workers = num_workers
-        # A link.EmulatedLinks: each task in a namespace of its own.
+        self.env = dict(os.environ if env is None else env)
+        # A link.EmulatedLinks: each task (and each Horovod rank) in a
+        # namespace of its own.
         self.link = link
         if link is None:
             self.cluster = local_cluster_spec(num_ps, num_workers, host, hybrid)
         else:
+            jobs = (("ps", num_ps),) if hybrid else (("chief", 1), ("ps", num_ps),
+                                                     ("worker", num_workers))
             self.cluster = {job: [f"{link.add(f'{job}:{i}')}:{TASK_PORT}" for i in range(n)]
-                            for job, n in (("chief", 1), ("ps", num_ps),
-                                           ("worker", num_workers))}
+                            for job, n in jobs}
+            self.rank_addresses = ([link.add(f"rank:{r}") for r in range(num_workers)]
+                                   if hybrid else [])
+            self.env[link_module.INTERFACES_ENV] = json.dumps(link.interfaces())
+        self.rendezvous = None
         self.evaluator = evaluator
-        self.env = dict(os.environ if env is None else env)
         self.out = out or sys.stdout
         self.tasks = {}  # "ps:0" -> Popen
         self._threads = []
@@ -130,18 +138,31 @@ class LocalCluster:
 
     def start_chief(self, command):
         """Starts command as the chief (and as the evaluator, if asked); in
-        hybrid mode, as num_workers Horovod ranks with HET_TF_PS set."""
+        hybrid mode, as num_workers Horovod ranks with HET_TF_PS set, which
+        run as one job (horovod_ranks.RankGroup)."""
         if self.hybrid:
-            horovodrun = os.path.join(os.path.dirname(sys.executable), "horovodrun")
-            argv = [horovodrun, "--gloo", "-np", str(self.num_workers),
-                    "-H", f"localhost:{self.num_workers}", *command]
-            env = dict(self.env, HET_TF_PS=",".join(self.cluster["ps"]))
-            env.pop("TF_CONFIG", None)
-            return self._spawn("horovod", argv, env)
+            return self._start_ranks(command)
         process = self._spawn("chief:0", list(command), self.task_env("chief", 0))
         if self.evaluator:
             self._spawn("evaluator:0", list(command), self.task_env("evaluator", 0))
         return process
+
+    def _start_ranks(self, command):
+        behind_links = self.link is not None
+        self.rendezvous = horovod_ranks.Rendezvous(self.num_workers, one_per_host=behind_links)
+        env = dict(self.env, HET_TF_PS=",".join(self.cluster["ps"]))
+        env.pop("TF_CONFIG", None)
+        ranks = []
+        for r in range(self.num_workers):
+            name = f"rank:{r}"
+            if behind_links:
+                # Gloo and the rank's client server use its own link.
+                where = self.rendezvous.rank_env(r, self.link.gateway, self.link.interface(name))
+                where[horovod.CLIENT_HOST_ENV] = self.rank_addresses[r]
+            else:
+                where = self.rendezvous.rank_env(r, "127.0.0.1", "lo")
+            ranks.append(self._spawn(name, list(command), dict(env, **where)))
+        return horovod_ranks.RankGroup(ranks)
 
     def run_chief(self, command, timeout=None):
         """Runs command as the chief; returns its exit code (124 on timeout)."""
@@ -193,6 +214,8 @@ class LocalCluster:
             process.wait()
         for thread in self._threads:
             thread.join(timeout=5)
+        if self.rendezvous is not None:
+            self.rendezvous.close()
         if self.link is not None:
             self.link.close()
 
@@ -203,25 +226,31 @@ class LocalCluster:
         self.close()
 
 
-def launch(num_ps, num_workers, command, evaluator=False, hybrid=False, link=None):
+def launch(num_ps, num_workers, command, evaluator=False, hybrid=False, link=None,
+           latency=None):
     """`het-tf launch`: a local cluster around one chief command (or, in
     hybrid mode, around num_workers Horovod ranks of it). With `link` (a tc
-    rate such as 100mbit) each task gets a network namespace of its own
-    behind a link of that rate, where root allows; otherwise loopback."""
+    rate such as 100mbit) each task and rank gets a network namespace of its
+    own behind a link of that rate, delayed by `latency` (such as 100us),
+    where root allows; otherwise loopback. A latency the kernel cannot
+    emulate is an error: the run would not be the one asked for."""
     kind = "Horovod ranks" if hybrid else "workers"
     links = None
     if link:
         try:
-            links = link_module.EmulatedLinks(link)
+            links = link_module.EmulatedLinks(link, latency)
         except link_module.LinkUnavailable as e:
+            if latency:  # the delay is the point of such a run: no loopback stand-in
+                raise ValueError(str(e)) from None
             print(f"het-tf launch: {e}; running on loopback instead", flush=True)
     if links is None:
         print(f"het-tf launch: {num_ps} ps and {num_workers} {kind} on 127.0.0.1; tasks listen "
               "on all interfaces of their ports (TensorFlow's gRPC servers cannot bind to one "
               "address): keep this machine's ports closed to other hosts", flush=True)
     else:
+        delay = f" with {links.latency} one-way delay" if links.latency else ""
         print(f"het-tf launch: {num_ps} ps and {num_workers} {kind}, each in a network "
-              f"namespace of its own behind a {links.rate} link", flush=True)
+              f"namespace of its own behind a {links.rate} link{delay}", flush=True)
     try:
         cluster = LocalCluster(num_ps, num_workers, evaluator=evaluator, hybrid=hybrid,
                                link=links)

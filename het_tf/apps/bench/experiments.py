@@ -5,14 +5,13 @@ import os
 import numpy as np
 
 from het_tf.apps.bench.plan import CACHE_FRACTIONS
-from het_tf.apps.train import DEFAULT_DIM
 from het_tf.data import SyntheticCriteo
 from het_tf.runtime.cache import WorkerCache, hit_rate
 from het_tf.runtime.config import UNBOUNDED, CacheConfig, TableConfig
 from het_tf.runtime.table import ShardedTable
 
 
-def unique_id_traffic(args, batches=20):
+def unique_id_traffic(args, section, batches=20):
     """Embedding bytes per sample of TensorFlow's PS path (and TFRA's), which
     keep no cache: every step each worker reads the rows of its batch's
     unique ids (8-byte id out, 4*dim bytes back) and sends their gradients
@@ -23,8 +22,7 @@ def unique_id_traffic(args, batches=20):
         features, _ = data.rows(0, b * args.batch_size, args.batch_size)
         unique.append(len(np.unique(features["categorical"].numpy())))
     per_batch = float(np.mean(unique))
-    # The benchmark trains at het-tf train's default embedding size.
-    dims = [DEFAULT_DIM] + ([1] if args.model in ("wdl", "deepfm") else [])
+    dims = [section.dim] + ([1] if section.model in ("wdl", "deepfm") else [])
     per_sample = sum(per_batch * (2 * 8 + 2 * 4 * dim) for dim in dims) / args.batch_size
     return {"unique_ids_per_batch": per_batch, "bytes_per_sample": per_sample}
 

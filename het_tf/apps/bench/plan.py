@@ -1,6 +1,8 @@
 """What `het-tf bench` runs: its options and configurations."""
+import collections
+
+from het_tf.apps import link
 from het_tf.apps.bench import accuracy_sweep
-from het_tf.apps.link import parse_rate
 
 # (name, what it is, `het-tf train` arguments). "limit" is the same model
 # with plain Embedding in one process: the no-communication limit.
@@ -17,6 +19,8 @@ CONFIGURATIONS = (
      ["--mode", "ps", "--staleness", "100"]),
     ("het-auto", "HetEmbedding, 10% LFU cache, staleness auto (the default)",
      ["--mode", "ps", "--staleness", "auto"]),
+    ("hybrid-nocache", "HetEmbedding, cache off, hybrid mode",
+     ["--mode", "hybrid", "--cache-capacity", "0"]),
     ("hybrid-s100", "HetEmbedding, 10% LFU cache, staleness 100, hybrid mode",
      ["--mode", "hybrid", "--staleness", "100"]),
 )
@@ -24,10 +28,49 @@ CONFIGURATIONS = (
 STALENESS_SWEEP = (("het-s0", "0"), ("het-s10", "10"), ("het-s100", "100"),
                    ("het-s10000", "10000"), ("het-sinf", "inf"), ("het-auto", "auto"))
 CACHE_FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.15, 0.2)
+MODELS = ("wdl", "deepfm", "dcn")
+DIMS = (16, 128)  # het-tf train's default, and HET's paper's
+FULL_PLAN_LINK = "100mbit"
+# Held-out samples evaluated at each tenth of training, for time to accuracy.
+TIMELINE_SAMPLES = 10240
+
+
+class Section(collections.namedtuple("Section", "model dim link")):
+    """One (model, dim, link) of a benchmark: every configuration runs in it."""
+
+    @property
+    def key(self):
+        return f"{self.model}-d{self.dim}-{self.link or 'loopback'}"
+
+    @property
+    def title(self):
+        return f"{self.model.upper()}, dim {self.dim}, {self.link or 'loopback'}"
+
+
+def sections(args, link_rate):
+    """The sections to run, given the link rate this machine can shape (None:
+    loopback only)."""
+    if args.plan == "full":
+        links = (None, link_rate) if link_rate else (None,)
+        return [Section(m, d, r) for r in links for m in MODELS for d in DIMS]
+    return [Section(m, d, link_rate) for m in args.model for d in args.dim]
 
 
 def add_arguments(p):
-    p.add_argument("--model", choices=("wdl", "deepfm", "dcn"), default="wdl")
+    p.add_argument("--model", choices=MODELS, nargs="+", default=["wdl"],
+                   help="one or several models: the report has a section for each (model, "
+                   "dim)")
+    p.add_argument("--dim", type=int, nargs="+", default=list(DIMS),
+                   help="one or several embedding sizes (default 16 128)")
+    p.add_argument("--plan", choices=("default", "full"), default="default",
+                   help="full: WDL, DeepFM and DCN at dims 16 and 128, on loopback and behind "
+                   f"--link (default {FULL_PLAN_LINK}), in place of --model and --dim")
+    p.add_argument("--timeline-samples", type=int, default=TIMELINE_SAMPLES,
+                   help="held-out samples evaluated at each tenth of training, for AUC "
+                   "against time (0: off)")
+    p.add_argument("--target-share", type=float, default=0.99,
+                   help="time to accuracy is measured to this share of the best AUC any "
+                   "configuration of a section reached")
     p.add_argument("--samples", type=int,
                    help="training samples per run (default 1,000,000; with --sweep, the "
                    "sweep size's)")
@@ -52,10 +95,7 @@ def add_arguments(p):
                    help="run only these configurations (names as in the report; with "
                    "--sweep, OPTIMIZER-SETTING such as adagrad-s100)")
     p.add_argument("--run-timeout", type=int, default=1200, help="seconds per training run")
-    p.add_argument("--link", metavar="RATE",
-                   help="put each task of the ps-mode clusters in a network namespace of its "
-                   "own behind a tc-shaped link of RATE (for example 1gbit, 100mbit); needs "
-                   "root, otherwise the benchmark says so and runs on loopback")
+    link.add_arguments(p, "the clusters")
 
 
 def resolve(args):
@@ -68,6 +108,8 @@ def resolve(args):
         raise ValueError("--samples and --eval-samples must be positive")
     if args.sweep and (args.repeats < 1 or args.link):
         raise ValueError("--sweep takes --repeats >= 1 and no --link")
+    if args.sweep:  # accuracy at the end only: no evaluations along the way
+        args.timeline_samples = 0
     names = (set(accuracy_sweep.cells()) if args.sweep
              else {c[0] for c in CONFIGURATIONS} | {n for n, _ in STALENESS_SWEEP})
     for name in args.only or ():
@@ -75,22 +117,37 @@ def resolve(args):
             raise ValueError(f"--only {name!r}: no such configuration"
                              + (" of the sweep (OPTIMIZER-SETTING, such as adagrad-s100)"
                                 if args.sweep else ""))
-    if args.link:  # a bad rate is the caller's error, found before any folder is made
-        parse_rate(args.link)
+    if any(d < 1 for d in args.dim):
+        raise ValueError(f"--dim must be positive, got {args.dim}")
+    if args.timeline_samples < 0:
+        raise ValueError(f"--timeline-samples must be >= 0, got {args.timeline_samples}")
+    if not 0 < args.target_share <= 1:
+        raise ValueError(f"--target-share must be in (0, 1], got {args.target_share}")
+    # A bad rate or delay is the caller's error, found before any folder is made.
+    link.check_arguments(args)
 
 
-def common_args(args):
-    """The `het-tf train` arguments every run of one benchmark shares."""
-    return ["--model", args.model, "--samples", str(args.samples), "--eval-samples",
-            str(args.eval_samples), "--ps", str(args.ps), "--workers", str(args.workers),
-            "--batch-size", str(args.batch_size), "--scale", str(args.scale), "--zipf",
-            str(args.zipf), "--no-save"]
+def common_args(args, section):
+    """The `het-tf train` arguments every run of one section shares."""
+    return ["--model", section.model, "--dim", str(section.dim), "--samples", str(args.samples),
+            "--eval-samples", str(args.eval_samples), "--ps", str(args.ps), "--workers",
+            str(args.workers), "--batch-size", str(args.batch_size), "--scale", str(args.scale),
+            "--zipf", str(args.zipf), "--timeline-samples", str(args.timeline_samples),
+            "--no-save"]
 
 
-def ps_plan(args):
-    """(name, `het-tf train` arguments) of every configuration to run."""
+def section_plan(args, section, first):
+    """(name, `het-tf train` arguments) of every configuration to run in a
+    section. The staleness sweep's extra runs go in the first section only:
+    they measure accuracy, which needs no second link or size."""
     wanted = set(args.only or [])
     plan = [(name, extra) for name, _, extra in CONFIGURATIONS]
-    plan += [(name, ["--mode", "ps", "--staleness", s]) for name, s in STALENESS_SWEEP
-             if name not in dict(plan)]
-    return [(name, extra) for name, extra in plan if not wanted or name in wanted]
+    if first:
+        plan += [(name, ["--mode", "ps", "--staleness", s]) for name, s in STALENESS_SWEEP
+                 if name not in dict(plan)]
+    plan = [(name, extra) for name, extra in plan if not wanted or name in wanted]
+    if section.link:  # a local run has no cluster to shape
+        shaped = ["--link", section.link] + (["--latency", args.latency] if args.latency else [])
+        plan = [(name, extra + shaped if "local" not in extra else extra)
+                for name, extra in plan]
+    return plan

@@ -37,10 +37,10 @@ def _failure_reason(text):
     return (lines[-1] if lines else "no output")[-400:]
 
 
-def train(name, extra, args, runs_dir, log):
+def train(name, extra, args, runs_dir, log, section):
     run_dir = os.path.join(runs_dir, name)
-    argv = [sys.executable, "-m", "het_tf.apps.cli", "train", *common_args(args), *extra,
-            "--run-dir", run_dir]
+    argv = [sys.executable, "-m", "het_tf.apps.cli", "train", *common_args(args, section),
+            *extra, "--run-dir", run_dir]
     log(f"het-tf bench: {name}: {' '.join(argv[3:])}")
     started = time.perf_counter()
     try:
@@ -66,13 +66,18 @@ def train(name, extra, args, runs_dir, log):
     return {"failed": True, "exit": code, "reason": reason, "wall_seconds": seconds}
 
 
-def link_rate(args, log):
-    """The rate to give the ps-mode runs, or None for loopback."""
-    if not args.link:
+def link_rate(args, log, default=None):
+    """The rate to shape the clusters' links to, or None for loopback when
+    this machine cannot make links. A latency it cannot emulate is an error:
+    the benchmark asked for would not be the one run."""
+    rate = args.link or default
+    if not rate:
         return None
     try:
-        link.check_available()
+        link.EmulatedLinks(rate, args.latency).close()  # what every run will need
     except link.LinkUnavailable as e:
+        if args.latency:
+            raise ValueError(str(e)) from None
         log(f"het-tf bench: {e}; running on loopback")
         return None
-    return args.link
+    return rate

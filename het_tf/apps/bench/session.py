@@ -17,8 +17,10 @@ def _sweep(args, out, runs_dir, log, results):
         with open(os.path.join(out, "results.json"), "w") as f:
             json.dump(results, f, indent=2)
 
+    section = plan.Section(args.model[0], args.dim[0], None)
     swept = accuracy_sweep.run(
-        args, lambda name, extra: runs.train(name, extra, args, runs_dir, log), log, write)
+        args, lambda name, extra: runs.train(name, extra, args, runs_dir, log, section), log,
+        write)
     results["seconds"] = time.perf_counter() - log.started
     write(swept)
     with open(os.path.join(out, "report.md"), "w") as f:
@@ -43,8 +45,9 @@ def run(args):
     record = {"config": options(args), "versions": runs.versions(), "command": " ".join(sys.argv)}
     if args.sweep:
         return _sweep(args, out, runs_dir, log, record)
-    link = runs.link_rate(args, log)
-    results = dict(record, link=link or "loopback", runs={})
+    rate = runs.link_rate(args, log, plan.FULL_PLAN_LINK if args.plan == "full" else None)
+    results = dict(record, link=rate or "loopback", latency=args.latency if rate else None,
+                   sections=[])
 
     def write_results():  # after every run, so an interrupted benchmark keeps what it measured
         with open(os.path.join(out, "results.json"), "w") as f:
@@ -52,33 +55,32 @@ def run(args):
 
     log("het-tf bench: miss rate against cache size (LRU, LFU)")
     results["miss_rates"] = miss_rates(args)
-    results["unique_id_traffic"] = traffic = unique_id_traffic(args)
-    for name, extra in plan.ps_plan(args):
-        if link and "hybrid" in extra:
-            # horovodrun's ranks share one namespace here, so their links
-            # could not be shaped: a figure for them would be loopback's.
-            results["runs"][name] = {"failed": True, "reason": "not run with --link: the "
-                                     "Horovod ranks of a local run share one network namespace"}
-            continue
-        if link and "ps" in extra:
-            extra = extra + ["--link", link]
-        result = runs.train(name, extra, args, runs_dir, log)
-        if name == "tfra" and result.get("failed"):
-            # Under the strategy it fails (see the reason); one process it runs.
-            result_local = runs.train("tfra-local", ["--mode", "local", "--embedding", "tfra"],
-                                      args, runs_dir, log)
-            result_local["under_strategy"] = result
-            result = result_local
-        results["runs"][name] = result
+    for index, section in enumerate(plan.sections(args, rate)):
+        log(f"het-tf bench: {section.title}")
+        entry = {"model": section.model, "dim": section.dim, "link": section.link or "loopback",
+                 "key": section.key, "runs": {},
+                 "unique_id_traffic": unique_id_traffic(args, section)}
+        results["sections"].append(entry)
+        section_dir = os.path.join(runs_dir, section.key)
+        os.makedirs(section_dir, exist_ok=True)
+        for name, extra in plan.section_plan(args, section, first=index == 0):
+            result = runs.train(name, extra, args, section_dir, log, section)
+            if name == "tfra" and result.get("failed"):
+                # Under the strategy it fails (see the reason); one process it runs.
+                result_local = runs.train("tfra-local", ["--mode", "local", "--embedding",
+                                                         "tfra"], args, section_dir, log, section)
+                result_local["under_strategy"] = result
+                result = result_local
+            entry["runs"][name] = result
+            write_results()
+        entry["table"], entry["targets"] = summarize(entry, args.target_share)
         write_results()
-    results["table"], results["targets"] = summarize(results, traffic)
     results["seconds"] = time.perf_counter() - started
     write_results()
-    plot(results, out)
+    figures = plot(results, out)
     text = report(results)
     with open(os.path.join(out, "report.md"), "w") as f:
         f.write(text)
     print(text, flush=True)
-    log(f"het-tf bench: wrote {out}/results.json, report.md and throughput.png, miss_rate.png, "
-        "auc_staleness.png")
+    log(f"het-tf bench: wrote {out}/results.json, report.md and {', '.join(figures)}")
     return 0

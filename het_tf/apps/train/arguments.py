@@ -5,6 +5,8 @@ import glob
 import math
 import os
 
+from het_tf.apps import link
+
 MODES = ("local", "ps", "hybrid")
 DEFAULT_DIM = 16
 # What argparse and the het-tf command add to the parsed options.
@@ -61,10 +63,7 @@ def add_arguments(p):
     p.add_argument("--ps", type=_positive, default=1, help="PS tasks of a local cluster")
     p.add_argument("--workers", type=_positive, default=2,
                    help="workers (ps mode) or Horovod ranks (hybrid mode) of a local cluster")
-    p.add_argument("--link", metavar="RATE",
-                   help="ps mode's local cluster only: each task in a network namespace of its "
-                   "own behind a tc-shaped link of RATE, such as 100mbit (needs root; "
-                   "otherwise loopback, with a message)")
+    link.add_arguments(p, "the local cluster that ps or hybrid mode starts")
     p.add_argument("--embedding", choices=("het", "keras", "tfra"), default="het",
                    help="'keras' trains tf_keras.layers.Embedding instead, 'tfra' "
                    "TensorFlow Recommenders-Addons' dynamic embedding (baselines)")
@@ -79,6 +78,10 @@ def add_arguments(p):
                    help="training samples, all workers together")
     p.add_argument("--eval-samples", type=int, default=100_000,
                    help="held-out samples to evaluate on (0: skip)")
+    p.add_argument("--timeline-samples", type=int, default=0,
+                   help="also evaluate this many held-out samples (the same ones each time) at "
+                   "the end of each tenth of training, for AUC against training time "
+                   "(metrics.json 'timeline'; 0: off)")
     p.add_argument("--eval-before-flush", action="store_true",
                    help="also evaluate before the caches' pending updates are pushed, as the "
                    "workers' own copies stand (metrics.json 'before_flush')")
@@ -112,15 +115,14 @@ def check(args):
         raise ValueError(f"--eval-data {args.eval_data!r}: no such file")
     if args.eval_samples < 0:
         raise ValueError(f"--eval-samples must be >= 0, got {args.eval_samples}")
+    if args.timeline_samples < 0:
+        raise ValueError(f"--timeline-samples must be >= 0, got {args.timeline_samples}")
     if not (args.learning_rate > 0 and math.isfinite(args.learning_rate)):
         raise ValueError(f"--learning-rate must be > 0, got {args.learning_rate}")
-    if args.link:
-        from het_tf.apps.link import parse_rate
-
-        if args.mode != "ps":
-            raise ValueError("--link shapes the local cluster that ps mode starts by itself; "
-                             f"it does not apply to {args.mode} mode")
-        parse_rate(args.link)
+    link.check_arguments(args)
+    if args.link and args.mode == "local":
+        raise ValueError("--link shapes the local cluster that ps or hybrid mode starts by "
+                         "itself; local mode has none")
     if args.samples < args.batch_size:
         raise ValueError(f"--samples ({args.samples}) is less than one batch "
                          f"({args.batch_size})")

@@ -16,25 +16,47 @@ from het_tf.runtime.cache import hit_rate
 
 
 class Throughput:
-    """Steady-state samples/s: from the end of the first progress chunk (past
-    tracing and cache warm-up) to the end of training. Epoch-level, as
-    ParameterServerStrategy allows no batch-level callbacks."""
+    """Training time at the end of each progress chunk, without the time
+    spent evaluating the timeline's held-out slice there; and that slice's
+    AUC at each. Epoch-level, as ParameterServerStrategy allows no
+    batch-level callbacks."""
 
     def __init__(self, samples_per_epoch):
         self.samples_per_epoch = samples_per_epoch
-        self.times = []
+        self.times = []  # training seconds at each chunk's end
+        self.timeline = []  # (training seconds, held-out AUC)
         outer = self
+        clock = {"start": None, "evaluating": 0.0, "since": None}
+
+        def now():
+            return time.perf_counter() - clock["start"] - clock["evaluating"]
 
         class Callback(tf_keras.callbacks.Callback):
+            def on_train_begin(self, logs=None):
+                clock["start"] = time.perf_counter()
+
+            def on_test_begin(self, logs=None):
+                clock["since"] = time.perf_counter()
+
+            def on_test_end(self, logs=None):
+                clock["evaluating"] += time.perf_counter() - clock["since"]
+
             def on_epoch_end(self, epoch, logs=None):
-                outer.times.append(time.perf_counter())
+                outer.times.append(now())
+                if logs and "val_auc" in logs:
+                    outer.timeline.append((outer.times[-1], float(logs["val_auc"])))
 
         self.callback = Callback()
 
     def samples_per_second(self):
+        """Steady state: from the end of the first chunk (past tracing and
+        cache warm-up) to the end of training."""
         if len(self.times) < 2:
             return float("nan")
         return (len(self.times) - 1) * self.samples_per_epoch / (self.times[-1] - self.times[0])
+
+    def train_seconds(self):
+        return self.times[-1] if self.times else float("nan")
 
 
 def embedding_figures(model):
@@ -58,6 +80,13 @@ def embedding_figures(model):
     if totals["unique_keys"]:
         figures["cache_hit_rate"] = hit_rate(totals)
     return figures
+
+
+def shard_bytes(model):
+    """Bytes the table shards of a model's HetEmbedding layers have received
+    and sent so far, from every client."""
+    return sum(stats["table_bytes_sent"] + stats["table_bytes_received"]
+               for stats in (layer.het_stats() for layer in het_embedding_layers(model)))
 
 
 def versions():
@@ -107,5 +136,9 @@ def report(result, run_dir):
           f"logloss {fmt('logloss', '.4f')}, {fmt('samples_per_second', ',.0f')} samples/s, "
           f"cache hit rate {fmt('cache_hit_rate', '.3f')}, "
           f"{fmt('embedding_bytes_per_sample', ',.0f')} embedding bytes/sample", flush=True)
+    if "wire_bytes_per_sample" in result:
+        print(f"het-tf train: on the links' wire {fmt('wire_bytes_per_sample', ',.0f')} "
+              f"bytes/sample, of which {fmt('wire_ps_bytes_per_sample', ',.0f')} to and from "
+              f"the PS tasks", flush=True)
     saved = "" if result.get("export") is None else ", checkpoint/ and export/"
     print(f"het-tf train: wrote {run_dir}/metrics.json{saved}", flush=True)

@@ -43,6 +43,12 @@ class Inputs:
             return self._files(self.args.data, num_shards, shard_index).repeat()
         return self._split(num_shards, shard_index, held_out=False).repeat()
 
+    def timeline(self, shard_index=0, num_shards=1):
+        """The same first --timeline-samples held-out samples, again and
+        again: what is evaluated at each progress chunk."""
+        steps = max(1, self.args.timeline_samples // self.args.batch_size)
+        return self.held_out(shard_index, num_shards).take(steps).repeat()
+
     def held_out(self, shard_index=0, num_shards=1):
         if self.synthetic is not None:
             return self.synthetic.dataset(self.args.batch_size,

@@ -48,8 +48,8 @@ class LocalMode:
         """Runs after the model is built, before it is compiled."""
 
     def pipelines(self, inputs):
-        """(training input, held-out input) of this worker."""
-        return inputs.train(self.rank, self.size), inputs.held_out()
+        """(training input, held-out input, timeline input) of this worker."""
+        return inputs.train(self.rank, self.size), inputs.held_out(), inputs.timeline()
 
     def worker_devices(self):
         """Where the data readers ran, for their counters."""
@@ -80,7 +80,8 @@ class PsMode(LocalMode):
 
     def launch(self, args, argv):
         if not os.environ.get("TF_CONFIG"):
-            return launch.launch(args.ps, args.workers, argv, link=args.link)
+            return launch.launch(args.ps, args.workers, argv, link=args.link,
+                                 latency=args.latency)
         task = server.tf_config()["task"]["type"]
         if task in server.SERVER_JOBS:
             return server.serve()
@@ -111,10 +112,12 @@ class PsMode(LocalMode):
         return {"pss_evaluation_shards": 0}
 
     def pipelines(self, inputs):
-        create = tf_keras.utils.experimental.DatasetCreator
-        return (create(lambda ctx: inputs.train(ctx.input_pipeline_id, ctx.num_input_pipelines)),
-                create(lambda ctx: inputs.held_out(ctx.input_pipeline_id,
-                                                   ctx.num_input_pipelines)))
+        def per_worker(pipeline):
+            return tf_keras.utils.experimental.DatasetCreator(
+                lambda ctx: pipeline(ctx.input_pipeline_id, ctx.num_input_pipelines))
+
+        return (per_worker(inputs.train), per_worker(inputs.held_out),
+                per_worker(inputs.timeline))
 
     def worker_devices(self):
         return [f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in range(self.num_workers)]
@@ -126,7 +129,8 @@ class HybridMode(LocalMode):
 
     def launch(self, args, argv):
         if not os.environ.get(horovod.PS_ENV) and not os.environ.get("TF_CONFIG"):
-            return launch.launch(args.ps, args.workers, argv, hybrid=True)
+            return launch.launch(args.ps, args.workers, argv, hybrid=True, link=args.link,
+                                 latency=args.latency)
         return None
 
     def prepare(self, args):

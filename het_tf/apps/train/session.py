@@ -3,7 +3,6 @@ same steps in every mode (modes.py holds what differs)."""
 import json
 import os
 import sys
-import time
 
 import tensorflow as tf
 import tf_keras
@@ -12,6 +11,7 @@ import het_tf
 from het_tf.apps.train import arguments, figures
 from het_tf.apps.train.inputs import Inputs
 from het_tf.apps.train.modes import MODES, own_command
+from het_tf.apps.train.wire import WireBytes
 from het_tf.data import parse_stats
 from het_tf.distribute.server import SERVER_IMPORTS_ENV
 from het_tf.models import EmbeddingSpec, build_model
@@ -68,22 +68,32 @@ def train(args, mode):
     epochs, steps_per_epoch = _schedule(args, mode.batches_per_step)
     model = _build_and_compile(args, inputs, mode)
     throughput = figures.Throughput(args.batch_size * steps_per_epoch)
-    train_input, eval_input = mode.pipelines(inputs)
+    train_input, eval_input, timeline_input = mode.pipelines(inputs)
     num_workers, rank = mode.num_workers, mode.rank
     if rank == 0:
         print(f"het-tf train: {args.model} on {args.data} in {args.mode} mode "
               f"({num_workers} worker{'s' * (num_workers > 1)}), {epochs * steps_per_epoch} "
               f"steps of {args.batch_size}, run folder {args.run_dir}", flush=True)
-    started = time.perf_counter()
+    timeline = {}
+    if args.timeline_samples:
+        timeline = dict(validation_data=timeline_input, validation_freq=1,
+                        validation_steps=max(1, args.timeline_samples // args.batch_size))
+    mode.barrier()  # the wire is read while every rank trains
+    wire = WireBytes(lambda: figures.shard_bytes(model)) if rank == 0 else None
     history = model.fit(train_input, epochs=epochs, steps_per_epoch=steps_per_epoch,
-                        callbacks=[throughput.callback],
+                        callbacks=[throughput.callback], **timeline,
                         verbose=(1 if sys.stdout.isatty() else 2) if rank == 0 else 0).history
+    mode.barrier()
+    train_samples = epochs * steps_per_epoch * args.batch_size * mode.size
     result = {"config": arguments.options(args, leave_out=("run_dir",)),
               "versions": figures.versions(), "workers": num_workers,
-              "train_samples": epochs * steps_per_epoch * args.batch_size * mode.size,
-              "train_seconds": time.perf_counter() - started,
+              "train_samples": train_samples, "train_seconds": throughput.train_seconds(),
               "samples_per_second": float(mode.sum(throughput.samples_per_second())),
               "loss": history.get("loss", [])}
+    if wire is not None:
+        result.update(wire.figures(train_samples))
+    if throughput.timeline:
+        result["timeline"] = [{"seconds": t, "auc": auc} for t, auc in throughput.timeline]
     if args.eval_before_flush and args.eval_samples and rank == 0:
         # The model as the workers' caches see it, before their pending
         # updates reach the shards: the gap to the evaluation after the flush
