@@ -59,24 +59,27 @@ class Throughput:
         return self.times[-1] if self.times else float("nan")
 
 
-def embedding_figures(model):
+def embedding_figures(model, ranks=1):
     """Hit rate, embedding bytes per sample and table rows of a model's
-    HetEmbedding layers, from their counters."""
+    HetEmbedding layers, from their counters. A layer's samples are this
+    process's; a cache counts this process's traffic, but a table's shards
+    count every client's, so with `ranks` Horovod ranks a table's bytes
+    are per `ranks` times as many samples."""
     layers = het_embedding_layers(model)
     if not layers:
         return {}
-    totals = {"hits": 0, "unique_keys": 0, "embedding_bytes": 0, "table_rows": 0}
-    samples = 0
+    totals = {"hits": 0, "unique_keys": 0, "table_rows": 0}
+    traffic, per_sample = 0, 0.0
     for layer in layers:
         stats = layer.het_stats()
         totals["hits"] += stats.get("cache_hits", 0)
         totals["unique_keys"] += stats.get("cache_unique_keys", 0)
-        totals["embedding_bytes"] += stats["embedding_bytes"]
         totals["table_rows"] += stats["table_rows"]
-        samples = max(samples, stats["samples"])
-    traffic = totals["embedding_bytes"]
+        samples = max(stats["samples"], 1) * (1 if "cache_hits" in stats else ranks)
+        traffic += stats["embedding_bytes"]
+        per_sample += stats["embedding_bytes"] / samples
     figures = {"embedding_bytes": int(traffic), "table_rows": int(totals["table_rows"]),
-               "embedding_bytes_per_sample": traffic / max(samples, 1)}
+               "embedding_bytes_per_sample": per_sample}
     if totals["unique_keys"]:
         figures["cache_hit_rate"] = hit_rate(totals)
     return figures

@@ -14,6 +14,7 @@ from het_tf.apps.train.modes import MODES, own_command
 from het_tf.apps.train.wire import WireBytes
 from het_tf.data import parse_stats
 from het_tf.distribute.server import SERVER_IMPORTS_ENV
+from het_tf.keras_layers.het_embedding import het_embedding_layers
 from het_tf.models import EmbeddingSpec, build_model
 
 # Progress is reported (and the steady-state clock started) per chunk.
@@ -79,7 +80,9 @@ def train(args, mode):
         timeline = dict(validation_data=timeline_input, validation_freq=1,
                         validation_steps=max(1, args.timeline_samples // args.batch_size))
     mode.barrier()  # the wire is read while every rank trains
-    wire = WireBytes(lambda: figures.shard_bytes(model)) if rank == 0 else None
+    # Without HetEmbedding (TF's PS path) there are no shards to count.
+    counted = (lambda: figures.shard_bytes(model)) if het_embedding_layers(model) else None
+    wire = WireBytes(counted) if rank == 0 else None
     history = model.fit(train_input, epochs=epochs, steps_per_epoch=steps_per_epoch,
                         callbacks=[throughput.callback], **timeline,
                         verbose=(1 if sys.stdout.isatty() else 2) if rank == 0 else 0).history
@@ -100,7 +103,7 @@ def train(args, mode):
         # is what the flush moved (docs/consistency.md).
         result["before_flush"] = figures.evaluate(model, eval_input, args)
     mode.flush(model)
-    result.update(figures.embedding_figures(model))
+    result.update(figures.embedding_figures(model, ranks=mode.size))
     if inputs.synthetic is None:
         read = {k: int(mode.sum(v)) for k, v in parse_stats(devices=mode.worker_devices()).items()}
         result.update(records_read=read["records"], malformed_records=read["malformed"])
