@@ -68,7 +68,7 @@ def test_train_hybrid_mode_starts_and_stops_its_own_cluster(tmp_path):
     metrics, out = train(run_dir, "--mode", "hybrid", "--ps", "2", "--workers", "2",
                          "--model", "wdl", "--samples", "160000", "--batch-size", "512",
                          "--eval-samples", "16384")
-    assert "[ps:1]" in out and "[horovod]" in out
+    assert "[ps:1]" in out and "[rank:0]" in out and "[rank:1]" in out
     assert metrics["workers"] == 2
     # Both ranks' batches count: steps of 512 on each of the 2 ranks.
     assert metrics["train_samples"] % (2 * 512) == 0 and metrics["train_samples"] > 100000
