@@ -3,6 +3,7 @@ counters of every task's interface, read when training starts and ends.
 They count every frame (Ethernet, IP and TCP headers, gRPC and Gloo
 framing, dense variables, allreduce traffic, heartbeats), where the tables'
 counters count only the embedding tensors."""
+import os
 import time
 
 from het_tf.apps import link
@@ -15,8 +16,9 @@ class WireBytes:
     is reported beside the wire's."""
 
     def __init__(self, counted=None):
-        self._counted = counted
-        self._counted_start = counted() if counted and link.read_counters() else None
+        # Only behind links is there a wire to set the shards' count beside.
+        self._counted = counted if os.environ.get(link.INTERFACES_ENV) else None
+        self._counted_start = self._counted() if self._counted else None
         # The clock brackets the counters' readings: wire_seconds is never
         # shorter than the interval their difference covers.
         self._started = time.monotonic()
