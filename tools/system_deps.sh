@@ -3,6 +3,7 @@
 # the op library (bazel-bootstrap works offline; bazelisk would download), and
 # clang with its sanitizer runtimes for the core's ASan/UBSan/TSan builds;
 # iproute2 (ip, tc) for the benchmark's rate-limited links (--link);
+# procps (pgrep) for the link tests' check that no rank outlives its job;
 # clang-format for `make lint`.
 set -euo pipefail
 needed=()
@@ -13,6 +14,7 @@ command -v clang++ >/dev/null 2>&1 || needed+=(clang)
 ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.tsan-x86_64.a >/dev/null 2>&1 \
   || needed+=(libclang-rt-14-dev)
 { command -v ip && command -v tc; } >/dev/null 2>&1 || needed+=(iproute2)
+command -v pgrep >/dev/null 2>&1 || needed+=(procps)
 command -v clang-format-14 >/dev/null 2>&1 || needed+=(clang-format-14)
 [ ${#needed[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ]; then
