@@ -8,7 +8,7 @@
 
 namespace het {
 
-enum class StatusCode { kOk, kInvalidArgument, kFailedPrecondition, kResourceExhausted };
+enum class StatusCode { kOk, kInvalidArgument, kFailedPrecondition, kResourceExhausted, kAborted };
 
 class Status {
  public:
@@ -22,6 +22,10 @@ class Status {
   }
   static Status ResourceExhausted(std::string message) {
     return Status(StatusCode::kResourceExhausted, std::move(message));
+  }
+  // The operation met a changed world and undid its part; run it again.
+  static Status Aborted(std::string message) {
+    return Status(StatusCode::kAborted, std::move(message));
   }
 
   bool ok() const { return code_ == StatusCode::kOk; }

@@ -18,6 +18,8 @@ inline tensorflow::Status ToTf(const Status& s) {
       return tensorflow::errors::FailedPrecondition(s.message());
     case StatusCode::kResourceExhausted:
       return tensorflow::errors::ResourceExhausted(s.message());
+    case StatusCode::kAborted:
+      return tensorflow::errors::Aborted(s.message());
   }
   return tensorflow::errors::Internal(s.message());
 }

@@ -20,7 +20,9 @@ Status TableShard::Create(const TableConfig& config, std::unique_ptr<TableShard>
 }
 
 TableShard::TableShard(const TableConfig& config)
-    : config_(config), num_slots_(NumSlots(config.optimizer.kind)) {
+    : config_(config),
+      num_slots_(NumSlots(config.optimizer.kind)),
+      epoch_(static_cast<int64_t>(DrawId() >> 1)) {
   size_t float_bytes = sizeof(float) * state_width();
   clock_offset_ = (float_bytes + 7) & ~size_t{7};
   // Then the clock, Adam's step count, and the key (for export): the key in
@@ -57,36 +59,6 @@ char* TableShard::FindOrCreate(Stripe& stripe, int64_t key, bool* created) {
   rows_created_.fetch_add(1, std::memory_order_relaxed);
   return p;
 }
-
-template <typename Visit>
-void TableShard::ForEachByStripe(const int64_t* keys, int64_t n, Visit visit) {
-  std::array<int32_t, kStripes + 1> starts{};
-  std::vector<uint8_t> stripe_of(n);
-  for (int64_t i = 0; i < n; ++i) {
-    stripe_of[i] = static_cast<uint8_t>(StripeOf(keys[i]));
-    ++starts[stripe_of[i] + 1];
-  }
-  for (int s = 0; s < kStripes; ++s) starts[s + 1] += starts[s];
-  std::array<int32_t, kStripes + 1> next = starts;
-  std::vector<int32_t> order(n);
-  for (int64_t i = 0; i < n; ++i) order[next[stripe_of[i]]++] = static_cast<int32_t>(i);
-  for (int s = 0; s < kStripes; ++s) {
-    if (starts[s] == starts[s + 1]) continue;
-    Stripe& stripe = stripes_[s];
-    std::lock_guard<std::mutex> lock(stripe.mu);
-    for (int32_t k = starts[s]; k < starts[s + 1]; ++k) visit(stripe, order[k]);
-  }
-}
-
-class TableShard::RowReservation {
- public:
-  RowReservation(std::atomic<int64_t>* reserved, int64_t rows) : reserved_(reserved), rows_(rows) {}
-  ~RowReservation() { reserved_->fetch_sub(rows_); }
-
- private:
-  std::atomic<int64_t>* reserved_;
-  int64_t rows_;
-};
 
 Status TableShard::ReserveNewRows(const int64_t* keys, int64_t n,
                                   std::unique_ptr<RowReservation>* out) {
@@ -175,9 +147,29 @@ Status TableShard::Pull(const int64_t* keys, const int64_t* clocks, int64_t n,
 
 template <typename Apply>
 Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width,
-                               bool with_base_clock, float* out, int64_t* clocks, Apply apply) {
+                               bool delta, const Sender& sender, float* out, int64_t* clocks,
+                               Apply apply) {
   std::unique_ptr<RowReservation> reservation;
   HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
+  // Until a worker first syncs by refresh there is no record to keep, and
+  // pushes run in parallel by stripe; from then on they take the records'
+  // lock (RecordingPushes).
+  std::unique_lock<std::mutex> records_lock;
+  unrecorded_pushes_.fetch_add(1);
+  if (recording_.load()) {
+    unrecorded_pushes_.fetch_sub(1);
+    records_lock = std::unique_lock<std::mutex>(records_mu_);
+  }
+  const bool recorded = records_lock.owns_lock() && records_.workers() > 0;
+  struct Done {
+    std::atomic<int>* count;
+    bool counted;
+    ~Done() {
+      if (counted) count->fetch_sub(1);
+    }
+  } done{&unrecorded_pushes_, !records_lock.owns_lock()};
+  std::vector<int64_t> new_clocks(recorded && clocks == nullptr ? n : 0);
+  int64_t* clocks_out = clocks != nullptr ? clocks : new_clocks.data();
   uint64_t updates = 0;
   ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
     bool created;
@@ -186,13 +178,13 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
     *Clock(p) += counts[i];
     updates += counts[i];
     if (out != nullptr) std::memcpy(out + int64_t{i} * width, Values(p), sizeof(float) * width);
-    if (clocks != nullptr) clocks[i] = *Clock(p);
+    if (clocks_out != nullptr) clocks_out[i] = *Clock(p);
   });
+  if (recorded) records_.Pushed(sender, keys, clocks_out, n);
   push_requests_.fetch_add(1, std::memory_order_relaxed);
   rows_pushed_.fetch_add(n, std::memory_order_relaxed);
   updates_applied_.fetch_add(updates, std::memory_order_relaxed);
-  bytes_received_.fetch_add(wire::PushRequest(n, width, with_base_clock),
-                            std::memory_order_relaxed);
+  bytes_received_.fetch_add(wire::PushRequest(n, width, delta), std::memory_order_relaxed);
   if (out != nullptr) bytes_sent_.fetch_add(wire::PushAnswer(n, width), std::memory_order_relaxed);
   return Status::Ok();
 }
@@ -203,7 +195,7 @@ Status TableShard::Push(const int64_t* keys, const float* grads, const int64_t* 
   HET_RETURN_IF_ERROR(CheckPush(keys, grads, dim, counts, n, learning_rate, "gradient"));
   std::vector<float> mean(dim);
   return ApplyToRows(
-      keys, counts, n, dim, /*with_base_clock=*/false, values, clocks, [&](int32_t i, char* p) {
+      keys, counts, n, dim, /*delta=*/false, Sender(), values, clocks, [&](int32_t i, char* p) {
         ApplyUpdates(config_.optimizer, learning_rate, grads + int64_t{i} * dim, counts[i], dim,
                      Values(p), Slots(p),
                      NeedsStepCount(config_.optimizer.kind) ? Step(p) : nullptr, &mean);
@@ -212,13 +204,13 @@ Status TableShard::Push(const int64_t* keys, const float* grads, const int64_t* 
 
 Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
                               const int64_t* base_clocks, int64_t n, float learning_rate,
-                              float* states, int64_t* clocks) {
+                              float* states, int64_t* clocks, const Sender& sender) {
   const int width = state_width();
   HET_RETURN_IF_ERROR(CheckPush(keys, deltas, width, counts, n, learning_rate, "delta"));
   HET_RETURN_IF_ERROR(CheckDeltaPush(keys, deltas, base_clocks, n));
   const OptimizerKind kind = config_.optimizer.kind;
   return ApplyToRows(
-      keys, counts, n, width, /*with_base_clock=*/true, states, clocks, [&](int32_t i, char* p) {
+      keys, counts, n, width, /*delta=*/true, sender, states, clocks, [&](int32_t i, char* p) {
         // A clock behind the cache's copy (the table was restored since)
         // counts as no other writer.
         const float share = ConcurrentShare(kind, counts[i], *Clock(p) - base_clocks[i]);
@@ -238,7 +230,7 @@ int64_t TableShard::Size() const {
 }
 
 size_t TableShard::MemoryBytes() const {
-  size_t total = sizeof(*this);
+  size_t total = sizeof(*this) + Records().bytes;
   for (const Stripe& stripe : stripes_) {
     std::lock_guard<std::mutex> lock(stripe.mu);
     total += stripe.blocks.size() * size_t{kRowsPerBlock} * row_bytes_ +
@@ -252,6 +244,7 @@ TableCounters TableShard::Counters() const {
   c.pull_requests = pull_requests_.load();
   c.keys_checked = keys_checked_.load();
   c.rows_sent = rows_sent_.load();
+  c.rows_refreshed = rows_refreshed_.load();
   c.push_requests = push_requests_.load();
   c.rows_pushed = rows_pushed_.load();
   c.updates_applied = updates_applied_.load();
@@ -324,6 +317,9 @@ Status TableShard::Import(const TableChunk& chunk) {
 }
 
 void TableShard::Clear() {
+  std::lock_guard<std::mutex> records_lock(records_mu_);
+  records_.Clear();
+  epoch_.store(static_cast<int64_t>(DrawId() >> 1));
   for (Stripe& stripe : stripes_) {
     std::lock_guard<std::mutex> lock(stripe.mu);
     stripe.index = KeyIndex();

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cc_ops/common/status.h"
+#include "cc_ops/embedding/core/copy_records.h"
 #include "cc_ops/embedding/core/key_checks.h"
 #include "cc_ops/embedding/core/key_index.h"
 #include "cc_ops/embedding/core/row_initializer.h"
@@ -42,6 +43,7 @@ struct TableCounters {
   uint64_t pull_requests = 0;
   uint64_t keys_checked = 0;  // keys received by pulls and gathers
   uint64_t rows_sent = 0;     // rows returned to workers
+  uint64_t rows_refreshed = 0;  // of those, fresh states of copies past a read bound
   uint64_t push_requests = 0;
   uint64_t rows_pushed = 0;      // rows received with gradients
   uint64_t updates_applied = 0;  // sum of pushed update counts
@@ -55,6 +57,23 @@ struct PulledRows {
   std::vector<int32_t> positions;  // into the request's key list, ascending
   std::vector<float> values;       // positions.size() * (dim, or StateWidth with slots)
   std::vector<int64_t> clocks;
+};
+
+// A sync's answer: the misses' states and clocks in request order, and the
+// fresh states of the sender's copies that went past its read bound.
+struct SyncedRows {
+  std::vector<float> miss_states;  // misses * StateWidth
+  std::vector<int64_t> miss_clocks;
+  std::vector<int64_t> refresh_keys;
+  std::vector<float> refresh_states;
+  std::vector<int64_t> refresh_clocks;
+};
+
+// What the shard's copy records hold, for the memory report.
+struct RecordSizes {
+  uint64_t workers = 0;
+  uint64_t copies = 0;
+  uint64_t bytes = 0;
 };
 
 // A chunk of a table for checkpoints and resharding.
@@ -90,6 +109,18 @@ class TableShard {
   Status Pull(const int64_t* keys, const int64_t* clocks, int64_t n, int64_t read_staleness,
               bool with_slots, PulledRows* out);
 
+  // The sync in which a hit costs no bytes (copy_records.h): drops the
+  // sender's evicted copies from its record, returns the states of its
+  // misses (created on first touch) and the fresh states of its recorded
+  // copies queued as past `read_staleness`, and records them all at their
+  // clocks. A sender with a new generation starts a new record.
+  Status Sync(const Sender& sender, const int64_t* misses, int64_t m, const int64_t* evicted,
+              int64_t e, int64_t read_staleness, SyncedRows* out);
+  // Drawn when the shard is made and when it is cleared: a cache that sees
+  // it change knows the shard's record of its copies is gone.
+  int64_t epoch() const { return epoch_.load(); }
+  RecordSizes Records() const;
+
   // Applies grads[i] (the sum of counts[i] local gradients) with the
   // optimizer and advances the row's clock by counts[i]. When values or
   // clocks are not null they receive each row after its update.
@@ -102,10 +133,11 @@ class TableShard {
   // the cache took its copy: the updates since then are other writers', and
   // set the share of the delta the merge keeps (ConcurrentShare). When
   // states or clocks are not null they receive each row's state after the
-  // merge, for the cache to take.
+  // merge, for the cache to take. The sender's recorded copies take the
+  // merged rows; other workers' copies may go stale (copy_records.h).
   Status PushDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
                     const int64_t* base_clocks, int64_t n, float learning_rate, float* states,
-                    int64_t* clocks);
+                    int64_t* clocks, const Sender& sender = Sender());
 
   int64_t Size() const;
   size_t BytesPerRow() const { return row_bytes_; }
@@ -118,7 +150,8 @@ class TableShard {
   Status Export(int64_t offset, int64_t limit, TableChunk* out) const;
   // Inserts or overwrites rows; all-or-nothing on validation errors.
   Status Import(const TableChunk& chunk);
-  // Drops every row, as before a restore.
+  // Drops every row and copy record, as before a restore, and draws a new
+  // epoch.
   void Clear();
 
  private:
@@ -134,7 +167,16 @@ class TableShard {
   // Reserves room for the rows a request would create (its keys not yet
   // held), or fails when they would take the shard past max_rows. The
   // reservation is released when the returned guard goes away.
-  class RowReservation;
+  class RowReservation {
+   public:
+    RowReservation(std::atomic<int64_t>* reserved, int64_t rows)
+        : reserved_(reserved), rows_(rows) {}
+    ~RowReservation() { reserved_->fetch_sub(rows_); }
+
+   private:
+    std::atomic<int64_t>* reserved_;
+    int64_t rows_;
+  };
   Status ReserveNewRows(const int64_t* keys, int64_t n, std::unique_ptr<RowReservation>* out);
 
   static int StripeOf(int64_t key);
@@ -163,10 +205,13 @@ class TableShard {
   // The body of both pushes: reserves new rows, calls apply(row) on each
   // key's row under its stripe's lock, advances its clock by counts[i] and,
   // when out and clocks are not null, copies the row's first `width` floats
-  // and its clock back; then counts the push.
+  // and its clock back; tells the copy records; then counts the push.
   template <typename Apply>
   Status ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width,
-                     bool with_base_clock, float* out, int64_t* clocks, Apply apply);
+                     bool delta, const Sender& sender, float* out, int64_t* clocks, Apply apply);
+  // Copies each key's state (values and slots) and clock to position i of
+  // states / clocks, creating missing rows; the stripes' locks are taken.
+  void ReadStates(const int64_t* keys, int64_t n, float* states, int64_t* clocks);
 
   TableConfig config_;
   int num_slots_;
@@ -174,11 +219,43 @@ class TableShard {
   size_t key_offset_;
   size_t row_bytes_;
   std::array<Stripe, kStripes> stripes_;
+  // Held by a sync for its whole run and by a push from its first change to
+  // its record update, so that a copy recorded at clock c sees every later
+  // push of its row (copy_records.h). Taken before any stripe's lock.
+  mutable std::mutex records_mu_;
+  CopyRecords records_;
+  // Set by the first sync by refresh, which then waits for the pushes that
+  // began without the records' lock to finish (a Dekker handshake: both
+  // sides write their own flag, then read the other's).
+  std::atomic<bool> recording_{false};
+  std::atomic<int> unrecorded_pushes_{0};
+  std::atomic<int64_t> epoch_;
 
   std::atomic<int64_t> reserved_rows_{0};
-  std::atomic<uint64_t> pull_requests_{0}, keys_checked_{0}, rows_sent_{0}, push_requests_{0},
+  std::atomic<uint64_t> pull_requests_{0}, keys_checked_{0}, rows_sent_{0}, rows_refreshed_{0},
+      push_requests_{0},
       rows_pushed_{0}, updates_applied_{0}, rows_created_{0}, bytes_received_{0}, bytes_sent_{0};
 };
+
+template <typename Visit>
+void TableShard::ForEachByStripe(const int64_t* keys, int64_t n, Visit visit) {
+  std::array<int32_t, kStripes + 1> starts{};
+  std::vector<uint8_t> stripe_of(n);
+  for (int64_t i = 0; i < n; ++i) {
+    stripe_of[i] = static_cast<uint8_t>(StripeOf(keys[i]));
+    ++starts[stripe_of[i] + 1];
+  }
+  for (int s = 0; s < kStripes; ++s) starts[s + 1] += starts[s];
+  std::array<int32_t, kStripes + 1> next = starts;
+  std::vector<int32_t> order(n);
+  for (int64_t i = 0; i < n; ++i) order[next[stripe_of[i]]++] = static_cast<int32_t>(i);
+  for (int s = 0; s < kStripes; ++s) {
+    if (starts[s] == starts[s + 1]) continue;
+    Stripe& stripe = stripes_[s];
+    std::lock_guard<std::mutex> lock(stripe.mu);
+    for (int32_t k = starts[s]; k < starts[s + 1]; ++k) visit(stripe, order[k]);
+  }
+}
 
 }  // namespace het
 

@@ -4,13 +4,18 @@
 #include <cstdint>
 
 // What each exchange between a worker's cache and a table shard moves, as
-// the ops' tensors carry it. The cache's counters and the shard's counters
-// both use these, so the bytes one side sends are the bytes the other
-// receives.
+// the ops' tensors carry it: every key, clock, position, count, row and
+// per-request setting. The cache's counters and the shard's counters both
+// use these, so the bytes one side sends are the bytes the other receives.
+// `requests` is the number of shards an exchange goes to (each gets its
+// own settings); the shards count their own, one at a time.
 namespace het {
 namespace wire {
 
 constexpr uint64_t kKey = 8, kClock = 8, kPosition = 4, kCount = 8;
+// Per request: an int64 setting (a bound, a worker id, a generation, an
+// epoch) and the float learning rate of a push.
+constexpr uint64_t kSetting = 8, kLearningRate = 4;
 
 inline uint64_t Row(int width) { return sizeof(float) * static_cast<uint64_t>(width); }
 
@@ -18,18 +23,36 @@ inline uint64_t Row(int width) { return sizeof(float) * static_cast<uint64_t>(wi
 inline uint64_t GatherRequest(int64_t keys) { return kKey * keys; }
 inline uint64_t GatherAnswer(int64_t rows, int dim) { return Row(dim) * rows; }
 
-// A cache pull: each key with the clock of the copy held; each row that
-// must be refreshed back with its request position and its clock.
-inline uint64_t PullRequest(int64_t keys) { return (kKey + kClock) * keys; }
+// A cache pull that checks (sync="check"): each key with the clock of the
+// copy held, and the read bound; each row that must be refreshed back with
+// its request position and its clock.
+inline uint64_t PullRequest(int64_t keys, int64_t requests = 1) {
+  return (kKey + kClock) * keys + kSetting * requests;
+}
 inline uint64_t PullAnswer(int64_t rows, int width) {
   return (kPosition + kClock + Row(width)) * rows;
 }
 
-// A push: key, update count and gradient or delta; a delta also carries the
-// clock it started from. The answer, when asked for, is each row's new
-// state and clock.
-inline uint64_t PushRequest(int64_t rows, int width, bool with_base_clock) {
-  return (kKey + kCount + Row(width) + (with_base_clock ? kClock : 0)) * rows;
+// A sync (sync="refresh"): the keys not cached and the evictions to
+// report, with the sender (worker id, generation) and the read bound; back,
+// each missing row's state and clock in request order, each refreshed
+// copy's key, state and clock, and the shard's epoch.
+inline uint64_t SyncRequest(int64_t keys, int64_t requests = 1) {
+  return kKey * keys + 3 * kSetting * requests;
+}
+inline uint64_t SyncAnswer(int64_t misses, int64_t refreshes, int width,
+                           int64_t requests = 1) {
+  return (kClock + Row(width)) * misses + (kKey + kClock + Row(width)) * refreshes +
+         kSetting * requests;
+}
+
+// A push: key, update count and gradient or delta, and the learning rate;
+// a delta also carries the clock it started from, and its request the
+// sender (worker id, generation). The answer, when asked for, is each row's
+// new state and clock.
+inline uint64_t PushRequest(int64_t rows, int width, bool delta, int64_t requests = 1) {
+  return (kKey + kCount + Row(width) + (delta ? kClock : 0)) * rows +
+         (kLearningRate + (delta ? 2 * kSetting : 0)) * requests;
 }
 inline uint64_t PushAnswer(int64_t rows, int width) { return (kClock + Row(width)) * rows; }
 

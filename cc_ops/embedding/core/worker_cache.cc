@@ -24,6 +24,17 @@ Status CheckUnique(const std::string& name, const int64_t* keys, int64_t n) {
 
 }  // namespace
 
+Status ParseSyncMode(const std::string& name, SyncMode* mode) {
+  if (name == "refresh") {
+    *mode = SyncMode::kRefresh;
+  } else if (name == "check") {
+    *mode = SyncMode::kCheck;
+  } else {
+    return Status::InvalidArgument("unknown sync '" + name + "'; expected refresh or check");
+  }
+  return Status::Ok();
+}
+
 Status ValidateCacheConfig(const CacheConfig& c) {
   const std::string name = TableLabel(c.table_name);
   HET_RETURN_IF_ERROR(CheckDim(name, c.dim));
@@ -34,6 +45,10 @@ Status ValidateCacheConfig(const CacheConfig& c) {
   }
   if (c.policy == CachePolicy::kLFUPinned && c.pin_threshold == 0) {
     return Status::InvalidArgument(name + ": the pin threshold must be at least 1");
+  }
+  if (c.num_shards < 1 || c.num_shards > (int64_t{1} << 31) - 1) {
+    return Status::InvalidArgument(name + ": the table's shards must number 1 to 2^31-1, got " +
+                                   std::to_string(c.num_shards));
   }
   if (c.staleness_ramp < 0) {
     return Status::InvalidArgument(name + ": the staleness ramp must be >= 0 steps, got " +
@@ -50,7 +65,9 @@ Status ValidateCacheConfig(const CacheConfig& c) {
 
 Status WorkerCache::Create(const CacheConfig& config, std::unique_ptr<WorkerCache>* out) {
   HET_RETURN_IF_ERROR(ValidateCacheConfig(config));
-  out->reset(new WorkerCache(config));
+  CacheConfig named = config;
+  if (named.worker_id == Sender::kNoWorker) named.worker_id = DrawId();
+  out->reset(new WorkerCache(named));
   return Status::Ok();
 }
 
@@ -63,9 +80,15 @@ WorkerCache::WorkerCache(const CacheConfig& config)
       server_clock_(config.capacity, 0),
       local_clock_(config.capacity, 0),
       states_(size_t(config.capacity) * width_, 0.0f),
-      pending_delta_(size_t(config.capacity) * width_, 0.0f) {
+      pending_delta_(size_t(config.capacity) * width_, 0.0f),
+      generation_(DrawId()) {
   free_slots_.reserve(config.capacity);
   for (int64_t s = config.capacity - 1; s >= 0; --s) free_slots_.push_back(static_cast<int32_t>(s));
+}
+
+Sender WorkerCache::sender() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return Sender{config_.worker_id, generation_};
 }
 
 size_t WorkerCache::MemoryBytes() const {
@@ -73,7 +96,8 @@ size_t WorkerCache::MemoryBytes() const {
   return sizeof(*this) + index_.MemoryBytes() +
          keys_.capacity() * sizeof(int64_t) * 3 +  // keys and both clocks
          (states_.capacity() + pending_delta_.capacity()) * sizeof(float) +
-         free_slots_.capacity() * sizeof(int32_t) + prepared_.capacity() * sizeof(int64_t);
+         free_slots_.capacity() * sizeof(int32_t) +
+         (prepared_.capacity() + unreported_evictions_.capacity()) * sizeof(int64_t);
 }
 
 int64_t WorkerCache::BoundInForce(int64_t configured) const {
@@ -92,35 +116,48 @@ CacheCounters WorkerCache::Counters() const {
   return counters_;
 }
 
-Status WorkerCache::Prepare(const int64_t* ids, int64_t n, bool training, LookupPlan* plan) {
+Status WorkerCache::Deduplicate(const int64_t* ids, int64_t n, bool training,
+                                std::vector<int64_t>* unique_keys, std::vector<int32_t>* inverse) {
   HET_RETURN_IF_ERROR(CheckKeys(config_.table_name, config_.vocabulary_size, ids, n));
-  plan->unique_keys.clear();
-  plan->inverse.resize(n);
-  plan->clocks.clear();
+  unique_keys->clear();
+  inverse->resize(n);
   KeyIndex first_seen(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
-    const uint32_t next = static_cast<uint32_t>(plan->unique_keys.size());
+    const uint32_t next = static_cast<uint32_t>(unique_keys->size());
     const uint32_t u = first_seen.Insert(ids[i], next);
-    if (u == next) plan->unique_keys.push_back(ids[i]);
-    plan->inverse[i] = static_cast<int32_t>(u);
+    if (u == next) unique_keys->push_back(ids[i]);
+    (*inverse)[i] = static_cast<int32_t>(u);
   }
-  const int64_t u = static_cast<int64_t>(plan->unique_keys.size());
+  const int64_t u = static_cast<int64_t>(unique_keys->size());
   if (training && u > config_.capacity) {
     return Status::InvalidArgument(
         Name() + ": a batch has " + std::to_string(u) + " unique ids but the cache holds only " +
         std::to_string(config_.capacity) + " rows; raise cache_capacity or shrink the batch");
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  prepared_ = plan->unique_keys;
-  plan->read_staleness = BoundInForce(config_.read_staleness);
-  plan->clocks.resize(u);
-  for (int64_t i = 0; i < u; ++i) {
-    const uint32_t slot = index_.Find(plan->unique_keys[i]);
-    plan->clocks[i] = slot == KeyIndex::kAbsent ? -1 : local_clock_[slot];
-  }
   counters_.lookups += n;
   counters_.unique_keys += u;
-  counters_.bytes_sent += wire::PullRequest(u);
+  prepared_ = *unique_keys;
+  return Status::Ok();
+}
+
+std::vector<int32_t> WorkerCache::SlotsOf(const int64_t* keys, int64_t u) const {
+  std::vector<int32_t> slots(u);
+  for (int64_t i = 0; i < u; ++i) {
+    const uint32_t slot = index_.Find(keys[i]);
+    slots[i] = slot == KeyIndex::kAbsent ? -1 : static_cast<int32_t>(slot);
+  }
+  return slots;
+}
+
+Status WorkerCache::Prepare(const int64_t* ids, int64_t n, bool training, LookupPlan* plan) {
+  std::lock_guard<std::mutex> lock(mu_);
+  HET_RETURN_IF_ERROR(Deduplicate(ids, n, training, &plan->unique_keys, &plan->inverse));
+  const int64_t u = static_cast<int64_t>(plan->unique_keys.size());
+  plan->read_staleness = BoundInForce(config_.read_staleness);
+  plan->clocks.resize(u);
+  const std::vector<int32_t> slots = SlotsOf(plan->unique_keys.data(), u);
+  for (int64_t i = 0; i < u; ++i) plan->clocks[i] = slots[i] < 0 ? -1 : local_clock_[slots[i]];
+  counters_.bytes_sent += wire::PullRequest(u, config_.num_shards);
   return Status::Ok();
 }
 
@@ -152,8 +189,75 @@ int32_t WorkerCache::TakeSlot() {
     ++counters_.dirty_evictions;
   }
   index_.Erase(keys_[slot]);
+  // The shards' record of this worker's copies drops it at the next sync.
+  if (config_.sync == SyncMode::kRefresh) unreported_evictions_.push_back(keys_[slot]);
   ++counters_.evictions;
   return slot;
+}
+
+void WorkerCache::Refresh(int32_t slot, const float* fresh, int64_t clock) {
+  const int64_t pending = PendingCount(slot);
+  float* state = State(slot);
+  std::memcpy(state, fresh, sizeof(float) * width_);
+  if (pending > 0) {
+    // The shard would keep this share of the pending delta if it came now;
+    // the delta keeps only that share from here on, so that the push that
+    // carries it later is judged against the writers since.
+    const float share = PendingShare(slot, clock);
+    float* delta = PendingDelta(slot);
+    if (share != 1.0f) {
+      for (int j = 0; j < config_.dim; ++j) delta[j] *= share;
+    }
+    int64_t unused_step = 0;  // a cached row's step count is its clock
+    ApplyDelta(config_.optimizer, last_learning_rate_, delta, pending, config_.dim, state,
+               state + config_.dim, &unused_step);
+  }
+  server_clock_[slot] = clock;
+  local_clock_[slot] = clock + pending;
+}
+
+void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
+                                  std::vector<int32_t>& slots, const std::vector<int32_t>& answer,
+                                  const float* states, const int64_t* clocks, float* rows_out) {
+  const int dim = config_.dim;
+  // Detach the batch's rows first so that filling the batch can never
+  // evict a row the same batch needs.
+  for (int64_t i = 0; i < u; ++i) {
+    if (slots[i] >= 0 && order_.attached(slots[i])) order_.Detach(slots[i]);
+  }
+  std::vector<bool> inserted(u, false);
+  uint64_t hits = 0, misses = 0, refreshes = 0;
+  for (int64_t i = 0; i < u; ++i) {
+    if (answer[i] < 0) {
+      ++hits;
+      continue;
+    }
+    const float* fresh = states + size_t(answer[i]) * width_;
+    int32_t slot = slots[i];
+    if (slot >= 0) {
+      Refresh(slot, fresh, clocks[answer[i]]);
+      ++refreshes;
+      continue;
+    }
+    slot = TakeSlot();  // cannot fail: u <= capacity and the batch is detached
+    slots[i] = slot;
+    inserted[i] = true;
+    keys_[slot] = unique_keys[i];
+    index_.Insert(unique_keys[i], static_cast<uint32_t>(slot));
+    std::memcpy(State(slot), fresh, sizeof(float) * width_);
+    std::memset(PendingDelta(slot), 0, sizeof(float) * width_);
+    server_clock_[slot] = local_clock_[slot] = clocks[answer[i]];
+    ++misses;
+  }
+  for (int64_t i = 0; i < u; ++i) {
+    const int32_t slot = slots[i];
+    // A slot just taken still carries its previous occupant's count.
+    order_.Attach(slot, inserted[i] ? 1 : order_.touches(slot) + 1);
+    std::memcpy(rows_out + size_t(i) * dim, State(slot), sizeof(float) * dim);
+  }
+  counters_.hits += hits;
+  counters_.misses += misses;
+  counters_.stale_refreshes += refreshes;
 }
 
 Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_t* positions,
@@ -183,19 +287,18 @@ Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_
 
   std::lock_guard<std::mutex> lock(mu_);
   HET_RETURN_IF_ERROR(CheckUniqueUnlessPrepared(unique_keys, u));
-  std::vector<int32_t> slots(u);
+  std::vector<int32_t> slots = SlotsOf(unique_keys, u);
   for (int64_t i = 0; i < u; ++i) {
-    const uint32_t slot = index_.Find(unique_keys[i]);
-    slots[i] = slot == KeyIndex::kAbsent ? -1 : static_cast<int32_t>(slot);
     if (slots[i] < 0 && answer[i] < 0) {
       return Status::FailedPrecondition(
           Name() + ": id " + std::to_string(unique_keys[i]) +
           " left the cache between the two halves of a lookup; run one lookup at a time per cache");
     }
   }
-
-  uint64_t hits = 0, misses = 0, refreshes = 0;
-  if (!training) {
+  if (training) {
+    FillForTraining(unique_keys, u, slots, answer, states, clocks, rows_out);
+  } else {
+    uint64_t hits = 0, misses = 0, refreshes = 0;
     for (int64_t i = 0; i < u; ++i) {
       float* out = rows_out + size_t(i) * dim;
       if (answer[i] < 0) {
@@ -215,64 +318,10 @@ Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_
         ++refreshes;
       }
     }
-  } else {
-    // Detach the batch's rows first so that filling the batch can never
-    // evict a row the same batch needs.
-    for (int64_t i = 0; i < u; ++i) {
-      if (slots[i] >= 0 && order_.attached(slots[i])) order_.Detach(slots[i]);
-    }
-    std::vector<bool> inserted(u, false);
-    for (int64_t i = 0; i < u; ++i) {
-      if (answer[i] < 0) {
-        ++hits;
-        continue;
-      }
-      const float* fresh = states + size_t(answer[i]) * answer_width;
-      int32_t slot = slots[i];
-      if (slot >= 0) {
-        // The fresh state with this worker's pending updates merged in, as
-        // the shard will merge them.
-        const int64_t pending = PendingCount(slot);
-        float* state = State(slot);
-        std::memcpy(state, fresh, sizeof(float) * width_);
-        if (pending > 0) {
-          // The shard would keep this share of the pending delta if it came
-          // now; the delta keeps only that share from here on, so that the
-          // push that carries it later is judged against the writers since.
-          const float share = PendingShare(slot, clocks[answer[i]]);
-          float* delta = PendingDelta(slot);
-          if (share != 1.0f) {
-            for (int j = 0; j < dim; ++j) delta[j] *= share;
-          }
-          int64_t unused_step = 0;  // a cached row's step count is its clock
-          ApplyDelta(config_.optimizer, last_learning_rate_, delta, pending, dim, state,
-                     state + dim, &unused_step);
-        }
-        server_clock_[slot] = clocks[answer[i]];
-        local_clock_[slot] = clocks[answer[i]] + pending;
-        ++refreshes;
-        continue;
-      }
-      slot = TakeSlot();  // cannot fail: u <= capacity and the batch is detached
-      slots[i] = slot;
-      inserted[i] = true;
-      keys_[slot] = unique_keys[i];
-      index_.Insert(unique_keys[i], static_cast<uint32_t>(slot));
-      std::memcpy(State(slot), fresh, sizeof(float) * width_);
-      std::memset(PendingDelta(slot), 0, sizeof(float) * width_);
-      server_clock_[slot] = local_clock_[slot] = clocks[answer[i]];
-      ++misses;
-    }
-    for (int64_t i = 0; i < u; ++i) {
-      const int32_t slot = slots[i];
-      // A slot just taken still carries its previous occupant's count.
-      order_.Attach(slot, inserted[i] ? 1 : order_.touches(slot) + 1);
-      std::memcpy(rows_out + size_t(i) * dim, State(slot), sizeof(float) * dim);
-    }
+    counters_.hits += hits;
+    counters_.misses += misses;
+    counters_.stale_refreshes += refreshes;
   }
-  counters_.hits += hits;
-  counters_.misses += misses;
-  counters_.stale_refreshes += refreshes;
   counters_.rows_pulled += m;
   counters_.bytes_received += wire::PullAnswer(m, answer_width);
   return Status::Ok();
@@ -280,6 +329,10 @@ Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_
 
 void WorkerCache::Clear() {
   std::lock_guard<std::mutex> lock(mu_);
+  ClearLocked();
+}
+
+void WorkerCache::ClearLocked() {
   index_.Clear();
   for (size_t slot = 0; slot < keys_.size(); ++slot) {
     if (order_.attached(static_cast<int32_t>(slot))) order_.Detach(static_cast<int32_t>(slot));
@@ -288,6 +341,10 @@ void WorkerCache::Clear() {
   for (int64_t s = config_.capacity - 1; s >= 0; --s)
     free_slots_.push_back(static_cast<int32_t>(s));
   outbox_ = Pushes();
+  unreported_evictions_.clear();
+  evictions_in_flight_ = 0;
+  epochs_.clear();
+  generation_ = DrawId();
 }
 
 }  // namespace het

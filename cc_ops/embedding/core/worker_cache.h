@@ -6,12 +6,18 @@
 // every field of the state, not yet pushed. Local updates follow the table's
 // own optimizer, so a cached row moves the way the shard will move it.
 //
-// One lookup runs as Prepare (unique keys and their clocks go to the
-// shards), the shards' Pull, then Complete (only missing or stale rows come
-// back). One update runs as Accumulate (local step, pushes due by the write
-// bound), the shards' Push, then AckPush. The halves are separate calls
-// because in a cluster the shards are on other machines and the transfers
-// in between are TensorFlow's.
+// A training lookup syncs in one of two ways (CacheConfig::sync):
+// - kRefresh: BeginSync (only the keys not cached, and the evictions since
+//   the last sync, go to the shards), the shards' Sync, then EndSync: the
+//   shards send the missing rows and fresh states of every copy of this
+//   worker that went past the read bound (copy_records.h). A hit costs no
+//   bytes.
+// - kCheck, HET's: Prepare (every unique key goes with its clock), the
+//   shards' Pull, then Complete (only missing or stale rows come back).
+// Evaluation lookups always check. One update runs as Accumulate (local
+// step, pushes due by the write bound), the shards' Push, then AckPush.
+// The halves are separate calls because in a cluster the shards are on
+// other machines and the transfers in between are TensorFlow's.
 #ifndef HET_TF_EMBEDDING_CORE_WORKER_CACHE_H_
 #define HET_TF_EMBEDDING_CORE_WORKER_CACHE_H_
 
@@ -22,11 +28,17 @@
 #include <vector>
 
 #include "cc_ops/common/status.h"
+#include "cc_ops/embedding/core/copy_records.h"
 #include "cc_ops/embedding/core/eviction_order.h"
 #include "cc_ops/embedding/core/key_index.h"
 #include "cc_ops/embedding/core/sparse_optimizer.h"
 
 namespace het {
+
+enum class SyncMode { kRefresh, kCheck };
+
+// Accepts "refresh" and "check".
+Status ParseSyncMode(const std::string& name, SyncMode* mode);
 
 struct CacheConfig {
   std::string table_name = "table";
@@ -45,6 +57,13 @@ struct CacheConfig {
   // no bound spans more than a 1/staleness_ramp share of the training done
   // (docs/consistency.md). 0: the bounds above from the first step.
   int64_t staleness_ramp = 0;
+  SyncMode sync = SyncMode::kRefresh;
+  // The table's shards: each exchange sends every shard a request.
+  int64_t num_shards = 1;
+  // Names this worker to the shards' copy records; stable across restarts
+  // of the same worker (the kernel derives it from the device and the
+  // cache's shared name). 0: drawn at random.
+  uint64_t worker_id = 0;
 };
 
 Status ValidateCacheConfig(const CacheConfig& config);
@@ -54,6 +73,29 @@ struct LookupPlan {
   std::vector<int32_t> inverse;      // ids[i] == unique_keys[inverse[i]]
   std::vector<int64_t> clocks;       // c_c of the cached copy, -1 if none
   int64_t read_staleness = 0;        // the read bound in force, for the shards
+};
+
+// A training lookup's request under SyncMode::kRefresh.
+struct SyncPlan {
+  std::vector<int64_t> unique_keys;  // in order of first appearance
+  std::vector<int32_t> inverse;      // ids[i] == unique_keys[inverse[i]]
+  std::vector<int64_t> misses;       // the unique keys not cached, in that order
+  std::vector<int64_t> evicted;      // keys evicted since the last completed sync
+  Sender sender;
+  int64_t read_staleness = 0;  // the read bound in force
+};
+
+// What the shards answer a sync, their parts concatenated.
+struct SyncAnswer {
+  const float* miss_states;  // one state per miss of the plan, in order
+  const int64_t* miss_clocks;
+  int64_t misses;
+  const int64_t* refresh_keys;  // copies past the read bound, with fresh states
+  const float* refresh_states;
+  const int64_t* refresh_clocks;
+  int64_t refreshes;
+  const int64_t* epochs;  // each shard's epoch (TableShard::epoch)
+  int64_t shards;
 };
 
 // Outputs of this type are replaced, not appended to.
@@ -71,7 +113,8 @@ struct CacheCounters {
   uint64_t unique_keys = 0;      // after per-batch deduplication
   uint64_t hits = 0;             // cached and within the read bound
   uint64_t misses = 0;           // not cached
-  uint64_t stale_refreshes = 0;  // cached but past the read bound
+  uint64_t stale_refreshes = 0;  // cached but past the read bound, refreshed
+  uint64_t evictions_reported = 0;
   uint64_t evictions = 0;
   uint64_t dirty_evictions = 0;  // evicted with pending updates, which are pushed
   uint64_t rows_pulled = 0;
@@ -95,9 +138,24 @@ class WorkerCache {
   int64_t size() const;
   CacheCounters Counters() const;
 
+  // Who this cache is to the shards: its worker id and current generation.
+  Sender sender() const;
+
   // Deduplicates ids and gives the clocks to send with them. In training a
   // batch must fit in the cache.
   Status Prepare(const int64_t* ids, int64_t n, bool training, LookupPlan* plan);
+
+  // A training lookup under SyncMode::kRefresh: deduplicates ids and lists
+  // the keys to fetch and the evictions to report.
+  Status BeginSync(const int64_t* ids, int64_t n, SyncPlan* plan);
+  // Takes the shards' answer to the last BeginSync of `unique_keys`: fresh
+  // states of copies past the read bound (their pending deltas re-applied),
+  // then the missing rows, inserted; writes all u unique rows to rows_out.
+  // A shard whose epoch changed since the last sync lost its record of this
+  // cache's copies (restarted or restored): the cache is cleared and the
+  // step fails with Aborted, to be run again.
+  Status EndSync(const int64_t* unique_keys, int64_t u, const SyncAnswer& answer,
+                 float* rows_out);
 
   // Takes the shards' answer for plan.unique_keys (clocks at distinct
   // `positions`, with full states in training and bare rows out of it) and
@@ -128,7 +186,8 @@ class WorkerCache {
   void Flush(Pushes* out);
 
   // Drops every entry and pending update: after a restore the cached copies
-  // and their pending updates belong to an abandoned timeline.
+  // and their pending updates belong to an abandoned timeline. The cache
+  // takes a new generation, so the shards drop their record of it.
   void Clear();
 
  private:
@@ -147,6 +206,23 @@ class WorkerCache {
   // Keys must be unique; those of the last Prepare are by construction, so
   // the two halves of a lookup and its update do not check them again.
   Status CheckUniqueUnlessPrepared(const int64_t* keys, int64_t n) const;
+  // Unique keys in order of first appearance and where each id went; in
+  // training they must fit in the cache. Remembers them as prepared.
+  Status Deduplicate(const int64_t* ids, int64_t n, bool training,
+                     std::vector<int64_t>* unique_keys, std::vector<int32_t>* inverse);
+  // Each unique key's slot, -1 if not cached.
+  std::vector<int32_t> SlotsOf(const int64_t* keys, int64_t u) const;
+  // A cached entry takes a fresh state at server clock `clock`, with its
+  // own pending delta merged back in as the shard will merge it.
+  void Refresh(int32_t slot, const float* fresh, int64_t clock);
+  // A training lookup's rows: answer[i] >= 0 is the row of `states`
+  // (whole states) holding unique key i's fresh state. Cached keys with an
+  // answer are refreshed, missing ones inserted, and every row written to
+  // rows_out.
+  void FillForTraining(const int64_t* unique_keys, int64_t u, std::vector<int32_t>& slots,
+                       const std::vector<int32_t>& answer, const float* states,
+                       const int64_t* clocks, float* rows_out);
+  void ClearLocked();
 
   const CacheConfig config_;
   const int width_;
@@ -157,6 +233,10 @@ class WorkerCache {
   std::vector<int64_t> keys_, server_clock_, local_clock_;
   std::vector<float> states_, pending_delta_;  // capacity * width_ each
   Pushes outbox_;                              // evicted with pending updates, not yet acknowledged
+  uint64_t generation_ = 0;
+  std::vector<int64_t> unreported_evictions_;  // kRefresh: since the last completed sync
+  size_t evictions_in_flight_ = 0;             // of those, sent by the last BeginSync
+  std::vector<int64_t> epochs_;                // each shard's, from the last sync
   std::vector<int64_t> prepared_;              // the unique keys of the last Prepare
   // FTRL's refresh recomputes a row from its slots with it; an entry has
   // pending updates only after an Accumulate has set it.

@@ -103,7 +103,7 @@ Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* count
   outbox_ = std::move(undelivered);
   counters_.rows_pushed += n;
   counters_.updates_pushed += updates;
-  counters_.bytes_sent += wire::PushRequest(n, width_, /*with_base_clock=*/true);
+  counters_.bytes_sent += wire::PushRequest(n, width_, /*delta=*/true, config_.num_shards);
   if (states != nullptr) counters_.bytes_received += wire::PushAnswer(n, width_);
   return Status::Ok();
 }

@@ -33,7 +33,9 @@ het::CacheConfig Cache(int dim, int64_t capacity, het::CachePolicy policy, int64
   return c;
 }
 
-std::unique_ptr<het::WorkerCache> MakeCache(const het::CacheConfig& c) {
+// A cache of a table split over `shards` shards.
+std::unique_ptr<het::WorkerCache> MakeCache(het::CacheConfig c, int shards = 1) {
+  c.num_shards = shards;
   std::unique_ptr<het::WorkerCache> cache;
   if (!het::WorkerCache::Create(c, &cache).ok()) std::abort();
   return cache;
@@ -100,7 +102,7 @@ HET_TEST(StalenessZeroMatchesTheNoCachePathExactly) {
     for (auto policy :
          {het::CachePolicy::kLRU, het::CachePolicy::kLFU, het::CachePolicy::kLFUPinned}) {
       LocalCluster cached(Table(kind, dim), 2), direct(Table(kind, dim), 2);
-      auto cache = MakeCache(Cache(dim, 40, policy, 0, 0, kind));  // small: evicts every step
+      auto cache = MakeCache(Cache(dim, 40, policy, 0, 0, kind), 2);  // small: evicts every step
       TrainSideBySide(cached, *cache, direct, Batches(60, 24, 300, 11), dim);
       std::map<int64_t, int64_t> ca, cb;
       EXPECT_TRUE(TableContents(cached, &ca) == TableContents(direct, &cb));
@@ -121,7 +123,7 @@ HET_TEST(LocalStepsFollowTheTablesOptimizer) {
                     het::OptimizerKind::kAdam, het::OptimizerKind::kFtrl}) {
     LocalCluster cached(Table(kind, dim), 2), direct(Table(kind, dim), 2);
     // Unbounded write bound and a cache that holds every key: no push at all.
-    auto cache = MakeCache(Cache(dim, 400, het::CachePolicy::kLFU, -1, -1, kind));
+    auto cache = MakeCache(Cache(dim, 400, het::CachePolicy::kLFU, -1, -1, kind), 2);
     TrainSideBySide(cached, *cache, direct, Batches(40, 32, 300, 17), dim);
     EXPECT_EQ(cache->Counters().rows_pushed, 0u);
     EXPECT_OK(cached.Flush(*cache, 0.05f));
@@ -193,7 +195,7 @@ HET_TEST(DirtyEvictionsAndFlushLoseNoUpdate) {
   table.initializer.a = 0;
   LocalCluster cluster(table, 3);
   // Unbounded staleness: nothing is pushed but by eviction or flush.
-  auto cache = MakeCache(Cache(dim, 30, het::CachePolicy::kLFU, -1, -1));
+  auto cache = MakeCache(Cache(dim, 30, het::CachePolicy::kLFU, -1, -1), 3);
   auto batches = Batches(80, 20, 500, 5);
   std::map<int64_t, int64_t> updates;
   for (const auto& batch : batches) {
@@ -247,11 +249,15 @@ HET_TEST(ReadBoundDecidesWhenAnotherWorkersUpdatesAreSeen) {
   EXPECT_NEAR(seen_a[0], first[0] - 4 * 0.5f, 1e-6);
 }
 
+// HET's check: the copy is valid while c_g <= c_c + s_r, so a worker's own
+// pending updates extend its copy's life.
 HET_TEST(RefreshKeepsTheWorkersOwnPendingUpdates) {
   const int dim = 2;
   LocalCluster cluster(Table(het::OptimizerKind::kSGD, dim), 2);
-  auto a = MakeCache(Cache(dim, 8, het::CachePolicy::kLFU, 0, 100));  // a never pushes here
-  auto b = MakeCache(Cache(dim, 8, het::CachePolicy::kLFU, 0, 0));
+  auto checking = Cache(dim, 8, het::CachePolicy::kLFU, 0, 100);  // a never pushes here
+  checking.sync = het::SyncMode::kCheck;
+  auto a = MakeCache(checking, 2);
+  auto b = MakeCache(Cache(dim, 8, het::CachePolicy::kLFU, 0, 0), 2);
   std::vector<int64_t> ids = {-42};
   het::LookupPlan plan;
   std::vector<float> row_a, row_b;
@@ -361,7 +367,7 @@ HET_TEST(CountersAddUpAndLfuBeatsLruOnSkewedKeys) {
   int i = 0;
   for (auto policy : {het::CachePolicy::kLRU, het::CachePolicy::kLFU}) {
     LocalCluster cluster(Table(het::OptimizerKind::kAdagrad, dim), 2);
-    auto cache = MakeCache(Cache(dim, 200, policy, 10, 10, het::OptimizerKind::kAdagrad));
+    auto cache = MakeCache(Cache(dim, 200, policy, 10, 10, het::OptimizerKind::kAdagrad), 2);
     auto batches = Batches(300, 64, 5000, 9);
     for (int step = 0; step < 300; ++step) {
       het::LookupPlan plan;

@@ -1,0 +1,120 @@
+#include "cc_ops/embedding/core/copy_records.h"
+
+#include <chrono>
+#include <random>
+
+#include "cc_ops/common/hashing.h"
+
+namespace het {
+
+uint64_t DrawId() {
+  std::random_device device;
+  const uint64_t seed =
+      (uint64_t{device()} << 32) ^ device() ^
+      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  const uint64_t id = Mix64(seed);
+  return id == Sender::kNoWorker ? 1 : id;
+}
+
+size_t CopyRecord::MemoryBytes() const {
+  return sizeof(*this) + index_.MemoryBytes() + clock_.capacity() * sizeof(int64_t) +
+         queued_.capacity() + free_.capacity() * sizeof(uint32_t) +
+         queue_.capacity() * sizeof(int64_t);
+}
+
+void CopyRecord::Hold(int64_t key, int64_t clock) {
+  uint32_t slot = index_.Find(key);
+  if (slot == KeyIndex::kAbsent) {
+    if (free_.empty()) {
+      slot = static_cast<uint32_t>(clock_.size());
+      clock_.push_back(0);
+      queued_.push_back(0);
+    } else {
+      slot = free_.back();
+      free_.pop_back();
+    }
+    index_.Insert(key, slot);
+  }
+  clock_[slot] = clock;
+  queued_[slot] = 0;  // a stale entry left in queue_ is skipped when taken
+}
+
+void CopyRecord::Acknowledged(int64_t key, int64_t clock) {
+  const uint32_t slot = index_.Find(key);
+  if (slot == KeyIndex::kAbsent) return;
+  clock_[slot] = clock;
+  queued_[slot] = 0;
+}
+
+void CopyRecord::Drop(int64_t key) {
+  const uint32_t slot = index_.Find(key);
+  if (slot == KeyIndex::kAbsent) return;
+  index_.Erase(key);
+  queued_[slot] = 0;
+  free_.push_back(slot);
+}
+
+void CopyRecord::Moved(int64_t key, int64_t clock) {
+  if (read_bound_ < 0) return;
+  const uint32_t slot = index_.Find(key);
+  if (slot == KeyIndex::kAbsent || queued_[slot]) return;
+  if (clock - clock_[slot] > read_bound_) {
+    queued_[slot] = 1;
+    queue_.push_back(key);
+  }
+}
+
+std::vector<int64_t> CopyRecord::TakeQueued() {
+  std::vector<int64_t> out;
+  for (int64_t key : queue_) {
+    const uint32_t slot = index_.Find(key);
+    if (slot == KeyIndex::kAbsent || !queued_[slot]) continue;
+    queued_[slot] = 0;  // each key once, however often it was queued
+    out.push_back(key);
+  }
+  queue_.clear();
+  return out;
+}
+
+CopyRecord* CopyRecords::Begin(const Sender& sender, int64_t read_bound) {
+  std::unique_ptr<CopyRecord>& record = records_[sender.worker];
+  if (record == nullptr || record->generation() != sender.generation) {
+    record.reset(new CopyRecord(sender.generation, read_bound));
+  }
+  record->set_read_bound(read_bound);
+  return record.get();
+}
+
+void CopyRecords::Pushed(const Sender& sender, const int64_t* keys, const int64_t* clocks,
+                         int64_t n) {
+  for (auto it = records_.begin(); it != records_.end();) {
+    CopyRecord& record = *it->second;
+    if (it->first == sender.worker) {
+      if (record.generation() != sender.generation) {
+        // Another incarnation of the sender: its copies are gone with it.
+        it = records_.erase(it);
+        continue;
+      }
+      // The sender takes each pushed row as the shard now holds it. A key
+      // it no longer holds (pushed from its outbox) is not recorded again.
+      for (int64_t i = 0; i < n; ++i) record.Acknowledged(keys[i], clocks[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i) record.Moved(keys[i], clocks[i]);
+    }
+    ++it;
+  }
+}
+
+size_t CopyRecords::copies() const {
+  size_t total = 0;
+  for (const auto& r : records_) total += r.second->size();
+  return total;
+}
+
+size_t CopyRecords::MemoryBytes() const {
+  size_t total = sizeof(*this);
+  for (const auto& r : records_) total += r.second->MemoryBytes() + 64;  // map node
+  return total;
+}
+
+}  // namespace het

@@ -1,0 +1,94 @@
+// What a shard knows of the copies that worker caches hold of its rows, for
+// the sync in which a hit costs no bytes (sync="refresh").
+//
+// For each worker cache that syncs this way the shard keeps the server clock
+// of every copy it handed out or acknowledged. A push advances a row's
+// clock; every other worker's copy that has then missed more updates than
+// that worker's read bound is queued, and the worker's next sync takes the
+// fresh state of each queued copy. A worker never asks about a row it
+// holds, so a hit moves nothing.
+//
+// A worker names itself by a stable id and a generation drawn when its
+// cache is made or cleared: a new generation replaces the old record, so a
+// restarted worker starts afresh. Workers report their evictions with the
+// next sync, which keeps each record within the cache's capacity plus one
+// step's evictions.
+//
+// Not thread-safe: the shard serialises syncs and pushes on it.
+#ifndef HET_TF_EMBEDDING_CORE_COPY_RECORDS_H_
+#define HET_TF_EMBEDDING_CORE_COPY_RECORDS_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "cc_ops/embedding/core/key_index.h"
+
+namespace het {
+
+// Who sent a sync or a push. A sender with no record (a cache that checks
+// its keys, or a plain push) uses kNoWorker.
+struct Sender {
+  static constexpr uint64_t kNoWorker = 0;
+  uint64_t worker = kNoWorker;
+  uint64_t generation = 0;
+};
+
+// A random nonzero id for generations, epochs and workers not named: they
+// must differ between caches, shards and incarnations.
+uint64_t DrawId();
+
+class CopyRecord {
+ public:
+  CopyRecord(uint64_t generation, int64_t read_bound)
+      : generation_(generation), read_bound_(read_bound) {}
+
+  uint64_t generation() const { return generation_; }
+  void set_read_bound(int64_t bound) { read_bound_ = bound; }
+  size_t size() const { return index_.size(); }
+  size_t MemoryBytes() const;
+
+  // The worker now holds a copy of key at server clock `clock`: a miss it
+  // fetched or a refresh it took.
+  void Hold(int64_t key, int64_t clock);
+  // The worker's own push of key left the row at `clock`, which its copy
+  // takes; nothing is recorded if it no longer holds the key.
+  void Acknowledged(int64_t key, int64_t clock);
+  void Drop(int64_t key);
+  // Another writer moved key's row to `clock`: queues the copy if it has
+  // now missed more updates than the read bound allows.
+  void Moved(int64_t key, int64_t clock);
+  // The queued keys still held, oldest first; the queue is emptied. Their
+  // copies stay recorded at their old clocks until the caller Holds them.
+  std::vector<int64_t> TakeQueued();
+
+ private:
+  uint64_t generation_;
+  int64_t read_bound_;  // negative: unbounded, nothing is ever queued
+  KeyIndex index_;      // key -> slot
+  std::vector<int64_t> clock_;
+  std::vector<uint8_t> queued_;
+  std::vector<uint32_t> free_;
+  std::vector<int64_t> queue_;
+};
+
+class CopyRecords {
+ public:
+  // The record of a syncing worker; a new generation replaces the old one.
+  CopyRecord* Begin(const Sender& sender, int64_t read_bound);
+  // After a push of keys[i] that left each row at clocks[i]: the sender's
+  // copies are the rows it gets back, every other worker's may be queued.
+  void Pushed(const Sender& sender, const int64_t* keys, const int64_t* clocks, int64_t n);
+  size_t workers() const { return records_.size(); }
+  size_t copies() const;
+  size_t MemoryBytes() const;
+  void Clear() { records_.clear(); }
+
+ private:
+  std::map<uint64_t, std::unique_ptr<CopyRecord>> records_;
+};
+
+}  // namespace het
+
+#endif  // HET_TF_EMBEDDING_CORE_COPY_RECORDS_H_

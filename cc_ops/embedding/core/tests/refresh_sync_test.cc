@@ -1,0 +1,187 @@
+// The sync in which a hit costs no bytes (sync="refresh"): what it sends,
+// when it refreshes, and how the shards' records of the copies stay bounded
+// and follow restarts.
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "cc_ops/common/tests/harness.h"
+#include "cc_ops/embedding/core/tests/local_cluster.h"
+#include "cc_ops/embedding/core/wire_sizes.h"
+
+namespace {
+
+using het_test::LocalCluster;
+
+het::TableConfig SgdTable(int dim) {
+  het::TableConfig c;
+  c.name = "emb";
+  c.dim = dim;
+  c.optimizer.kind = het::OptimizerKind::kSGD;
+  return c;
+}
+
+std::unique_ptr<het::WorkerCache> RefreshCache(int dim, int64_t capacity, int64_t s_read,
+                                               int64_t s_write, int shards) {
+  het::CacheConfig c;
+  c.table_name = "emb";
+  c.dim = dim;
+  c.capacity = capacity;
+  c.policy = het::CachePolicy::kLRU;
+  c.read_staleness = s_read;
+  c.write_staleness = s_write;
+  c.num_shards = shards;
+  std::unique_ptr<het::WorkerCache> cache;
+  if (!het::WorkerCache::Create(c, &cache).ok()) std::abort();
+  return cache;
+}
+
+uint64_t RecordedCopies(LocalCluster& cluster) {
+  uint64_t total = 0;
+  for (int s = 0; s < cluster.num_shards(); ++s) total += cluster.shard(s).Records().copies;
+  return total;
+}
+
+}  // namespace
+
+HET_TEST(HitsCostNoBytes) {
+  const int dim = 4, shards = 2;
+  LocalCluster cluster(SgdTable(dim), shards);
+  auto cache = RefreshCache(dim, 16, 10, 10, shards);
+  const std::vector<int64_t> ids = {1, 2, 3, 4, 5, 1, 2};
+  het::LookupPlan plan;
+  std::vector<float> rows;
+  EXPECT_OK(cluster.Lookup(*cache, ids, true, &plan, &rows));  // 5 misses
+  const het::CacheCounters before = cache->Counters();
+  uint64_t checked_before = 0;
+  for (int s = 0; s < shards; ++s) checked_before += cluster.shard(s).Counters().keys_checked;
+  for (int step = 0; step < 5; ++step) EXPECT_OK(cluster.Lookup(*cache, ids, true, &plan, &rows));
+  const het::CacheCounters after = cache->Counters();
+  uint64_t checked_after = 0;
+  for (int s = 0; s < shards; ++s) checked_after += cluster.shard(s).Counters().keys_checked;
+  EXPECT_EQ(after.hits - before.hits, 25u);
+  EXPECT_EQ(checked_after, checked_before);  // no key reached a shard
+  // Only each request's sender and bound went out, and each shard's epoch
+  // came back.
+  EXPECT_EQ(after.bytes_sent - before.bytes_sent, 5 * het::wire::SyncRequest(0, shards));
+  EXPECT_EQ(after.bytes_received - before.bytes_received,
+            5 * het::wire::SyncAnswer(0, 0, dim, shards));
+  EXPECT_EQ(het::wire::SyncRequest(0, shards), 48u);
+}
+
+// The shard counts the updates other writers made since the copy; the
+// worker's own pending updates neither extend nor shorten its copy's life.
+HET_TEST(ACopyIsRefreshedOnceOtherWritersPassTheReadBound) {
+  const int dim = 2;
+  LocalCluster cluster(SgdTable(dim), 1);
+  auto a = RefreshCache(dim, 8, 2, 100, 1);  // a's own updates stay pending
+  auto b = RefreshCache(dim, 8, 0, 0, 1);    // b pushes every update
+  const std::vector<int64_t> ids = {9};
+  het::LookupPlan plan;
+  std::vector<float> row_a, row_b;
+  EXPECT_OK(cluster.Lookup(*a, ids, true, &plan, &row_a));
+  const float init = row_a[0];
+  EXPECT_OK(cluster.Update(*a, ids, {1.0f, 1.0f}, 0.5f));  // a: -0.5, pending
+  for (int i = 1; i <= 4; ++i) {
+    EXPECT_OK(cluster.Lookup(*b, ids, true, &plan, &row_b));
+    EXPECT_OK(cluster.Update(*b, ids, {1.0f, 1.0f}, 0.25f));  // server: -0.25 each
+    EXPECT_OK(cluster.Lookup(*a, ids, true, &plan, &row_a));
+    // Refreshed once b's updates since a's copy exceed 2: after the third.
+    EXPECT_EQ(a->Counters().stale_refreshes, i < 3 ? 0u : 1u);
+    // a always reads its own write; after the refresh, b's three as well.
+    EXPECT_NEAR(row_a[0], init - 0.5f - (i < 3 ? 0.0f : 0.75f), 1e-6);
+  }
+  EXPECT_EQ(cluster.shard(0).Counters().rows_refreshed, 1u);
+  EXPECT_OK(cluster.Flush(*a, 0.5f));
+  std::vector<float> row;
+  EXPECT_OK(cluster.GatherRows(ids, &row));
+  EXPECT_NEAR(row[0], init - 0.5f - 1.0f, 1e-6);  // nothing lost
+}
+
+HET_TEST(EvictionReportsKeepTheRecordWithinTheCache) {
+  const int dim = 2, shards = 2, capacity = 10;
+  LocalCluster cluster(SgdTable(dim), shards);
+  auto cache = RefreshCache(dim, capacity, 5, 5, shards);
+  std::mt19937_64 rng(7);
+  het::LookupPlan plan;
+  std::vector<float> rows;
+  for (int step = 0; step < 200; ++step) {
+    std::vector<int64_t> ids;
+    for (int i = 0; i < 6; ++i) ids.push_back(static_cast<int64_t>(rng() % 60));
+    EXPECT_OK(cluster.Lookup(*cache, ids, true, &plan, &rows));
+    EXPECT_OK(cluster.Update(*cache, plan.unique_keys,
+                             std::vector<float>(plan.unique_keys.size() * dim, 0.1f), 0.1f));
+    // The cache's rows and at most one step's evictions, not yet reported.
+    EXPECT_TRUE(RecordedCopies(cluster) <= uint64_t(capacity + 6));
+  }
+  EXPECT_TRUE(cache->Counters().evictions > 100u);
+  EXPECT_OK(cluster.Lookup(*cache, {plan.unique_keys[0]}, true, &plan, &rows));  // a hit
+  EXPECT_EQ(RecordedCopies(cluster), uint64_t(cache->size()));
+  EXPECT_EQ(cache->Counters().evictions_reported, cache->Counters().evictions);
+}
+
+HET_TEST(ANewGenerationReplacesTheRecordAndAShardRestartClearsTheCache) {
+  const int dim = 2;
+  LocalCluster cluster(SgdTable(dim), 1);
+  auto cache = RefreshCache(dim, 8, 3, 3, 1);
+  het::LookupPlan plan;
+  std::vector<float> rows;
+  EXPECT_OK(cluster.Lookup(*cache, {1, 2, 3}, true, &plan, &rows));
+  const het::Sender first = cache->sender();
+  cache->Clear();  // as after a restore: a new generation
+  EXPECT_TRUE(cache->sender().generation != first.generation);
+  EXPECT_EQ(cache->sender().worker, first.worker);
+  EXPECT_OK(cluster.Lookup(*cache, {4}, true, &plan, &rows));
+  EXPECT_EQ(cluster.shard(0).Records().workers, 1u);
+  EXPECT_EQ(cluster.shard(0).Records().copies, 1u);  // the old generation's 3 are gone
+
+  // A shard that lost its record (restarted or restored) is seen by its epoch.
+  EXPECT_OK(cluster.Update(*cache, {4}, {1.0f, 1.0f}, 0.1f));  // pending, not pushed
+  cluster.shard(0).Clear();
+  het::Status s = cluster.Lookup(*cache, {4}, true, &plan, &rows);
+  EXPECT_TRUE(s.code() == het::StatusCode::kAborted);
+  EXPECT_EQ(cache->size(), 0);
+  het::Pushes pending;
+  cache->Flush(&pending);
+  EXPECT_EQ(pending.size(), 0u);  // the old timeline's updates are dropped with it
+  EXPECT_OK(cluster.Lookup(*cache, {4}, true, &plan, &rows));  // and the next step runs
+  EXPECT_EQ(cluster.shard(0).Records().copies, 1u);
+}
+
+// Workers syncing and pushing at once: TSan checks the locking, and the
+// clocks account for every update.
+HET_TEST(ConcurrentSyncsAndPushesLoseNothing) {
+  const int dim = 2, shards = 2, workers = 3, steps = 300;
+  LocalCluster cluster(SgdTable(dim), shards);
+  std::vector<std::unique_ptr<het::WorkerCache>> caches;
+  for (int w = 0; w < workers; ++w) caches.push_back(RefreshCache(dim, 12, 2, 3, shards));
+  std::vector<std::thread> pool;
+  std::vector<int> failures(workers, 0);
+  for (int w = 0; w < workers; ++w) {
+    pool.emplace_back([&, w] {
+      std::mt19937_64 rng(w);
+      het::LookupPlan plan;
+      std::vector<float> rows;
+      for (int step = 0; step < steps; ++step) {
+        std::vector<int64_t> ids;
+        for (int i = 0; i < 5; ++i) ids.push_back(static_cast<int64_t>(rng() % 30));
+        if (!cluster.Lookup(*caches[w], ids, true, &plan, &rows).ok()) ++failures[w];
+        if (!cluster
+                 .Update(*caches[w], plan.unique_keys,
+                         std::vector<float>(plan.unique_keys.size() * dim, 0.01f), 0.1f)
+                 .ok()) {
+          ++failures[w];
+        }
+      }
+      if (!cluster.Flush(*caches[w], 0.1f).ok()) ++failures[w];
+    });
+  }
+  for (auto& t : pool) t.join();
+  uint64_t updates = 0, applied = 0;
+  for (int w = 0; w < workers; ++w) {
+    EXPECT_EQ(failures[w], 0);
+    updates += caches[w]->Counters().updates_pushed;
+  }
+  for (int s = 0; s < shards; ++s) applied += cluster.shard(s).Counters().updates_applied;
+  EXPECT_EQ(applied, updates);
+}
