@@ -1,5 +1,6 @@
 """A plain NumPy model of het_tf's table, cache and clock rules, written from
 the design rules rather than from the C++, to check the ops against."""
+import itertools
 import math
 
 import numpy as np
@@ -119,6 +120,10 @@ class RefTable:
         self.fields = FIELDS[optimizer]
         self.rows = {}  # key -> dict(w, acc, m, v, clock, step)
         self.updates_applied = 0
+        # sync="refresh": worker -> its record of copies: generation, read
+        # bound, key -> server clock of the copy, and the queue of copies
+        # that other writers moved past the bound.
+        self.records = {}
 
     def row(self, key):
         if key not in self.rows:
@@ -142,6 +147,41 @@ class RefTable:
                 out.append((i, self.state(k), r["clock"]))
         return out
 
+    def sync(self, worker, generation, misses, evicted, read_staleness):
+        """The sync by refresh: ([(state, clock)] of the misses, [(key,
+        state, clock)] of the sender's queued copies, oldest first)."""
+        rec = self.records.get(worker)
+        if rec is None or rec["generation"] != generation:
+            rec = self.records[worker] = dict(generation=generation, clocks={}, queue=[])
+        rec["bound"] = read_staleness
+        for k in evicted:
+            rec["clocks"].pop(k, None)
+        answers = []
+        for k in misses:
+            answers.append((self.state(k), self.row(k)["clock"]))
+            rec["clocks"][k] = self.row(k)["clock"]
+            rec["queue"] = [q for q in rec["queue"] if q != k]
+        refreshes = []
+        for k in dict.fromkeys(rec["queue"]):
+            if k in rec["clocks"]:
+                refreshes.append((k, self.state(k), self.row(k)["clock"]))
+                rec["clocks"][k] = self.row(k)["clock"]
+        rec["queue"] = []
+        return answers, refreshes
+
+    def _moved(self, key, sender):
+        """After a push by `sender` (worker, generation) moved key's row:
+        the sender's copy is the row now; others' copies may go stale."""
+        clock = self.row(key)["clock"]
+        for worker, rec in self.records.items():
+            if (worker, rec["generation"]) == sender:
+                if key in rec["clocks"]:
+                    rec["clocks"][key] = clock
+                    rec["queue"] = [q for q in rec["queue"] if q != key]
+            elif (rec["bound"] >= 0 and key in rec["clocks"] and key not in rec["queue"]
+                  and clock - rec["clocks"][key] > rec["bound"]):
+                rec["queue"].append(key)
+
     def push(self, key, grad, count, lr):
         """The no-cache write: `count` steps with the mean gradient."""
         r = self.row(key)
@@ -154,9 +194,10 @@ class RefTable:
                 r["step"] = optimizer_step(self.optimizer, r, mean, lr, r["step"])
         r["clock"] += count
         self.updates_applied += count
+        self._moved(key, None)
         return r["w"].copy(), r["clock"]
 
-    def push_delta(self, key, delta, count, base_clock, lr):
+    def push_delta(self, key, delta, count, base_clock, lr, sender=None):
         """A cache's write: every field takes its change (FTRL's row is
         recomputed from its merged slots), Adam's row its share."""
         r = self.row(key)
@@ -165,6 +206,7 @@ class RefTable:
         r["step"] += count
         r["clock"] += count
         self.updates_applied += count
+        self._moved(key, sender)
         return self.state(key), r["clock"]
 
 
@@ -174,9 +216,15 @@ class RefCache:
     count taken from the local clock. The victim is the attached entry with
     the lowest (bucket, attach order)."""
 
-    def __init__(self, table, capacity, policy, read_staleness, write_staleness, pin_threshold):
+    _workers = itertools.count(1)
+
+    def __init__(self, table, capacity, policy, read_staleness, write_staleness, pin_threshold,
+                 sync="check"):
         self.table, self.capacity, self.policy = table, capacity, policy
         self.s_r, self.s_w, self.pin = read_staleness, write_staleness, pin_threshold
+        self.sync = sync
+        self.worker, self.generation = next(self._workers), 0
+        self.unreported = []  # sync="refresh": evictions since the last sync
         self.entries = {}
         self.outbox = []  # (key, delta, count, base clock)
         self.seq = 0
@@ -199,13 +247,50 @@ class RefCache:
     def _zeros(self):
         return {f: np.zeros(self.table.dim, np.float32) for f in self.table.fields}
 
+    def clear(self):
+        """As after a restore: nothing cached or pending, a new generation."""
+        self.entries, self.outbox, self.unreported = {}, [], []
+        self.generation += 1
+
+    def _refresh(self, e, fresh, clock):
+        """The entry takes a fresh state, its pending delta merged back."""
+        pending = e["cc"] - e["cs"]
+        if pending:
+            e["pd"]["w"] = e["pd"]["w"] * concurrent_share(
+                self.table.optimizer, pending, clock - e["cs"])
+            merge(self.table.optimizer, fresh, e["pd"], pending, self.lr)
+        e["state"] = fresh
+        e["cs"], e["cc"] = clock, clock + pending
+        self.counters["stale_refreshes"] += 1
+
+    def _check_bound(self, unique):
+        """No read uses a copy staler than the bound allows, at the moment
+        of the exchange: by refresh, other writers' updates since the copy
+        (c_g - c_s); by check, HET's c_g - c_c."""
+        if self.s_r < 0:
+            return
+        for k in unique:
+            e = self.entries[k]
+            behind = self.table.row(k)["clock"] - e["cs" if self.sync == "refresh" else "cc"]
+            assert behind <= self.s_r, (k, behind, self.s_r)
+
     def lookup(self, ids, training):
         unique = list(dict.fromkeys(ids))
         if training and len(unique) > self.capacity:
             raise ValueError("batch larger than cache")
-        clocks = [self.entries[k]["cc"] if k in self.entries else -1 for k in unique]
         self.counters["lookups"] += len(ids)
         self.counters["unique_keys"] += len(unique)
+        if training and self.sync == "refresh":
+            misses = [k for k in unique if k not in self.entries]
+            evicted, self.unreported = self.unreported, []
+            fetched, refreshes = self.table.sync(self.worker, self.generation, misses, evicted,
+                                                 self.s_r)
+            for k, state, clock in refreshes:
+                self._refresh(self.entries[k], state, clock)
+            self.counters["rows_pulled"] += len(fetched) + len(refreshes)
+            answer = {unique.index(k): a for k, a in zip(misses, fetched)}
+            return unique, self._fill(unique, answer)
+        clocks = [self.entries[k]["cc"] if k in self.entries else -1 for k in unique]
         answer = {i: (state, c) for i, state, c in self.table.pull(unique, clocks, self.s_r)}
         self.counters["rows_pulled"] += len(answer)
         out = []
@@ -224,6 +309,11 @@ class RefCache:
                     out.append(answer[i][0]["w"] + share * e["pd"]["w"])
                     self.counters["stale_refreshes"] += 1
             return unique, out
+        return unique, self._fill(unique, answer)
+
+    def _fill(self, unique, answer):
+        """A training lookup's rows: answer[i] = (state, clock) refreshes
+        or inserts unique key i; the others are hits."""
         for k in unique:
             if k in self.entries:
                 self.entries[k]["attached"] = False
@@ -235,14 +325,7 @@ class RefCache:
             fresh, clock = answer[i]
             e = self.entries.get(k)
             if e is not None:
-                pending = e["cc"] - e["cs"]
-                if pending:
-                    e["pd"]["w"] = e["pd"]["w"] * concurrent_share(
-                        self.table.optimizer, pending, clock - e["cs"])
-                    merge(self.table.optimizer, fresh, e["pd"], pending, self.lr)
-                e["state"] = fresh
-                e["cs"], e["cc"] = clock, clock + pending
-                self.counters["stale_refreshes"] += 1
+                self._refresh(e, fresh, clock)
                 continue
             if len(self.entries) >= self.capacity:
                 victim = min((e for e in self.entries.values() if e["attached"]),
@@ -252,16 +335,20 @@ class RefCache:
                                         victim["cc"] - victim["cs"], victim["cs"]))
                     self.counters["dirty_evictions"] += 1
                 del self.entries[victim["key"]]
+                if self.sync == "refresh":
+                    self.unreported.append(victim["key"])
                 self.counters["evictions"] += 1
             self.entries[k] = dict(key=k, state=fresh, cs=clock, cc=clock, pd=self._zeros(),
                                    touches=0, attached=False)
             inserted.add(k)
             self.counters["misses"] += 1
+        self._check_bound(unique)
+        out = []
         for k in unique:
             e = self.entries[k]
             self._attach(e, 1 if k in inserted else e["touches"] + 1)
             out.append(e["state"]["w"].copy())
-        return unique, out
+        return out
 
     def apply_gradients(self, keys, grads, lr):
         self.lr = lr  # FTRL's refreshes recompute rows with it
@@ -283,7 +370,8 @@ class RefCache:
     def _push_and_ack(self, due, lr):
         outbox_keys = {k for k, _, _, _ in self.outbox}
         for k, delta, count, base_clock in due:
-            state, clock = self.table.push_delta(k, delta, count, base_clock, lr)
+            state, clock = self.table.push_delta(k, delta, count, base_clock, lr,
+                                                 sender=(self.worker, self.generation))
             self.counters["rows_pushed"] += 1
             self.counters["updates_pushed"] += count
             if k in outbox_keys:

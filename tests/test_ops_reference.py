@@ -37,23 +37,34 @@ def export_all(table):
     workers=st.integers(1, 2),
     optimizer=st.sampled_from(["sgd", "adagrad", "adam", "ftrl"]),
     evaluate_every=st.sampled_from([0, 3]),
+    sync=st.sampled_from(["refresh", "check"]),
+    restart_every=st.sampled_from([0, 4]),
 )
 def test_cached_training_matches_reference(unique_name, batches, capacity, policy, read_staleness,
                                            write_staleness, shards, workers, optimizer,
-                                           evaluate_every):
+                                           evaluate_every, sync, restart_every):
+    """Rows, counters and the final table match the NumPy model, which
+    also asserts at every training read that no copy is staler than the
+    read bound allows. A restart flushes a worker's cache and clears it: a
+    new generation, whose old record the shards drop."""
     dim = 3
     config = het_tf.TableConfig(unique_name(), dim, seed=5,
                                 optimizer=het_tf.OptimizerConfig(optimizer))
     table = het_tf.ShardedTable(config, [None] * shards)
     cache_config = het_tf.CacheConfig(capacity, policy, read_staleness, write_staleness,
-                                      pin_threshold=3)
+                                      pin_threshold=3, sync=sync)
     caches = [het_tf.WorkerCache(table, cache_config) for _ in range(workers)]
     ref_table = RefTable(dim, optimizer, seed=5)
-    ref_caches = [RefCache(ref_table, capacity, policy, read_staleness, write_staleness, 3)
+    ref_caches = [RefCache(ref_table, capacity, policy, read_staleness, write_staleness, 3, sync)
                   for _ in range(workers)]
 
     for step, batch in enumerate(batches):
         w = step % workers
+        if restart_every and step % restart_every == restart_every - 1:
+            caches[w].flush(LR)
+            caches[w].clear()
+            ref_caches[w].flush(LR)
+            ref_caches[w].clear()
         training = not (evaluate_every and step % evaluate_every == evaluate_every - 1)
         rows, unique, inverse = caches[w].lookup(tf.constant(batch, tf.int64), training)
         ref_unique, ref_rows = ref_caches[w].lookup(batch, training)
@@ -79,8 +90,57 @@ def test_cached_training_matches_reference(unique_name, batches, capacity, polic
         assert clock == ref_table.rows[key]["clock"]
     table_stats = table.stats()
     assert table_stats["updates_applied"] == ref_table.updates_applied
+    # One record per syncing worker and shard at most, none larger than
+    # the cache and its unreported evictions.
+    if sync == "refresh":
+        assert table_stats["record_workers"] <= workers * shards
+        assert table_stats["record_copies"] <= workers * (capacity + 12)
     assert table_stats["updates_applied"] == sum(c for _, c in contents.values())
     assert table_stats["rows"] == len(ref_table.rows)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    batches=st.lists(st.lists(st.integers(0, 9), min_size=1, max_size=5), min_size=8,
+                     max_size=24),
+    capacity=st.integers(5, 9),
+    read_staleness=st.integers(0, 2),
+    write_staleness=st.integers(1, 3),
+    shards=st.integers(1, 2),
+    optimizer=st.sampled_from(["sgd", "adam"]),
+    sync=st.sampled_from(["refresh", "check"]),
+)
+def test_two_workers_on_few_rows_stay_within_the_read_bound(
+        unique_name, batches, capacity, read_staleness, write_staleness, shards, optimizer, sync):
+    """Two workers sharing a few hot rows, with evictions and batched
+    pushes: the shards must refresh copies as other writers move them.
+    The NumPy model asserts the bound at every read; the ops must read its
+    rows, and the table end with its rows and clocks."""
+    dim = 2
+    config = het_tf.TableConfig(unique_name(), dim, seed=3,
+                                optimizer=het_tf.OptimizerConfig(optimizer))
+    table = het_tf.ShardedTable(config, [None] * shards)
+    cache_config = het_tf.CacheConfig(capacity, "lru", read_staleness, write_staleness,
+                                      sync=sync)
+    caches = [het_tf.WorkerCache(table, cache_config) for _ in range(2)]
+    ref_table = RefTable(dim, optimizer, seed=3)
+    ref_caches = [RefCache(ref_table, capacity, "lru", read_staleness, write_staleness, 100,
+                           sync) for _ in range(2)]
+    for step, batch in enumerate(batches):
+        w = step % 2
+        rows, unique, _ = caches[w].lookup(tf.constant(batch, tf.int64), True)
+        ref_unique, ref_rows = ref_caches[w].lookup(batch, True)
+        np.testing.assert_array_equal(rows.numpy(), np.stack(ref_rows))
+        grads = grads_for(rows.numpy(), step)
+        caches[w].apply_gradients(unique, tf.constant(grads), LR)
+        ref_caches[w].apply_gradients(ref_unique, grads, LR)
+    for cache, ref in zip(caches, ref_caches):
+        assert cache.stats()["stale_refreshes"] == ref.counters["stale_refreshes"]
+        cache.flush(LR)
+        ref.flush(LR)
+    for key, (values, clock) in export_all(table).items():
+        np.testing.assert_array_equal(values, ref_table.rows[key]["w"])
+        assert clock == ref_table.rows[key]["clock"]
 
 
 def test_rows_and_shards_follow_the_documented_hashes(unique_name):
@@ -97,8 +157,9 @@ def test_rows_and_shards_follow_the_documented_hashes(unique_name):
         assert sorted(got.numpy().tolist()) == sorted(k for k in keys if shard_of(k, 3) == s)
 
 
+@pytest.mark.parametrize("sync", ["refresh", "check"])
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam", "ftrl"])
-def test_staleness_zero_equals_the_no_cache_path(unique_name, optimizer):
+def test_staleness_zero_equals_the_no_cache_path(unique_name, optimizer, sync):
     dim = 4
     rng = np.random.default_rng(0)
     cached = het_tf.ShardedTable(
@@ -107,7 +168,7 @@ def test_staleness_zero_equals_the_no_cache_path(unique_name, optimizer):
     direct = het_tf.ShardedTable(
         het_tf.TableConfig(unique_name(), dim, optimizer=het_tf.OptimizerConfig(optimizer)),
         [None, None])
-    cache = het_tf.WorkerCache(cached, het_tf.CacheConfig(40, "lfu", 0, 0))
+    cache = het_tf.WorkerCache(cached, het_tf.CacheConfig(40, "lfu", 0, 0, sync=sync))
     for step in range(25):
         ids = tf.constant((rng.zipf(1.3, size=(8, 3)) % 200).astype(np.int64))
         rows_c, unique_c, inverse_c = cache.lookup(ids, True)

@@ -71,7 +71,7 @@ class WorkerCache:
                 vocabulary_size=self.table.config.vocabulary_size, policy=c.policy,
                 pin_threshold=c.pin_threshold, read_staleness=c.read_staleness,
                 write_staleness=c.write_staleness, staleness_ramp=c.staleness_ramp,
-                shared_name=self.shared_name,
+                sync=c.sync, num_shards=self.table.num_shards, shared_name=self.shared_name,
                 **self.table.config.optimizer.op_attrs())
 
     def stats(self):
@@ -97,8 +97,12 @@ class WorkerCache:
 
     def lookup(self, ids, training):
         """Rows of int64 `ids` (any shape) plus the batch's unique keys and
-        the inverse map, for the gradient step."""
+        the inverse map, for the gradient step. Training syncs as the
+        config says; evaluation checks every key, so that it changes
+        nothing."""
         ids = self.table.check_ids(ids)
+        if training and self.config.sync == "refresh":
+            return self._lookup_by_refresh(ids)
         with self._placed(self.device):
             unique, inverse, clocks, read_staleness = self._ops.het_cache_prepare(
                 self.handle(), ids, training=training)
@@ -108,6 +112,18 @@ class WorkerCache:
         with self._placed(self.device):
             rows = self._ops.het_cache_complete(self.handle(), unique, positions, values,
                                                 row_clocks, dim=self.dim, training=training)
+        return rows, unique, inverse
+
+    def _lookup_by_refresh(self, ids):
+        """Only the keys not cached and the evictions since the last sync go
+        to the shards; they answer with those rows and the fresh states of
+        this worker's copies that went past the read bound."""
+        with self._placed(self.device):
+            (unique, inverse, misses, evicted, worker, generation,
+             read_staleness) = self._ops.het_cache_begin_sync(self.handle(), ids)
+        answer = self.table.sync(worker, generation, misses, evicted, read_staleness)
+        with self._placed(self.device):
+            rows = self._ops.het_cache_end_sync(self.handle(), unique, *answer, dim=self.dim)
         return rows, unique, inverse
 
     def apply_gradients(self, unique_keys, unique_grads, learning_rate):
@@ -129,12 +145,13 @@ class WorkerCache:
         return self._on_every_worker(one)
 
     def _push_and_ack(self, pushes, learning_rate, device=None):
-        """pushes: (keys, deltas, counts, base clocks) as the cache's
-        accumulate and flush ops give them."""
-        keys, deltas, counts, base_clocks = pushes
+        """pushes: (keys, deltas, counts, base clocks, worker, generation)
+        as the cache's accumulate and flush ops give them."""
+        keys, deltas, counts, base_clocks, worker, generation = pushes
         # The cache pushes only keys its Prepare checked.
         values, clocks = self.table.push_deltas(keys, deltas, counts, base_clocks,
-                                                learning_rate, keys_checked=True)
+                                                learning_rate, keys_checked=True,
+                                                sender=(worker, generation))
         with self._placed(device or self.device):
             return self._ops.het_cache_ack_push(self.handle(device), keys, counts, values,
                                                 clocks)

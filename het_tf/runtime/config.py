@@ -12,6 +12,10 @@ import typing
 OPTIMIZERS = ("sgd", "adagrad", "adam", "ftrl")
 INITIALIZERS = ("uniform", "normal", "truncated_normal", "constant", "zeros")
 POLICIES = ("lru", "lfu", "lfu_opt")
+# How a cache's training lookups sync with the shards (docs/consistency.md):
+# "refresh", the shards tell the worker which copies went stale and a hit
+# costs no bytes; "check", HET's, every key goes with its clock.
+SYNC_MODES = ("refresh", "check")
 # Slots per row of each optimizer, as the C++ core keeps them.
 NUM_SLOTS = {"sgd": 0, "adagrad": 1, "adam": 2, "ftrl": 2}
 # The slot of a sum or average of squared gradients, whose part of a cache's
@@ -185,6 +189,7 @@ class CacheConfig:
     # > 0: the bounds in force are at most this worker's training steps /
     # staleness_ramp, until they reach the bounds above (docs/consistency.md).
     staleness_ramp: int = 0
+    sync: str = "refresh"  # one of SYNC_MODES
 
     def validate(self, owner):
         """Checks every field; `owner` names the table or layer in errors."""
@@ -203,6 +208,8 @@ class CacheConfig:
         if not _is_int(self.staleness_ramp) or self.staleness_ramp < 0:
             _fail(owner, "staleness_ramp must be an int >= 0 (0: no ramp), got "
                   f"{self.staleness_ramp!r}")
+        if self.sync not in SYNC_MODES:
+            _fail(owner, f"unknown sync {self.sync!r}; expected one of {', '.join(SYNC_MODES)}")
         return self
 
 

@@ -101,6 +101,33 @@ class ShardedTable:
         return (tf.concat([tf.gather(origin[s], a[0]) for s, a in enumerate(answers)], 0),
                 tf.concat([a[1] for a in answers], 0), tf.concat([a[2] for a in answers], 0))
 
+    def sync(self, worker, generation, misses, evicted, read_staleness):
+        """A worker cache's sync by refresh (HetTableSync on every shard):
+        `misses` (unique keys not cached) and `evicted` (keys the cache
+        dropped since its last sync) go to their shards, which the cache
+        has already checked them against. Returns (miss states in the order
+        of `misses`, their clocks, refreshed keys, their states and clocks,
+        each shard's epoch), as HetCacheEndSync takes them."""
+        num_slots = self.config.num_slots
+        staleness = tf.cast(read_staleness, tf.int64)
+
+        def one(shard, misses_part, evicted_part):
+            with tf.device(self.devices[shard]):
+                return self._ops.het_table_sync(self.handle(shard), worker, generation,
+                                                misses_part, evicted_part, staleness,
+                                                dim=self.dim, num_slots=num_slots)
+
+        if self.num_shards == 1:
+            answer = one(0, misses, evicted)
+            return tuple(answer[:5]) + (tf.reshape(answer[5], [1]),)
+        miss_origin, (miss_parts,) = self._partition(misses, keys_checked=True)
+        _, (evicted_parts,) = self._partition(evicted, keys_checked=True)
+        answers = [one(s, miss_parts[s], evicted_parts[s]) for s in range(self.num_shards)]
+        return (tf.dynamic_stitch(miss_origin, [a[0] for a in answers]),
+                tf.dynamic_stitch(miss_origin, [a[1] for a in answers]),
+                *(tf.concat([a[i] for a in answers], 0) for i in (2, 3, 4)),
+                tf.stack([a[5] for a in answers]))
+
     def push(self, keys, grads, counts, learning_rate, return_rows=True, keys_checked=False):
         """Applies gradient sums; with return_rows, the updated rows and
         clocks come back in the order of `keys`. keys_checked as for pull."""
@@ -110,10 +137,14 @@ class ShardedTable:
                                                         return_rows=return_rows),
             keys, grads, counts, "gradient", return_rows, keys_checked=keys_checked)
 
-    def push_deltas(self, keys, deltas, counts, base_clocks, learning_rate, keys_checked=False):
+    def push_deltas(self, keys, deltas, counts, base_clocks, learning_rate, keys_checked=False,
+                    sender=(0, 0)):
         """Merges caches' state deltas, taken from rows at `base_clocks` (see
         HetTablePushDeltas); the rows' states after the merge and their
-        clocks come back in the order of `keys`. keys_checked as for pull."""
+        clocks come back in the order of `keys`. keys_checked as for pull;
+        sender: the pushing cache's (worker id, generation), (0, 0) for
+        none."""
+        worker, generation = (tf.cast(x, tf.int64) for x in sender)
         lr = tf.cast(learning_rate, tf.float32)
         if self.num_shards > 1:
             # One shard checks its whole push itself; several must refuse a
@@ -121,7 +152,8 @@ class ShardedTable:
             deltas, base_clocks = self._check_deltas(deltas, base_clocks)
         return self._push(
             lambda h, k, d, c, b: self._ops.het_table_push_deltas(
-                h, k, d, c, lr, b, dim=self.dim, num_slots=self.config.num_slots),
+                h, k, d, c, lr, b, worker, generation, dim=self.dim,
+                num_slots=self.config.num_slots),
             keys, deltas, counts, "state delta", True, base_clocks, keys_checked=keys_checked)
 
     def _check_deltas(self, deltas, base_clocks):

@@ -24,11 +24,34 @@ using CacheKernel = CoreKernel<WorkerCache>;
 
 namespace {
 
-tensorflow::Status OutputPushes(OpKernelContext* ctx, const Pushes& p, int64_t width) {
+tensorflow::Status OutputScalar(OpKernelContext* ctx, int index, int64_t value) {
+  Tensor* out = nullptr;
+  TF_RETURN_IF_ERROR(ctx->allocate_output(index, TensorShape({}), &out));
+  out->scalar<int64_t>()() = value;
+  return tensorflow::OkStatus();
+}
+
+// Ids travel as int64 tensors; they are 64 bits all the same.
+tensorflow::Status OutputSender(OpKernelContext* ctx, int index, const Sender& sender) {
+  TF_RETURN_IF_ERROR(OutputScalar(ctx, index, static_cast<int64_t>(sender.worker)));
+  return OutputScalar(ctx, index + 1, static_cast<int64_t>(sender.generation));
+}
+
+tensorflow::Status OutputPushes(OpKernelContext* ctx, const Pushes& p, const WorkerCache& cache) {
   TF_RETURN_IF_ERROR(OutputVector(ctx, 0, p.keys));
-  TF_RETURN_IF_ERROR(OutputVector(ctx, 1, p.deltas, width));
+  TF_RETURN_IF_ERROR(OutputVector(ctx, 1, p.deltas, cache.width()));
   TF_RETURN_IF_ERROR(OutputVector(ctx, 2, p.counts));
-  return OutputVector(ctx, 3, p.base_clocks);
+  TF_RETURN_IF_ERROR(OutputVector(ctx, 3, p.base_clocks));
+  return OutputSender(ctx, 4, cache.sender());
+}
+
+// A worker's id for the shards' records: the same for every incarnation of
+// one cache on one device (FNV-1a of both names), so a restarted worker
+// replaces its old record.
+uint64_t WorkerIdOf(const std::string& device, const std::string& shared_name) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (char c : device + "|" + shared_name) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+  return h == Sender::kNoWorker ? 1 : h;
 }
 
 }  // namespace
@@ -49,8 +72,14 @@ class HetCacheOp : public CoreResourceOp<WorkerCache, CacheConfig> {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("read_staleness", &config_.read_staleness));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("write_staleness", &config_.write_staleness));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("staleness_ramp", &config_.staleness_ramp));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_shards", &config_.num_shards));
     OP_REQUIRES_OK(ctx, ParseOptimizerAttrs(ctx, config_.table_name, &config_.optimizer));
+    std::string sync, shared_name;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("sync", &sync));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("shared_name", &shared_name));
+    config_.worker_id = WorkerIdOf(ctx->device()->name(), shared_name);
     Status s = ParseCachePolicy(policy, &config_.policy);
+    if (s.ok()) s = ParseSyncMode(sync, &config_.sync);
     OP_REQUIRES(
         ctx, s.ok(),
         tensorflow::errors::InvalidArgument(TableLabel(config_.table_name), ": ", s.message()));
@@ -59,12 +88,13 @@ class HetCacheOp : public CoreResourceOp<WorkerCache, CacheConfig> {
  private:
   tensorflow::Status Mismatch(const CacheConfig& have) const override {
     if (have.dim != config_.dim || have.capacity != config_.capacity ||
-        have.optimizer.kind != config_.optimizer.kind) {
+        have.optimizer.kind != config_.optimizer.kind || have.sync != config_.sync ||
+        have.num_shards != config_.num_shards) {
       return tensorflow::errors::InvalidArgument(
           "the cache of ", TableLabel(config_.table_name),
           " already exists on this device with dim ", have.dim, " and ", have.capacity,
           " rows; asked for dim ", config_.dim, " and ", config_.capacity,
-          " rows, or for another optimizer");
+          " rows, or for another optimizer, sync or number of shards");
     }
     return tensorflow::OkStatus();
   }
@@ -92,6 +122,56 @@ class HetCachePrepareOp : public CacheKernel {
 
  private:
   bool training_;
+};
+
+class HetCacheBeginSyncOp : public CacheKernel {
+ public:
+  using CacheKernel::CacheKernel;
+  void Run(OpKernelContext* ctx, WorkerCache& cache) override {
+    const Tensor& ids = ctx->input(1);
+    SyncPlan plan;
+    OP_REQUIRES_OK(ctx, ToTf(cache.BeginSync(ids.flat<int64_t>().data(), ids.NumElements(), &plan)));
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 0, plan.unique_keys));
+    Tensor* inverse = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, ids.shape(), &inverse));
+    std::copy(plan.inverse.begin(), plan.inverse.end(), inverse->flat<int32_t>().data());
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 2, plan.misses));
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 3, plan.evicted));
+    OP_REQUIRES_OK(ctx, OutputSender(ctx, 4, plan.sender));
+    OP_REQUIRES_OK(ctx, OutputScalar(ctx, 6, plan.read_staleness));
+  }
+};
+
+class HetCacheEndSyncOp : public CacheKernel {
+ public:
+  using CacheKernel::CacheKernel;
+  void Run(OpKernelContext* ctx, WorkerCache& cache) override {
+    const std::string& name = cache.config().table_name;
+    const Tensor& keys = ctx->input(1);
+    const int64_t u = keys.NumElements();
+    const int64_t m = ctx->input(3).NumElements();
+    const int64_t r = ctx->input(4).NumElements();
+    OP_REQUIRES_OK(ctx, CheckVector(name, "unique keys", keys));
+    OP_REQUIRES_OK(ctx, CheckShape(name, "missing states", ctx->input(2), m, cache.width()));
+    OP_REQUIRES_OK(ctx, CheckShape(name, "missing clocks", ctx->input(3), m, 0));
+    OP_REQUIRES_OK(ctx, CheckVector(name, "refreshed keys", ctx->input(4)));
+    OP_REQUIRES_OK(ctx, CheckShape(name, "refreshed states", ctx->input(5), r, cache.width()));
+    OP_REQUIRES_OK(ctx, CheckShape(name, "refreshed clocks", ctx->input(6), r, 0));
+    OP_REQUIRES_OK(ctx, CheckVector(name, "shard epochs", ctx->input(7)));
+    SyncAnswer answer{ctx->input(2).flat<float>().data(),
+                      ctx->input(3).flat<int64_t>().data(),
+                      m,
+                      ctx->input(4).flat<int64_t>().data(),
+                      ctx->input(5).flat<float>().data(),
+                      ctx->input(6).flat<int64_t>().data(),
+                      r,
+                      ctx->input(7).flat<int64_t>().data(),
+                      ctx->input(7).NumElements()};
+    Tensor* rows = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({u, dim_}), &rows));
+    OP_REQUIRES_OK(ctx, ToTf(cache.EndSync(keys.flat<int64_t>().data(), u, answer,
+                                           rows->flat<float>().data())));
+  }
 };
 
 class HetCacheCompleteOp : public CacheKernel {
@@ -138,7 +218,7 @@ class HetCacheAccumulateOp : public CacheKernel {
     OP_REQUIRES_OK(ctx,
                    ToTf(cache.Accumulate(keys.flat<int64_t>().data(), n,
                                          ctx->input(2).flat<float>().data(), learning_rate, &due)));
-    OP_REQUIRES_OK(ctx, OutputPushes(ctx, due, cache.width()));
+    OP_REQUIRES_OK(ctx, OutputPushes(ctx, due, cache));
   }
 };
 
@@ -169,7 +249,7 @@ class HetCacheFlushOp : public CacheKernel {
   void Run(OpKernelContext* ctx, WorkerCache& cache) override {
     Pushes pending;
     cache.Flush(&pending);
-    OP_REQUIRES_OK(ctx, OutputPushes(ctx, pending, cache.width()));
+    OP_REQUIRES_OK(ctx, OutputPushes(ctx, pending, cache));
   }
 };
 
@@ -192,6 +272,8 @@ class HetCacheStatsOp : public CacheKernel {
                                              {"hits", int64_t(c.hits)},
                                              {"misses", int64_t(c.misses)},
                                              {"stale_refreshes", int64_t(c.stale_refreshes)},
+                                             {"evictions_reported",
+                                              int64_t(c.evictions_reported)},
                                              {"evictions", int64_t(c.evictions)},
                                              {"dirty_evictions", int64_t(c.dirty_evictions)},
                                              {"rows_pulled", int64_t(c.rows_pulled)},
@@ -206,6 +288,8 @@ class HetCacheStatsOp : public CacheKernel {
 
 HET_CPU_KERNEL("HetCache", HetCacheOp);
 HET_CPU_KERNEL("HetCachePrepare", HetCachePrepareOp);
+HET_CPU_KERNEL("HetCacheBeginSync", HetCacheBeginSyncOp);
+HET_CPU_KERNEL("HetCacheEndSync", HetCacheEndSyncOp);
 HET_CPU_KERNEL("HetCacheComplete", HetCacheCompleteOp);
 HET_CPU_KERNEL("HetCacheAccumulate", HetCacheAccumulateOp);
 HET_CPU_KERNEL("HetCacheAckPush", HetCacheAckPushOp);

@@ -131,6 +131,57 @@ class HetTablePullOp : public TableKernel {
   int64_t num_slots_ = 0;
 };
 
+namespace {
+
+// The sender of a sync or a delta push: worker id and generation, 64 bits
+// each carried as int64.
+tensorflow::Status ReadSender(OpKernelContext* ctx, const std::string& table, int index,
+                              Sender* sender) {
+  int64_t worker, generation;
+  TF_RETURN_IF_ERROR(ReadScalar(table, "worker id", ctx->input(index), &worker));
+  TF_RETURN_IF_ERROR(ReadScalar(table, "generation", ctx->input(index + 1), &generation));
+  sender->worker = static_cast<uint64_t>(worker);
+  sender->generation = static_cast<uint64_t>(generation);
+  return tensorflow::OkStatus();
+}
+
+}  // namespace
+
+class HetTableSyncOp : public TableKernel {
+ public:
+  explicit HetTableSyncOp(OpKernelConstruction* ctx) : TableKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_slots", &num_slots_));
+  }
+  void Run(OpKernelContext* ctx, TableShard& table) override {
+    const std::string& name = table.config().name;
+    OP_REQUIRES_OK(ctx, CheckNumSlots(table, num_slots_, false));
+    Sender sender;
+    OP_REQUIRES_OK(ctx, ReadSender(ctx, name, 1, &sender));
+    const Tensor& misses = ctx->input(3);
+    const Tensor& evicted = ctx->input(4);
+    OP_REQUIRES_OK(ctx, CheckVector(name, "missing keys", misses));
+    OP_REQUIRES_OK(ctx, CheckVector(name, "evicted keys", evicted));
+    int64_t read_staleness;
+    OP_REQUIRES_OK(ctx, ReadScalar(name, "read_staleness", ctx->input(5), &read_staleness));
+    SyncedRows rows;
+    OP_REQUIRES_OK(ctx, ToTf(table.Sync(sender, misses.flat<int64_t>().data(),
+                                        misses.NumElements(), evicted.flat<int64_t>().data(),
+                                        evicted.NumElements(), read_staleness, &rows)));
+    const int64_t width = table.state_width();
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 0, rows.miss_states, width));
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 1, rows.miss_clocks));
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 2, rows.refresh_keys));
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 3, rows.refresh_states, width));
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 4, rows.refresh_clocks));
+    Tensor* epoch = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(5, TensorShape({}), &epoch));
+    epoch->scalar<int64_t>()() = table.epoch();
+  }
+
+ private:
+  int64_t num_slots_ = 0;
+};
+
 class HetTablePushDeltasOp : public TableKernel {
  public:
   explicit HetTablePushDeltasOp(OpKernelConstruction* ctx) : TableKernel(ctx) {
@@ -144,6 +195,8 @@ class HetTablePushDeltasOp : public TableKernel {
     float learning_rate;
     OP_REQUIRES_OK(ctx, ReadPushInputs(ctx, table, "state deltas", width, &learning_rate));
     OP_REQUIRES_OK(ctx, CheckShape(table.config().name, "base clocks", ctx->input(5), n, 0));
+    Sender sender;
+    OP_REQUIRES_OK(ctx, ReadSender(ctx, table.config().name, 6, &sender));
     Tensor* states = nullptr;
     Tensor* clocks = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, width}), &states));
@@ -152,7 +205,8 @@ class HetTablePushDeltasOp : public TableKernel {
         ctx, ToTf(table.PushDeltas(keys.flat<int64_t>().data(), ctx->input(2).flat<float>().data(),
                                    ctx->input(3).flat<int64_t>().data(),
                                    ctx->input(5).flat<int64_t>().data(), n, learning_rate,
-                                   states->flat<float>().data(), clocks->flat<int64_t>().data())));
+                                   states->flat<float>().data(), clocks->flat<int64_t>().data(),
+                                   sender)));
   }
 
  private:
@@ -255,6 +309,7 @@ class HetTableStatsOp : public TableKernel {
   using TableKernel::TableKernel;
   void Run(OpKernelContext* ctx, TableShard& table) override {
     const TableCounters c = table.Counters();
+    const RecordSizes records = table.Records();
     OP_REQUIRES_OK(ctx, OutputStats(ctx, {
                                              {"rows", table.Size()},
                                              {"bytes_per_row", int64_t(table.BytesPerRow())},
@@ -262,6 +317,10 @@ class HetTableStatsOp : public TableKernel {
                                              {"pull_requests", int64_t(c.pull_requests)},
                                              {"keys_checked", int64_t(c.keys_checked)},
                                              {"rows_sent", int64_t(c.rows_sent)},
+                                             {"rows_refreshed", int64_t(c.rows_refreshed)},
+                                             {"record_workers", int64_t(records.workers)},
+                                             {"record_copies", int64_t(records.copies)},
+                                             {"record_bytes", int64_t(records.bytes)},
                                              {"push_requests", int64_t(c.push_requests)},
                                              {"rows_pushed", int64_t(c.rows_pushed)},
                                              {"updates_applied", int64_t(c.updates_applied)},
@@ -314,6 +373,7 @@ class HetBuildInfoOp : public OpKernel {
 HET_CPU_KERNEL("HetTableShard", HetTableShardOp);
 HET_CPU_KERNEL("HetTableGather", HetTableGatherOp);
 HET_CPU_KERNEL("HetTablePull", HetTablePullOp);
+HET_CPU_KERNEL("HetTableSync", HetTableSyncOp);
 HET_CPU_KERNEL("HetTablePush", HetTablePushOp);
 HET_CPU_KERNEL("HetTablePushDeltas", HetTablePushDeltasOp);
 HET_CPU_KERNEL("HetTableExport", HetTableExportOp);

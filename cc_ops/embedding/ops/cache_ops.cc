@@ -21,18 +21,23 @@ tensorflow::Status PushListShape(InferenceContext* c) {
   c->set_output(1, c->Matrix(n, c->UnknownDim()));
   c->set_output(2, c->Vector(n));
   c->set_output(3, c->Vector(n));
+  c->set_output(4, c->Scalar());
+  c->set_output(5, c->Scalar());
   return tensorflow::OkStatus();
 }
 
 }  // namespace
 
 // The pushes a cache hands out (HetCacheAccumulate, HetCacheFlush): keys,
-// state deltas, update counts and the server clocks the deltas started from.
+// state deltas, update counts and the server clocks the deltas started
+// from, and the cache's worker id and generation to send with them.
 #define HET_PUSH_LIST()                  \
   Output("push_keys: int64")             \
       .Output("push_deltas: float")      \
       .Output("push_counts: int64")      \
       .Output("push_base_clocks: int64") \
+      .Output("worker: int64")           \
+      .Output("generation: int64")       \
       .Attr("dim: int >= 1")             \
       .SetShapeFn(PushListShape)
 
@@ -47,6 +52,8 @@ REGISTER_OP("HetCache")
     .Attr("read_staleness: int = 100")
     .Attr("write_staleness: int = 100")
     .Attr("staleness_ramp: int = 0")
+    .Attr("sync: string = 'refresh'")
+    .Attr("num_shards: int >= 1 = 1")
     .HET_OPTIMIZER_ATTRS()
     .Attr("container: string = ''")
     .Attr("shared_name: string = ''")
@@ -57,7 +64,11 @@ Creates, or finds by shared_name on this device, a worker cache of `capacity`
 rows with LRU, LFU or LFU-opt eviction and HET's per-row clocks. Negative
 staleness bounds are unbounded. With staleness_ramp > 0 the bounds in force
 are at most the cache's training steps / staleness_ramp. The optimizer attrs
-must be the table's: the cache takes its local steps with them.
+must be the table's: the cache takes its local steps with them. `sync` is how
+training lookups sync, 'refresh' (HetCacheBeginSync, HetTableSync and
+HetCacheEndSync; hits cost no bytes) or 'check' (HetCachePrepare, HetTablePull
+and HetCacheComplete; every key goes with its clock, as in HET).
+`num_shards` is the table's.
 )doc");
 
 REGISTER_OP("HetCachePrepare")
@@ -79,6 +90,53 @@ REGISTER_OP("HetCachePrepare")
 First half of a cached lookup: the batch's unique keys, where each id went,
 the local clock of each key's cached copy (-1 if none) and the read bound in
 force, to send to the table shards' HetTablePull.
+)doc");
+
+REGISTER_OP("HetCacheBeginSync")
+    .Input("cache: resource")
+    .Input("ids: int64")
+    .Output("unique_keys: int64")
+    .Output("inverse: int32")
+    .Output("misses: int64")
+    .Output("evicted: int64")
+    .Output("worker: int64")
+    .Output("generation: int64")
+    .Output("read_staleness: int64")
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Vector(c->UnknownDim()));
+      c->set_output(1, c->input(1));
+      c->set_output(2, c->Vector(c->UnknownDim()));
+      c->set_output(3, c->Vector(c->UnknownDim()));
+      c->set_output(4, c->Scalar());
+      c->set_output(5, c->Scalar());
+      c->set_output(6, c->Scalar());
+      return tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+First half of a training lookup of a cache with sync 'refresh': the batch's
+unique keys and where each id went, the keys not cached and those evicted
+since the last completed sync, the cache's worker id and generation, and the
+read bound in force, to send to the table shards' HetTableSync.
+)doc");
+
+REGISTER_OP("HetCacheEndSync")
+    .Input("cache: resource")
+    .Input("unique_keys: int64")
+    .Input("miss_states: float")
+    .Input("miss_clocks: int64")
+    .Input("refresh_keys: int64")
+    .Input("refresh_states: float")
+    .Input("refresh_clocks: int64")
+    .Input("epochs: int64")
+    .Output("rows: float")
+    .Attr("dim: int >= 1")
+    .SetShapeFn(RowPerKeyShape)
+    .Doc(R"doc(
+Second half of a training lookup with sync 'refresh': takes the shards'
+answers (the misses' states in the order HetCacheBeginSync gave them, the
+refreshed copies' states, each shard's epoch) and gives the rows of all
+unique keys. Fails with Aborted, after clearing the cache, when a shard's
+epoch changed: it lost its record of the cache's copies.
 )doc");
 
 REGISTER_OP("HetCacheComplete")

@@ -88,6 +88,49 @@ num_slots 0 each row is its dim values; with the table's number of slots it
 is the row's whole state, values then slots, for a training cache.
 )doc");
 
+REGISTER_OP("HetTableSync")
+    .Input("table: resource")
+    .Input("worker: int64")
+    .Input("generation: int64")
+    .Input("misses: int64")
+    .Input("evicted: int64")
+    .Input("read_staleness: int64")
+    .Output("miss_states: float")
+    .Output("miss_clocks: int64")
+    .Output("refresh_keys: int64")
+    .Output("refresh_states: float")
+    .Output("refresh_clocks: int64")
+    .Output("epoch: int64")
+    .Attr("dim: int >= 1")
+    .Attr("num_slots: int >= 0")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle misses, unused;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 0, &unused));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 0, &unused));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 1, &misses));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(4), 1, &unused));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(5), 0, &unused));
+      DimensionHandle width;
+      TF_RETURN_IF_ERROR(StateWidthAttr(c, &width));
+      DimensionHandle r = c->UnknownDim();
+      c->set_output(0, c->Matrix(c->Dim(misses, 0), width));
+      c->set_output(1, c->Vector(c->Dim(misses, 0)));
+      c->set_output(2, c->Vector(r));
+      c->set_output(3, c->Matrix(r, width));
+      c->set_output(4, c->Vector(r));
+      c->set_output(5, c->Scalar());
+      return tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+The sync in which a hit costs no bytes. A worker cache (named by `worker`
+and `generation`; a new generation starts a new record) sends only the keys
+it does not hold and those it evicted since its last sync. Returns the
+misses' whole states (values then slots) and clocks in request order, the
+fresh states and clocks of the worker's copies that other writers moved past
+`read_staleness` since it took them, and the shard's epoch, which changes
+when the shard is made or cleared.
+)doc");
+
 REGISTER_OP("HetTablePushDeltas")
     .Input("table: resource")
     .Input("keys: int64")
@@ -95,6 +138,8 @@ REGISTER_OP("HetTablePushDeltas")
     .Input("counts: int64")
     .Input("learning_rate: float")
     .Input("base_clocks: int64")
+    .Input("worker: int64")
+    .Input("generation: int64")
     .Output("states: float")
     .Output("row_clocks: int64")
     .Attr("dim: int >= 1")
@@ -103,6 +148,8 @@ REGISTER_OP("HetTablePushDeltas")
       ShapeHandle keys, unused;
       TF_RETURN_IF_ERROR(PushInputShapes(c, &keys));
       TF_RETURN_IF_ERROR(c->WithRank(c->input(5), 1, &unused));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(6), 0, &unused));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(7), 0, &unused));
       DimensionHandle width;
       TF_RETURN_IF_ERROR(StateWidthAttr(c, &width));
       c->set_output(0, c->Matrix(c->Dim(keys, 0), width));
@@ -115,8 +162,10 @@ steps changed in its values and slots) is merged into the row and its clock
 advances by the count. `base_clocks` are the row clocks the cache's copies
 were taken at: the updates since are other writers', and with Adam they set
 the share of the values' change the merge keeps. All keys and values are
-checked before any row changes. The rows' states after the merge and their clocks come back for the
-cache to take.
+checked before any row changes. The rows' states after the merge and their
+clocks come back for the cache to take. `worker` and `generation` name the
+sender (HetCacheAccumulate gives them; 0 for none): its recorded copies take
+the merged rows, and other workers' copies may be queued as stale.
 )doc");
 
 REGISTER_OP("HetTablePush")
