@@ -40,7 +40,9 @@ ODD_FLOATS = [0.0, -0.0, 1.0, -1.0, 1e-30, 1e30, 3.4e38, float("nan"), float("in
 # from the Python wrapper (dtype or attr type), the rest from the kernels.
 CALLER_ERRORS = (TypeError, ValueError, tf.errors.InvalidArgumentError,
                  tf.errors.OutOfRangeError, tf.errors.ResourceExhaustedError,
-                 tf.errors.NotFoundError, tf.errors.FailedPreconditionError)
+                 tf.errors.NotFoundError, tf.errors.FailedPreconditionError,
+                 # a cache's sync answered with another shard epoch
+                 tf.errors.AbortedError)
 
 DIM = 3
 OPS = _op_library.load()
@@ -204,8 +206,13 @@ def build_call(draw, op, ctx):
         deltas = finite(draw, (len(keys), 2 * DIM))
         deltas[:, DIM:] = np.abs(deltas[:, DIM:])  # Adagrad's accumulator only grows
         bases = np.array([draw(st.integers(0, 6)) for _ in keys], np.int64)
-        return ([th, keys, deltas, counts, np.float32(draw(st.floats(0, 1))), bases],
+        return ([th, keys, deltas, counts, np.float32(draw(st.floats(0, 1))), bases,
+                 np.int64(draw(st.sampled_from([0, 5, -1]))), np.int64(draw(st.integers(0, 3)))],
                 dict(dim=DIM, num_slots=1))
+    if op == "HetTableSync":
+        return ([th, np.int64(draw(st.sampled_from([5, -1, 1 << 40]))),
+                 np.int64(draw(st.integers(0, 3))), unique_keys(draw), unique_keys(draw),
+                 np.int64(draw(st.integers(-1, 3)))], dict(dim=DIM, num_slots=1))
     if op == "HetTableExport":
         return ([th, np.int64(draw(st.integers(0, 5))), np.int64(draw(st.integers(0, 5)))],
                 dict(dim=DIM, num_slots=1))
@@ -222,6 +229,16 @@ def build_call(draw, op, ctx):
         ids = np.array(draw(st.lists(KEYS, min_size=int(np.prod(shape)),
                                      max_size=int(np.prod(shape)))), np.int64).reshape(shape)
         return [ch, ids], dict(training=draw(st.booleans()))
+    if op == "HetCacheBeginSync":
+        shape = draw(st.lists(st.integers(1, 2), min_size=1, max_size=3))  # at most 8 ids
+        ids = np.array(draw(st.lists(KEYS, min_size=int(np.prod(shape)),
+                                     max_size=int(np.prod(shape)))), np.int64).reshape(shape)
+        return [ch, ids], {}
+    if op == "HetCacheEndSync":
+        unique, _inverse, misses, evicted, worker, generation, bound = \
+            OPS.het_cache_begin_sync(ch, unique_keys(draw))
+        answer = table.sync(worker, generation, misses, evicted, bound)
+        return [ch, unique, *answer], dict(dim=DIM)
     if op == "HetCacheComplete":
         training = draw(st.booleans())
         unique, _inverse, clocks, _bound = OPS.het_cache_prepare(ch, unique_keys(draw),
@@ -233,8 +250,9 @@ def build_call(draw, op, ctx):
         cache.lookup(tf.constant(keys), training=True)
         return [ch, keys, finite(draw, (len(keys), DIM)), np.float32(0.1)], dict(dim=DIM)
     if op == "HetCacheAckPush":
-        keys, deltas, counts, bases = OPS.het_cache_flush(ch, dim=DIM)
-        values, clocks = table.push_deltas(keys, deltas, counts, bases, 0.1)
+        keys, deltas, counts, bases, worker, generation = OPS.het_cache_flush(ch, dim=DIM)
+        values, clocks = table.push_deltas(keys, deltas, counts, bases, 0.1,
+                                           sender=(worker, generation))
         return [ch, keys, counts, values, clocks], {}
     if op == "HetParseCriteo":
         n = draw(st.integers(0, 4))
@@ -316,7 +334,7 @@ FUZZED_OPS = sorted(OP_DEFS)
 
 def test_every_op_is_fuzzed():
     """The fuzz below covers the library's whole op list, found at run time."""
-    assert len(FUZZED_OPS) == 25 and all(OP_DEFS[name] is not None for name in FUZZED_OPS)
+    assert len(FUZZED_OPS) == 28 and all(OP_DEFS[name] is not None for name in FUZZED_OPS)
 
 
 @pytest.mark.parametrize("op_name", FUZZED_OPS)

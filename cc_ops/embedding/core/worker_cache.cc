@@ -119,6 +119,7 @@ CacheCounters WorkerCache::Counters() const {
 Status WorkerCache::Deduplicate(const int64_t* ids, int64_t n, bool training,
                                 std::vector<int64_t>* unique_keys, std::vector<int32_t>* inverse) {
   HET_RETURN_IF_ERROR(CheckKeys(config_.table_name, config_.vocabulary_size, ids, n));
+  if (old_timeline_) ClearLocked();
   unique_keys->clear();
   inverse->resize(n);
   KeyIndex first_seen(static_cast<size_t>(n));
@@ -344,6 +345,7 @@ void WorkerCache::ClearLocked() {
   unreported_evictions_.clear();
   evictions_in_flight_ = 0;
   epochs_.clear();
+  old_timeline_ = false;
   generation_ = DrawId();
 }
 

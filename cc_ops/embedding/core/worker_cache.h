@@ -152,8 +152,8 @@ class WorkerCache {
   // states of copies past the read bound (their pending deltas re-applied),
   // then the missing rows, inserted; writes all u unique rows to rows_out.
   // A shard whose epoch changed since the last sync lost its record of this
-  // cache's copies (restarted or restored): the cache is cleared and the
-  // step fails with Aborted, to be run again.
+  // cache's copies (restarted or restored): the step fails with Aborted,
+  // changing nothing, and the next lookup clears the cache first.
   Status EndSync(const int64_t* unique_keys, int64_t u, const SyncAnswer& answer,
                  float* rows_out);
 
@@ -237,6 +237,7 @@ class WorkerCache {
   std::vector<int64_t> unreported_evictions_;  // kRefresh: since the last completed sync
   size_t evictions_in_flight_ = 0;             // of those, sent by the last BeginSync
   std::vector<int64_t> epochs_;                // each shard's, from the last sync
+  bool old_timeline_ = false;                  // a shard's epoch changed: clear first
   std::vector<int64_t> prepared_;              // the unique keys of the last Prepare
   // FTRL's refresh recomputes a row from its slots with it; an entry has
   // pending updates only after an Accumulate has set it.

@@ -73,12 +73,13 @@ Status WorkerCache::EndSync(const int64_t* unique_keys, int64_t u, const SyncAns
   const bool same_shards = first_sync || std::equal(epochs_.begin(), epochs_.end(), a.epochs);
   if (!same_shards) {
     // The shard no longer knows which copies this cache holds, so it could
-    // never tell the cache they went stale: the copies must go.
-    ClearLocked();
+    // never tell the cache they went stale: the copies must go. This call
+    // changes nothing; the next lookup starts from an empty cache.
+    old_timeline_ = true;
     return Status::Aborted(Name() + ": a table shard was restarted or restored since this "
-                                    "cache's copies were taken; the cache was cleared (its "
-                                    "pending updates belonged to the old table), run the step "
-                                    "again");
+                                    "cache's copies were taken; the cache is cleared at its next "
+                                    "lookup (its pending updates belonged to the old table), run "
+                                    "the step again");
   }
   if (first_sync) epochs_.assign(a.epochs, a.epochs + a.shards);
   uint64_t refreshed = 0;
