@@ -61,6 +61,12 @@ class HetEmbedding(tf_keras.layers.Layer):
         write_staleness override it (under "auto" they replace the 100).
         With both bounds 0 training is synchronous and the layer reads and
         writes the shards directly, without a cache.
+      sync: how training lookups meet the shards. "refresh" (the default):
+        only the ids not cached and the evictions since the last step go to
+        the shards, which send back those rows and the fresh states of this
+        worker's copies that other workers moved past the read bound, so a
+        hit costs no bytes. "check": HET's rule, every id of the batch goes
+        with its clock, hit or miss (docs/consistency.md).
       seed: seeds the initializer; None derives one from the layer name, so
         a model rebuilt in another process gets the same rows.
       pin_threshold: touches after which lfu_opt pins a row.
@@ -72,7 +78,7 @@ class HetEmbedding(tf_keras.layers.Layer):
     def __init__(self, input_dim, output_dim, embeddings_initializer="uniform", combiner=None,
                  optimizer="adagrad", cache_capacity=0.1, cache_policy="lfu", staleness="auto",
                  read_staleness=None, write_staleness=None, seed=None, name=None,
-                 pin_threshold=100, max_rows=None, **kwargs):
+                 pin_threshold=100, max_rows=None, sync="refresh", **kwargs):
         kwargs.setdefault("autocast", False)  # ids must stay ints
         super().__init__(name=name, **kwargs)
         owner = f"HetEmbedding '{self.name}'"
@@ -101,6 +107,7 @@ class HetEmbedding(tf_keras.layers.Layer):
         self.write_staleness = write_staleness
         self.pin_threshold = pin_threshold
         self.max_rows = max_rows
+        self.sync = sync
         self.embeddings_initializer = (embeddings_initializer
                                        if isinstance(embeddings_initializer, str)
                                        else tf_keras.initializers.get(embeddings_initializer))
@@ -111,7 +118,7 @@ class HetEmbedding(tf_keras.layers.Layer):
         self.optimizer = optimizer
         self._cache_config = resolve_cache(cache_capacity, cache_policy, staleness,
                                            read_staleness, write_staleness, pin_threshold,
-                                           self.input_dim, owner)
+                                           self.input_dim, owner, sync)
         # Validates name, dims and optimizer now rather than at build.
         self._table_config = self._make_table_config()
         self._table = None
@@ -317,6 +324,7 @@ class HetEmbedding(tf_keras.layers.Layer):
             "seed": self.seed,
             "pin_threshold": self.pin_threshold,
             "max_rows": self.max_rows,
+            "sync": self.sync,
         })
         return config
 

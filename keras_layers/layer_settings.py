@@ -51,7 +51,7 @@ def resolve_initializer(init, input_dim, output_dim, owner):
 
 
 def resolve_cache(capacity, policy, staleness, read_staleness, write_staleness, pin_threshold,
-                  input_dim, owner):
+                  input_dim, owner, sync="refresh"):
     """The layer's CacheConfig, or None for no cache."""
     rows = cache_rows(capacity, input_dim, owner)
     if rows == 0:
@@ -64,7 +64,8 @@ def resolve_cache(capacity, policy, staleness, read_staleness, write_staleness, 
         # whose numbers are the same (docs/consistency.md).
         return None
     return CacheConfig(rows, policy if isinstance(policy, str) else repr(policy), read, write,
-                       pin_threshold, staleness_ramp=ramp).validate(owner)
+                       pin_threshold, staleness_ramp=ramp,
+                       sync=sync if isinstance(sync, str) else repr(sync)).validate(owner)
 
 
 def placement(instance):

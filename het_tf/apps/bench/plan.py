@@ -17,12 +17,16 @@ CONFIGURATIONS = (
     ("het-s10", "HetEmbedding, 10% LFU cache, staleness 10", ["--mode", "ps", "--staleness", "10"]),
     ("het-s100", "HetEmbedding, 10% LFU cache, staleness 100",
      ["--mode", "ps", "--staleness", "100"]),
+    ("het-s100-check", "HetEmbedding, 10% LFU cache, staleness 100, HET's per-key check",
+     ["--mode", "ps", "--staleness", "100", "--sync", "check"]),
     ("het-auto", "HetEmbedding, 10% LFU cache, staleness auto (the default)",
      ["--mode", "ps", "--staleness", "auto"]),
     ("hybrid-nocache", "HetEmbedding, cache off, hybrid mode",
      ["--mode", "hybrid", "--cache-capacity", "0"]),
     ("hybrid-s100", "HetEmbedding, 10% LFU cache, staleness 100, hybrid mode",
      ["--mode", "hybrid", "--staleness", "100"]),
+    ("hybrid-s100-check", "HetEmbedding, 10% LFU cache, staleness 100, per-key check, hybrid",
+     ["--mode", "hybrid", "--staleness", "100", "--sync", "check"]),
 )
 # The staleness sweep for AUC: s10 and s100 come from the configurations above.
 STALENESS_SWEEP = (("het-s0", "0"), ("het-s10", "10"), ("het-s100", "100"),

@@ -74,6 +74,10 @@ def add_arguments(p):
     p.add_argument("--staleness", type=_staleness, default="auto",
                    help="bound on cached rows' staleness in updates, 'inf', or 'auto' (the "
                    "default: up to 100, and at most a tenth of each worker's steps so far)")
+    p.add_argument("--sync", choices=("refresh", "check"), default="refresh",
+                   help="how cached lookups meet the shards: 'refresh' (only misses travel; "
+                   "the shards send fresh rows of copies past the bound) or 'check' (HET's: "
+                   "every id with its clock)")
     p.add_argument("--samples", type=_positive, default=1_000_000,
                    help="training samples, all workers together")
     p.add_argument("--eval-samples", type=int, default=100_000,

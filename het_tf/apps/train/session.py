@@ -48,7 +48,7 @@ def _build_and_compile(args, inputs, mode):
     with mode.scope():
         spec = EmbeddingSpec(args.embedding, inputs.cardinalities, args.cache_capacity,
                              args.cache_policy, args.staleness, args.optimizer,
-                             args.learning_rate, args.seed)
+                             args.learning_rate, args.seed, args.sync)
         model = build_model(args.model, spec, dim=args.dim)
         mode.distribute(model)
         optimizer = tf_keras.optimizers.get({
