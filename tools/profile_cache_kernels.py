@@ -43,7 +43,7 @@ def main():
     rng = np.random.default_rng(0)
     table = het_tf.ShardedTable(het_tf.TableConfig("profiled", args.dim, seed=1), [None])
     cache = het_tf.WorkerCache(table, het_tf.CacheConfig(args.vocabulary // 10, "lfu", 100,
-                                                         100, 100))
+                                                         100, 100, sync="check"))
     batches = [tf.constant(rng.zipf(1.1, size=args.batch_ids) % args.vocabulary, tf.int64)
                for _ in range(args.batches)]
 
