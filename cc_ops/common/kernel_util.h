@@ -33,6 +33,14 @@ tensorflow::Status OutputVector(tensorflow::OpKernelContext* ctx, int index,
   return tensorflow::OkStatus();
 }
 
+// A new scalar int64 output.
+inline tensorflow::Status OutputScalar(tensorflow::OpKernelContext* ctx, int index, int64_t value) {
+  tensorflow::Tensor* out = nullptr;
+  TF_RETURN_IF_ERROR(ctx->allocate_output(index, tensorflow::TensorShape({}), &out));
+  out->scalar<int64_t>()() = value;
+  return tensorflow::OkStatus();
+}
+
 // Checks a tensor is [n] (when dim == 0) or [n, dim].
 inline tensorflow::Status CheckShape(const std::string& table, const char* what,
                                      const tensorflow::Tensor& t, int64_t n, int64_t dim) {

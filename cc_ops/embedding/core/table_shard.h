@@ -41,8 +41,8 @@ Status ValidateTableConfig(const TableConfig& config);
 
 struct TableCounters {
   uint64_t pull_requests = 0;
-  uint64_t keys_checked = 0;  // keys received by pulls and gathers
-  uint64_t rows_sent = 0;     // rows returned to workers
+  uint64_t keys_checked = 0;    // keys received by pulls and gathers
+  uint64_t rows_sent = 0;       // rows returned to workers
   uint64_t rows_refreshed = 0;  // of those, fresh states of copies past a read bound
   uint64_t push_requests = 0;
   uint64_t rows_pushed = 0;      // rows received with gradients
@@ -207,8 +207,8 @@ class TableShard {
   // when out and clocks are not null, copies the row's first `width` floats
   // and its clock back; tells the copy records; then counts the push.
   template <typename Apply>
-  Status ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width,
-                     bool delta, const Sender& sender, float* out, int64_t* clocks, Apply apply);
+  Status ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width, bool delta,
+                     const Sender& sender, float* out, int64_t* clocks, Apply apply);
   // Copies each key's state (values and slots) and clock to position i of
   // states / clocks, creating missing rows; the stripes' locks are taken.
   void ReadStates(const int64_t* keys, int64_t n, float* states, int64_t* clocks);
@@ -233,8 +233,8 @@ class TableShard {
 
   std::atomic<int64_t> reserved_rows_{0};
   std::atomic<uint64_t> pull_requests_{0}, keys_checked_{0}, rows_sent_{0}, rows_refreshed_{0},
-      push_requests_{0},
-      rows_pushed_{0}, updates_applied_{0}, rows_created_{0}, bytes_received_{0}, bytes_sent_{0};
+      push_requests_{0}, rows_pushed_{0}, updates_applied_{0}, rows_created_{0}, bytes_received_{0},
+      bytes_sent_{0};
 };
 
 template <typename Visit>

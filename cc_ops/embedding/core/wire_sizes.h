@@ -40,8 +40,7 @@ inline uint64_t PullAnswer(int64_t rows, int width) {
 inline uint64_t SyncRequest(int64_t keys, int64_t requests = 1) {
   return kKey * keys + 3 * kSetting * requests;
 }
-inline uint64_t SyncAnswer(int64_t misses, int64_t refreshes, int width,
-                           int64_t requests = 1) {
+inline uint64_t SyncAnswer(int64_t misses, int64_t refreshes, int width, int64_t requests = 1) {
   return (kClock + Row(width)) * misses + (kKey + kClock + Row(width)) * refreshes +
          kSetting * requests;
 }

@@ -154,8 +154,7 @@ class WorkerCache {
   // A shard whose epoch changed since the last sync lost its record of this
   // cache's copies (restarted or restored): the step fails with Aborted,
   // changing nothing, and the next lookup clears the cache first.
-  Status EndSync(const int64_t* unique_keys, int64_t u, const SyncAnswer& answer,
-                 float* rows_out);
+  Status EndSync(const int64_t* unique_keys, int64_t u, const SyncAnswer& answer, float* rows_out);
 
   // Takes the shards' answer for plan.unique_keys (clocks at distinct
   // `positions`, with full states in training and bare rows out of it) and

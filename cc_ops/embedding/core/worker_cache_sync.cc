@@ -13,7 +13,8 @@ namespace het {
 Status WorkerCache::BeginSync(const int64_t* ids, int64_t n, SyncPlan* plan) {
   std::lock_guard<std::mutex> lock(mu_);
   if (config_.sync != SyncMode::kRefresh) {
-    return Status::FailedPrecondition(Name() + ": this cache checks its keys (sync='check'); "
+    return Status::FailedPrecondition(Name() +
+                                      ": this cache checks its keys (sync='check'); "
                                       "it cannot sync by refresh");
   }
   HET_RETURN_IF_ERROR(Deduplicate(ids, n, /*training=*/true, &plan->unique_keys, &plan->inverse));
@@ -27,8 +28,8 @@ Status WorkerCache::BeginSync(const int64_t* ids, int64_t n, SyncPlan* plan) {
   evictions_in_flight_ = unreported_evictions_.size();
   plan->sender = Sender{config_.worker_id, generation_};
   plan->read_staleness = BoundInForce(config_.read_staleness);
-  counters_.bytes_sent += wire::SyncRequest(plan->misses.size() + plan->evicted.size(),
-                                            config_.num_shards);
+  counters_.bytes_sent +=
+      wire::SyncRequest(plan->misses.size() + plan->evicted.size(), config_.num_shards);
   return Status::Ok();
 }
 
@@ -76,18 +77,18 @@ Status WorkerCache::EndSync(const int64_t* unique_keys, int64_t u, const SyncAns
     // never tell the cache they went stale: the copies must go. This call
     // changes nothing; the next lookup starts from an empty cache.
     old_timeline_ = true;
-    return Status::Aborted(Name() + ": a table shard was restarted or restored since this "
-                                    "cache's copies were taken; the cache is cleared at its next "
-                                    "lookup (its pending updates belonged to the old table), run "
-                                    "the step again");
+    return Status::Aborted(Name() +
+                           ": a table shard was restarted or restored since this "
+                           "cache's copies were taken; the cache is cleared at its next "
+                           "lookup (its pending updates belonged to the old table), run "
+                           "the step again");
   }
   if (first_sync) epochs_.assign(a.epochs, a.epochs + a.shards);
   uint64_t refreshed = 0;
   for (int64_t r = 0; r < a.refreshes; ++r) {
     const uint32_t slot = index_.Find(a.refresh_keys[r]);
     if (slot == KeyIndex::kAbsent) continue;  // evicted after the shard queued it
-    Refresh(static_cast<int32_t>(slot), a.refresh_states + size_t(r) * width_,
-            a.refresh_clocks[r]);
+    Refresh(static_cast<int32_t>(slot), a.refresh_states + size_t(r) * width_, a.refresh_clocks[r]);
     ++refreshed;
   }
   FillForTraining(unique_keys, u, slots, answer, a.miss_states, a.miss_clocks, rows_out);

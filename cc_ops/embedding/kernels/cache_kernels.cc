@@ -24,13 +24,6 @@ using CacheKernel = CoreKernel<WorkerCache>;
 
 namespace {
 
-tensorflow::Status OutputScalar(OpKernelContext* ctx, int index, int64_t value) {
-  Tensor* out = nullptr;
-  TF_RETURN_IF_ERROR(ctx->allocate_output(index, TensorShape({}), &out));
-  out->scalar<int64_t>()() = value;
-  return tensorflow::OkStatus();
-}
-
 // Ids travel as int64 tensors; they are 64 bits all the same.
 tensorflow::Status OutputSender(OpKernelContext* ctx, int index, const Sender& sender) {
   TF_RETURN_IF_ERROR(OutputScalar(ctx, index, static_cast<int64_t>(sender.worker)));
@@ -50,7 +43,8 @@ tensorflow::Status OutputPushes(OpKernelContext* ctx, const Pushes& p, const Wor
 // replaces its old record.
 uint64_t WorkerIdOf(const std::string& device, const std::string& shared_name) {
   uint64_t h = 0xcbf29ce484222325ULL;
-  for (char c : device + "|" + shared_name) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+  for (char c : device + "|" + shared_name)
+    h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
   return h == Sender::kNoWorker ? 1 : h;
 }
 
@@ -115,9 +109,7 @@ class HetCachePrepareOp : public CacheKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, ids.shape(), &inverse));
     std::copy(plan.inverse.begin(), plan.inverse.end(), inverse->flat<int32_t>().data());
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 2, plan.clocks));
-    Tensor* read_staleness = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({}), &read_staleness));
-    read_staleness->scalar<int64_t>()() = plan.read_staleness;
+    OP_REQUIRES_OK(ctx, OutputScalar(ctx, 3, plan.read_staleness));
   }
 
  private:
@@ -130,7 +122,8 @@ class HetCacheBeginSyncOp : public CacheKernel {
   void Run(OpKernelContext* ctx, WorkerCache& cache) override {
     const Tensor& ids = ctx->input(1);
     SyncPlan plan;
-    OP_REQUIRES_OK(ctx, ToTf(cache.BeginSync(ids.flat<int64_t>().data(), ids.NumElements(), &plan)));
+    OP_REQUIRES_OK(ctx,
+                   ToTf(cache.BeginSync(ids.flat<int64_t>().data(), ids.NumElements(), &plan)));
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 0, plan.unique_keys));
     Tensor* inverse = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, ids.shape(), &inverse));
@@ -272,8 +265,7 @@ class HetCacheStatsOp : public CacheKernel {
                                              {"hits", int64_t(c.hits)},
                                              {"misses", int64_t(c.misses)},
                                              {"stale_refreshes", int64_t(c.stale_refreshes)},
-                                             {"evictions_reported",
-                                              int64_t(c.evictions_reported)},
+                                             {"evictions_reported", int64_t(c.evictions_reported)},
                                              {"evictions", int64_t(c.evictions)},
                                              {"dirty_evictions", int64_t(c.dirty_evictions)},
                                              {"rows_pulled", int64_t(c.rows_pulled)},

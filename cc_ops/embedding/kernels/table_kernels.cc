@@ -164,18 +164,16 @@ class HetTableSyncOp : public TableKernel {
     int64_t read_staleness;
     OP_REQUIRES_OK(ctx, ReadScalar(name, "read_staleness", ctx->input(5), &read_staleness));
     SyncedRows rows;
-    OP_REQUIRES_OK(ctx, ToTf(table.Sync(sender, misses.flat<int64_t>().data(),
-                                        misses.NumElements(), evicted.flat<int64_t>().data(),
-                                        evicted.NumElements(), read_staleness, &rows)));
+    OP_REQUIRES_OK(ctx, ToTf(table.Sync(sender, misses.flat<int64_t>().data(), misses.NumElements(),
+                                        evicted.flat<int64_t>().data(), evicted.NumElements(),
+                                        read_staleness, &rows)));
     const int64_t width = table.state_width();
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 0, rows.miss_states, width));
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 1, rows.miss_clocks));
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 2, rows.refresh_keys));
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 3, rows.refresh_states, width));
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 4, rows.refresh_clocks));
-    Tensor* epoch = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(5, TensorShape({}), &epoch));
-    epoch->scalar<int64_t>()() = table.epoch();
+    OP_REQUIRES_OK(ctx, OutputScalar(ctx, 5, table.epoch()));
   }
 
  private:
@@ -201,12 +199,11 @@ class HetTablePushDeltasOp : public TableKernel {
     Tensor* clocks = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, width}), &states));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({n}), &clocks));
-    OP_REQUIRES_OK(
-        ctx, ToTf(table.PushDeltas(keys.flat<int64_t>().data(), ctx->input(2).flat<float>().data(),
-                                   ctx->input(3).flat<int64_t>().data(),
-                                   ctx->input(5).flat<int64_t>().data(), n, learning_rate,
-                                   states->flat<float>().data(), clocks->flat<int64_t>().data(),
-                                   sender)));
+    OP_REQUIRES_OK(ctx, ToTf(table.PushDeltas(
+                            keys.flat<int64_t>().data(), ctx->input(2).flat<float>().data(),
+                            ctx->input(3).flat<int64_t>().data(),
+                            ctx->input(5).flat<int64_t>().data(), n, learning_rate,
+                            states->flat<float>().data(), clocks->flat<int64_t>().data(), sender)));
   }
 
  private:

@@ -86,7 +86,8 @@ class LocalCluster {
   // A training lookup by refresh: every shard gets its part of the misses
   // and evictions, and answers with its misses' states and its refreshes.
   het::Status Sync(het::WorkerCache& cache, const std::vector<int64_t>& ids, het::SyncPlan* plan,
-                   std::vector<float>* unique_rows, std::vector<het::SyncedRows>* answers = nullptr) {
+                   std::vector<float>* unique_rows,
+                   std::vector<het::SyncedRows>* answers = nullptr) {
     HET_RETURN_IF_ERROR(cache.BeginSync(ids.data(), ids.size(), plan));
     const int n = num_shards();
     std::vector<std::vector<int64_t>> misses(n), evicted(n);
@@ -119,11 +120,15 @@ class LocalCluster {
       epochs.push_back(shards_[s]->epoch());
       if (answers) answers->push_back(rows);
     }
-    het::SyncAnswer answer{miss_states.data(),    miss_clocks.data(),
+    het::SyncAnswer answer{miss_states.data(),
+                           miss_clocks.data(),
                            static_cast<int64_t>(miss_clocks.size()),
-                           refresh_keys.data(),   refresh_states.data(),
-                           refresh_clocks.data(), static_cast<int64_t>(refresh_keys.size()),
-                           epochs.data(),         n};
+                           refresh_keys.data(),
+                           refresh_states.data(),
+                           refresh_clocks.data(),
+                           static_cast<int64_t>(refresh_keys.size()),
+                           epochs.data(),
+                           n};
     const int64_t u = plan->unique_keys.size();
     unique_rows->assign(u * dim_, 0.0f);
     return cache.EndSync(plan->unique_keys.data(), u, answer, unique_rows->data());

@@ -140,9 +140,9 @@ HET_TEST(ANewGenerationReplacesTheRecordAndAShardRestartClearsTheCache) {
   cluster.shard(0).Clear();
   het::Status s = cluster.Lookup(*cache, {4}, true, &plan, &rows);
   EXPECT_TRUE(s.code() == het::StatusCode::kAborted);
-  EXPECT_EQ(cache->size(), 1);  // the failed call changed nothing
+  EXPECT_EQ(cache->size(), 1);                                 // the failed call changed nothing
   EXPECT_OK(cluster.Lookup(*cache, {5}, true, &plan, &rows));  // the next step runs
-  EXPECT_EQ(cache->size(), 1);                                  // on an emptied cache
+  EXPECT_EQ(cache->size(), 1);                                 // on an emptied cache
   het::Pushes pending;
   cache->Flush(&pending);
   EXPECT_EQ(pending.size(), 0u);  // the old timeline's updates are dropped with it
