@@ -207,7 +207,8 @@ def build_call(draw, op, ctx):
         deltas[:, DIM:] = np.abs(deltas[:, DIM:])  # Adagrad's accumulator only grows
         bases = np.array([draw(st.integers(0, 6)) for _ in keys], np.int64)
         return ([th, keys, deltas, counts, np.float32(draw(st.floats(0, 1))), bases,
-                 np.int64(draw(st.sampled_from([0, 5, -1]))), np.int64(draw(st.integers(0, 3)))],
+                 np.int64(draw(st.sampled_from([0, 5, -1]))), np.int64(draw(st.integers(0, 3))),
+                 np.int64(draw(st.integers(0, len(keys))))],
                 dict(dim=DIM, num_slots=1))
     if op == "HetTableSync":
         return ([th, np.int64(draw(st.sampled_from([5, -1, 1 << 40]))),
@@ -250,9 +251,10 @@ def build_call(draw, op, ctx):
         cache.lookup(tf.constant(keys), training=True)
         return [ch, keys, finite(draw, (len(keys), DIM)), np.float32(0.1)], dict(dim=DIM)
     if op == "HetCacheAckPush":
-        keys, deltas, counts, bases, worker, generation = OPS.het_cache_flush(ch, dim=DIM)
+        keys, deltas, counts, bases, evicted, worker, generation = OPS.het_cache_flush(ch,
+                                                                                      dim=DIM)
         values, clocks = table.push_deltas(keys, deltas, counts, bases, 0.1,
-                                           sender=(worker, generation))
+                                           sender=(worker, generation), unanswered=evicted)
         return [ch, keys, counts, values, clocks], {}
     if op == "HetParseCriteo":
         n = draw(st.integers(0, 4))

@@ -145,13 +145,14 @@ class WorkerCache:
         return self._on_every_worker(one)
 
     def _push_and_ack(self, pushes, learning_rate, device=None):
-        """pushes: (keys, deltas, counts, base clocks, worker, generation)
-        as the cache's accumulate and flush ops give them."""
-        keys, deltas, counts, base_clocks, worker, generation = pushes
+        """pushes: (keys, deltas, counts, base clocks, evicted, worker,
+        generation) as the cache's accumulate and flush ops give them; the
+        `evicted` leading rows get no state back."""
+        keys, deltas, counts, base_clocks, evicted, worker, generation = pushes
         # The cache pushes only keys its Prepare checked.
         values, clocks = self.table.push_deltas(keys, deltas, counts, base_clocks,
                                                 learning_rate, keys_checked=True,
-                                                sender=(worker, generation))
+                                                sender=(worker, generation), unanswered=evicted)
         with self._placed(device or self.device):
             return self._ops.het_cache_ack_push(self.handle(device), keys, counts, values,
                                                 clocks)

@@ -53,15 +53,20 @@ class ShardedTable:
         parts = [tf.dynamic_partition(t, shard_of, self.num_shards) for t in (keys,) + values]
         return origin, parts
 
-    def _on_shards(self, fn, keys, *values, keys_checked=False):
-        """Calls fn(shard, handle, keys_part, *value_parts) on every shard."""
+    def _on_shards(self, fn, keys, *values, keys_checked=False, per_shard=None):
+        """Calls fn(shard, handle, keys_part, *value_parts, *extra) on every
+        shard, extra = per_shard(origin_part) (or none): tensors made from
+        where the part came from, here on the caller's device rather than
+        on the shard's."""
         if self.num_shards == 1:
-            return None, [fn(0, self.handle(0), keys, *values)]
+            extra = per_shard(tf.range(tf.size(keys))) if per_shard else ()
+            return None, [fn(0, self.handle(0), keys, *values, *extra)]
         origin, parts = self._partition(keys, *values, keys_checked=keys_checked)
+        extras = [per_shard(o) if per_shard else () for o in origin]
         results = []
         for s in range(self.num_shards):
             with tf.device(self.devices[s]):
-                results.append(fn(s, self.handle(s), *[p[s] for p in parts]))
+                results.append(fn(s, self.handle(s), *[p[s] for p in parts], *extras[s]))
         return origin, results
 
     def check_ids(self, ids, what="ids"):
@@ -138,23 +143,45 @@ class ShardedTable:
             keys, grads, counts, "gradient", return_rows, keys_checked=keys_checked)
 
     def push_deltas(self, keys, deltas, counts, base_clocks, learning_rate, keys_checked=False,
-                    sender=(0, 0)):
+                    sender=(0, 0), unanswered=0):
         """Merges caches' state deltas, taken from rows at `base_clocks` (see
         HetTablePushDeltas); the rows' states after the merge and their
-        clocks come back in the order of `keys`. keys_checked as for pull;
-        sender: the pushing cache's (worker id, generation), (0, 0) for
-        none."""
+        clocks come back in the order of `keys`, but for the first
+        `unanswered` keys (rows the cache evicted), which get none.
+        keys_checked as for pull; sender: the pushing cache's (worker id,
+        generation), (0, 0) for none."""
         worker, generation = (tf.cast(x, tf.int64) for x in sender)
         lr = tf.cast(learning_rate, tf.float32)
+        unanswered = tf.cast(unanswered, tf.int64)
+
+        def push(shard, handle, k, d, c, b, leading):
+            return self._ops.het_table_push_deltas(handle, k, d, c, lr, b, worker, generation,
+                                                   leading, dim=self.dim,
+                                                   num_slots=self.config.num_slots)
+
+        def leading(origin_part):
+            # The part keeps the push's order, so its unanswered rows lead.
+            return (tf.reduce_sum(tf.cast(tf.cast(origin_part, tf.int64) < unanswered,
+                                          tf.int64)),)
+
         if self.num_shards > 1:
             # One shard checks its whole push itself; several must refuse a
             # bad push before any of them merges its part.
+            deltas = self._check_finite(deltas, "state delta")
             deltas, base_clocks = self._check_deltas(deltas, base_clocks)
-        return self._push(
-            lambda h, k, d, c, b: self._ops.het_table_push_deltas(
-                h, k, d, c, lr, b, worker, generation, dim=self.dim,
-                num_slots=self.config.num_slots),
-            keys, deltas, counts, "state delta", True, base_clocks, keys_checked=keys_checked)
+        origin, answers = self._on_shards(push, keys, deltas, counts, base_clocks,
+                                          keys_checked=keys_checked, per_shard=leading)
+        if origin is None:
+            return tuple(answers[0])
+        # Each part's answered rows, numbered among the push's answered rows.
+        answered = [tf.boolean_mask(o, tf.cast(o, tf.int64) >= unanswered)
+                    - tf.cast(unanswered, o.dtype) for o in origin]
+        return (tf.dynamic_stitch(answered, [a[0] for a in answers]),
+                tf.dynamic_stitch(answered, [a[1] for a in answers]))
+
+    def _check_finite(self, values, what):
+        return tf.debugging.check_numerics(
+            values, f"{self.config.label}: non-finite {what}; nothing was applied")
 
     def _check_deltas(self, deltas, base_clocks):
         label = self.config.label
@@ -169,16 +196,14 @@ class ShardedTable:
         with tf.control_dependencies(checks):
             return tf.identity(deltas), tf.identity(base_clocks)
 
-    def _push(self, push_op, keys, values, counts, what, return_rows, *more, keys_checked):
-        """push_op(handle, keys, values, counts, *more) on every shard, each
+    def _push(self, push_op, keys, values, counts, what, return_rows, keys_checked):
+        """push_op(handle, keys, values, counts) on every shard, each
         with its part of the inputs; the answers back in the order of `keys`
         (empty without return_rows)."""
         if self.num_shards > 1:  # one shard checks its whole push itself
-            values = tf.debugging.check_numerics(
-                values, f"{self.config.label}: non-finite {what}; nothing was applied")
+            values = self._check_finite(values, what)
         origin, answers = self._on_shards(lambda s, h, *parts: push_op(h, *parts),
-                                          keys, values, counts, *more,
-                                          keys_checked=keys_checked)
+                                          keys, values, counts, keys_checked=keys_checked)
         if origin is None:
             return tuple(answers[0])
         if not return_rows:

@@ -1,5 +1,6 @@
 #include "cc_ops/embedding/core/table_shard.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -147,8 +148,13 @@ Status TableShard::Pull(const int64_t* keys, const int64_t* clocks, int64_t n,
 
 template <typename Apply>
 Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width,
-                               bool delta, const Sender& sender, float* out, int64_t* clocks,
-                               Apply apply) {
+                               bool delta, const Sender& sender, int64_t unanswered, float* out,
+                               int64_t* clocks, Apply apply) {
+  if (unanswered < 0 || unanswered > n) {
+    return Status::InvalidArgument(TableLabel(config_.name) + ": " + std::to_string(unanswered) +
+                                   " unanswered rows in a push of " + std::to_string(n) +
+                                   "; nothing was applied");
+  }
   std::unique_ptr<RowReservation> reservation;
   HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
   // Until a worker first syncs by refresh there is no record to keep, and
@@ -168,8 +174,7 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
       if (counted) count->fetch_sub(1);
     }
   } done{&unrecorded_pushes_, !records_lock.owns_lock()};
-  std::vector<int64_t> new_clocks(recorded && clocks == nullptr ? n : 0);
-  int64_t* clocks_out = clocks != nullptr ? clocks : new_clocks.data();
+  std::vector<int64_t> new_clocks(n);
   uint64_t updates = 0;
   ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
     bool created;
@@ -177,15 +182,20 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
     apply(i, p);
     *Clock(p) += counts[i];
     updates += counts[i];
-    if (out != nullptr) std::memcpy(out + int64_t{i} * width, Values(p), sizeof(float) * width);
-    if (clocks_out != nullptr) clocks_out[i] = *Clock(p);
+    new_clocks[i] = *Clock(p);
+    if (out != nullptr && i >= unanswered) {
+      std::memcpy(out + (i - unanswered) * width, Values(p), sizeof(float) * width);
+    }
   });
-  if (recorded) records_.Pushed(sender, keys, clocks_out, n);
+  if (clocks != nullptr) std::copy(new_clocks.begin() + unanswered, new_clocks.end(), clocks);
+  if (recorded) records_.Pushed(sender, keys, new_clocks.data(), n);
   push_requests_.fetch_add(1, std::memory_order_relaxed);
   rows_pushed_.fetch_add(n, std::memory_order_relaxed);
   updates_applied_.fetch_add(updates, std::memory_order_relaxed);
   bytes_received_.fetch_add(wire::PushRequest(n, width, delta), std::memory_order_relaxed);
-  if (out != nullptr) bytes_sent_.fetch_add(wire::PushAnswer(n, width), std::memory_order_relaxed);
+  if (out != nullptr) {
+    bytes_sent_.fetch_add(wire::PushAnswer(n - unanswered, width), std::memory_order_relaxed);
+  }
   return Status::Ok();
 }
 
@@ -195,7 +205,7 @@ Status TableShard::Push(const int64_t* keys, const float* grads, const int64_t* 
   HET_RETURN_IF_ERROR(CheckPush(keys, grads, dim, counts, n, learning_rate, "gradient"));
   std::vector<float> mean(dim);
   return ApplyToRows(
-      keys, counts, n, dim, /*delta=*/false, Sender(), values, clocks, [&](int32_t i, char* p) {
+      keys, counts, n, dim, /*delta=*/false, Sender(), 0, values, clocks, [&](int32_t i, char* p) {
         ApplyUpdates(config_.optimizer, learning_rate, grads + int64_t{i} * dim, counts[i], dim,
                      Values(p), Slots(p),
                      NeedsStepCount(config_.optimizer.kind) ? Step(p) : nullptr, &mean);
@@ -204,20 +214,22 @@ Status TableShard::Push(const int64_t* keys, const float* grads, const int64_t* 
 
 Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
                               const int64_t* base_clocks, int64_t n, float learning_rate,
-                              float* states, int64_t* clocks, const Sender& sender) {
+                              float* states, int64_t* clocks, const Sender& sender,
+                              int64_t unanswered) {
   const int width = state_width();
   HET_RETURN_IF_ERROR(CheckPush(keys, deltas, width, counts, n, learning_rate, "delta"));
   HET_RETURN_IF_ERROR(CheckDeltaPush(keys, deltas, base_clocks, n));
   const OptimizerKind kind = config_.optimizer.kind;
-  return ApplyToRows(
-      keys, counts, n, width, /*delta=*/true, sender, states, clocks, [&](int32_t i, char* p) {
-        // A clock behind the cache's copy (the table was restored since)
-        // counts as no other writer.
-        const float share = ConcurrentShare(kind, counts[i], *Clock(p) - base_clocks[i]);
-        ApplyDelta(config_.optimizer, learning_rate, deltas + int64_t{i} * width, counts[i],
-                   config_.dim, Values(p), Slots(p), NeedsStepCount(kind) ? Step(p) : nullptr,
-                   share);
-      });
+  return ApplyToRows(keys, counts, n, width, /*delta=*/true, sender, unanswered, states, clocks,
+                     [&](int32_t i, char* p) {
+                       // A clock behind the cache's copy (the table was restored since)
+                       // counts as no other writer.
+                       const float share =
+                           ConcurrentShare(kind, counts[i], *Clock(p) - base_clocks[i]);
+                       ApplyDelta(config_.optimizer, learning_rate, deltas + int64_t{i} * width,
+                                  counts[i], config_.dim, Values(p), Slots(p),
+                                  NeedsStepCount(kind) ? Step(p) : nullptr, share);
+                     });
 }
 
 int64_t TableShard::Size() const {

@@ -135,9 +135,11 @@ class TableShard {
   // states or clocks are not null they receive each row's state after the
   // merge, for the cache to take. The sender's recorded copies take the
   // merged rows; other workers' copies may go stale (copy_records.h).
+  // The first `unanswered` rows get no state or clock back (the cache
+  // evicted them): states and clocks hold the others', in order.
   Status PushDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
                     const int64_t* base_clocks, int64_t n, float learning_rate, float* states,
-                    int64_t* clocks, const Sender& sender = Sender());
+                    int64_t* clocks, const Sender& sender, int64_t unanswered);
 
   int64_t Size() const;
   size_t BytesPerRow() const { return row_bytes_; }
@@ -205,10 +207,12 @@ class TableShard {
   // The body of both pushes: reserves new rows, calls apply(row) on each
   // key's row under its stripe's lock, advances its clock by counts[i] and,
   // when out and clocks are not null, copies the row's first `width` floats
-  // and its clock back; tells the copy records; then counts the push.
+  // and its clock back for every row from `unanswered` on; tells the copy
+  // records; then counts the push.
   template <typename Apply>
   Status ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width, bool delta,
-                     const Sender& sender, float* out, int64_t* clocks, Apply apply);
+                     const Sender& sender, int64_t unanswered, float* out, int64_t* clocks,
+                     Apply apply);
   // Copies each key's state (values and slots) and clock to position i of
   // states / clocks, creating missing rows; the stripes' locks are taken.
   void ReadStates(const int64_t* keys, int64_t n, float* states, int64_t* clocks);

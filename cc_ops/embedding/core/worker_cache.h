@@ -104,6 +104,9 @@ struct Pushes {
   std::vector<float> deltas;         // keys.size() * StateWidth: each row's state delta
   std::vector<int64_t> counts;       // local updates each delta holds
   std::vector<int64_t> base_clocks;  // c_s: the server clock the delta started from
+  // The leading entries that were evicted: the cache holds them no more and
+  // wants no state back for them.
+  int64_t evicted = 0;
   void Add(int64_t key, const float* delta, int width, int64_t count, int64_t base_clock);
   size_t size() const { return keys.size(); }
 };
@@ -175,10 +178,11 @@ class WorkerCache {
                     Pushes* due);
 
   // Clears what a push delivered (and counts it as pushed). With states and
-  // clocks from the shards, the entry becomes the server's row and slots;
-  // without, only the pending delta is cleared.
+  // clocks from the shards (one for each key still cached, in order: the
+  // evicted ones lead the push and get none), the entry becomes the
+  // server's row and slots; without, only the pending delta is cleared.
   Status AckPush(const int64_t* keys, int64_t n, const int64_t* counts, const float* states,
-                 const int64_t* clocks);
+                 const int64_t* clocks, int64_t answered);
 
   // Everything pending, for a flush before checkpoints and at the end; the
   // entries stay pending until their push is acknowledged.

@@ -29,6 +29,7 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
   HET_RETURN_IF_ERROR(CheckUniqueUnlessPrepared(keys, n));
   const int64_t write_staleness = BoundInForce(config_.write_staleness);
   *due = outbox_;
+  due->evicted = static_cast<int64_t>(outbox_.size());
   std::vector<int32_t> slots(n);
   for (int64_t i = 0; i < n; ++i) {
     const uint32_t slot = index_.Find(keys[i]);
@@ -58,13 +59,21 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
 }
 
 Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* counts,
-                            const float* states, const int64_t* clocks) {
+                            const float* states, const int64_t* clocks, int64_t answered) {
   std::lock_guard<std::mutex> lock(mu_);
   KeyIndex in_outbox(outbox_.size());
   for (size_t i = 0; i < outbox_.size(); ++i) in_outbox.Insert(outbox_.keys[i], uint32_t(i));
   std::vector<uint8_t> delivered(outbox_.size(), 0);
+  const int64_t evicted = n - answered;
   for (int64_t i = 0; i < n; ++i) {
     const uint32_t o = in_outbox.Find(keys[i]);
+    if (states != nullptr && (o != KeyIndex::kAbsent) != (i < evicted)) {
+      return Status::InvalidArgument(
+          Name() +
+          ": a push acknowledgement needs a state for each key still cached, after the "
+          "evicted ones; got " +
+          std::to_string(answered) + " states for " + std::to_string(n) + " keys");
+    }
     const uint32_t slot = index_.Find(keys[i]);
     const int64_t expected = o != KeyIndex::kAbsent      ? outbox_.counts[o]
                              : slot != KeyIndex::kAbsent ? PendingCount(slot)
@@ -87,8 +96,8 @@ Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* count
     const uint32_t slot = index_.Find(keys[i]);
     std::memset(PendingDelta(slot), 0, sizeof(float) * width_);
     if (states != nullptr) {
-      std::memcpy(State(slot), states + size_t(i) * width_, sizeof(float) * width_);
-      server_clock_[slot] = local_clock_[slot] = clocks[i];
+      std::memcpy(State(slot), states + size_t(i - evicted) * width_, sizeof(float) * width_);
+      server_clock_[slot] = local_clock_[slot] = clocks[i - evicted];
     } else {
       server_clock_[slot] = local_clock_[slot];
     }
@@ -104,13 +113,14 @@ Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* count
   counters_.rows_pushed += n;
   counters_.updates_pushed += updates;
   counters_.bytes_sent += wire::PushRequest(n, width_, /*delta=*/true, config_.num_shards);
-  if (states != nullptr) counters_.bytes_received += wire::PushAnswer(n, width_);
+  if (states != nullptr) counters_.bytes_received += wire::PushAnswer(answered, width_);
   return Status::Ok();
 }
 
 void WorkerCache::Flush(Pushes* out) {
   std::lock_guard<std::mutex> lock(mu_);
   *out = outbox_;
+  out->evicted = static_cast<int64_t>(outbox_.size());
   for (size_t slot = 0; slot < keys_.size(); ++slot) {
     const int32_t s = static_cast<int32_t>(slot);
     if (index_.Find(keys_[s]) != static_cast<uint32_t>(s)) continue;  // free slot

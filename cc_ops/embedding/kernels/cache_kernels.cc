@@ -35,7 +35,8 @@ tensorflow::Status OutputPushes(OpKernelContext* ctx, const Pushes& p, const Wor
   TF_RETURN_IF_ERROR(OutputVector(ctx, 1, p.deltas, cache.width()));
   TF_RETURN_IF_ERROR(OutputVector(ctx, 2, p.counts));
   TF_RETURN_IF_ERROR(OutputVector(ctx, 3, p.base_clocks));
-  return OutputSender(ctx, 4, cache.sender());
+  TF_RETURN_IF_ERROR(OutputScalar(ctx, 4, p.evicted));
+  return OutputSender(ctx, 5, cache.sender());
 }
 
 // A worker's id for the shards' records: the same for every incarnation of
@@ -223,16 +224,19 @@ class HetCacheAckPushOp : public CacheKernel {
     const int64_t n = ctx->input(1).NumElements();
     OP_REQUIRES_OK(ctx, CheckVector(name, "pushed keys", ctx->input(1)));
     OP_REQUIRES_OK(ctx, CheckShape(name, "pushed counts", ctx->input(2), n, 0));
-    const bool with_rows = ctx->input(3).NumElements() > 0 || n == 0;
+    // States [m, width] are the shards' answer for the m keys still cached;
+    // anything else (an empty vector) acknowledges without taking states.
+    const bool with_rows = ctx->input(3).dims() == 2;
+    const int64_t m = with_rows ? ctx->input(3).dim_size(0) : 0;
     if (with_rows) {
-      OP_REQUIRES_OK(ctx, CheckShape(name, "pushed states", ctx->input(3), n, cache.width()));
-      OP_REQUIRES_OK(ctx, CheckShape(name, "pushed clocks", ctx->input(4), n, 0));
+      OP_REQUIRES_OK(ctx, CheckShape(name, "pushed states", ctx->input(3), m, cache.width()));
+      OP_REQUIRES_OK(ctx, CheckShape(name, "pushed clocks", ctx->input(4), m, 0));
     }
-    OP_REQUIRES_OK(ctx,
-                   ToTf(cache.AckPush(ctx->input(1).flat<int64_t>().data(), n,
-                                      ctx->input(2).flat<int64_t>().data(),
-                                      with_rows ? ctx->input(3).flat<float>().data() : nullptr,
-                                      with_rows ? ctx->input(4).flat<int64_t>().data() : nullptr)));
+    OP_REQUIRES_OK(
+        ctx, ToTf(cache.AckPush(ctx->input(1).flat<int64_t>().data(), n,
+                                ctx->input(2).flat<int64_t>().data(),
+                                with_rows ? ctx->input(3).flat<float>().data() : nullptr,
+                                with_rows ? ctx->input(4).flat<int64_t>().data() : nullptr, m)));
   }
 };
 

@@ -195,15 +195,23 @@ class HetTablePushDeltasOp : public TableKernel {
     OP_REQUIRES_OK(ctx, CheckShape(table.config().name, "base clocks", ctx->input(5), n, 0));
     Sender sender;
     OP_REQUIRES_OK(ctx, ReadSender(ctx, table.config().name, 6, &sender));
+    int64_t unanswered;
+    OP_REQUIRES_OK(ctx,
+                   ReadScalar(table.config().name, "unanswered rows", ctx->input(8), &unanswered));
+    OP_REQUIRES(
+        ctx, unanswered >= 0 && unanswered <= n,
+        tensorflow::errors::InvalidArgument(TableLabel(table.config().name), ": ", unanswered,
+                                            " unanswered rows in a push of ", n));
     Tensor* states = nullptr;
     Tensor* clocks = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, width}), &states));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({n}), &clocks));
-    OP_REQUIRES_OK(ctx, ToTf(table.PushDeltas(
-                            keys.flat<int64_t>().data(), ctx->input(2).flat<float>().data(),
-                            ctx->input(3).flat<int64_t>().data(),
-                            ctx->input(5).flat<int64_t>().data(), n, learning_rate,
-                            states->flat<float>().data(), clocks->flat<int64_t>().data(), sender)));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n - unanswered, width}), &states));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({n - unanswered}), &clocks));
+    OP_REQUIRES_OK(
+        ctx, ToTf(table.PushDeltas(keys.flat<int64_t>().data(), ctx->input(2).flat<float>().data(),
+                                   ctx->input(3).flat<int64_t>().data(),
+                                   ctx->input(5).flat<int64_t>().data(), n, learning_rate,
+                                   states->flat<float>().data(), clocks->flat<int64_t>().data(),
+                                   sender, unanswered)));
   }
 
  private:

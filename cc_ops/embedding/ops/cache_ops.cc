@@ -23,6 +23,7 @@ tensorflow::Status PushListShape(InferenceContext* c) {
   c->set_output(3, c->Vector(n));
   c->set_output(4, c->Scalar());
   c->set_output(5, c->Scalar());
+  c->set_output(6, c->Scalar());
   return tensorflow::OkStatus();
 }
 
@@ -30,12 +31,15 @@ tensorflow::Status PushListShape(InferenceContext* c) {
 
 // The pushes a cache hands out (HetCacheAccumulate, HetCacheFlush): keys,
 // state deltas, update counts and the server clocks the deltas started
-// from, and the cache's worker id and generation to send with them.
+// from; how many leading ones are rows the cache evicted (it wants no state
+// back for them); and the cache's worker id and generation to send with
+// them.
 #define HET_PUSH_LIST()                  \
   Output("push_keys: int64")             \
       .Output("push_deltas: float")      \
       .Output("push_counts: int64")      \
       .Output("push_base_clocks: int64") \
+      .Output("push_evicted: int64")     \
       .Output("worker: int64")           \
       .Output("generation: int64")       \
       .Attr("dim: int >= 1")             \
@@ -178,7 +182,8 @@ REGISTER_OP("HetCacheAckPush")
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
     .Doc(R"doc(
 Marks pushes as delivered. With the states and clocks HetTablePushDeltas
-returned (non-empty `values`), the entries become the server's rows.
+returned (non-empty `values`: one for each pushed key after the evicted ones
+that lead the push), the entries become the server's rows.
 )doc");
 
 REGISTER_OP("HetCacheFlush")

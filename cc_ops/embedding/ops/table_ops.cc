@@ -140,6 +140,7 @@ REGISTER_OP("HetTablePushDeltas")
     .Input("base_clocks: int64")
     .Input("worker: int64")
     .Input("generation: int64")
+    .Input("unanswered: int64")
     .Output("states: float")
     .Output("row_clocks: int64")
     .Attr("dim: int >= 1")
@@ -150,10 +151,12 @@ REGISTER_OP("HetTablePushDeltas")
       TF_RETURN_IF_ERROR(c->WithRank(c->input(5), 1, &unused));
       TF_RETURN_IF_ERROR(c->WithRank(c->input(6), 0, &unused));
       TF_RETURN_IF_ERROR(c->WithRank(c->input(7), 0, &unused));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(8), 0, &unused));
       DimensionHandle width;
       TF_RETURN_IF_ERROR(StateWidthAttr(c, &width));
-      c->set_output(0, c->Matrix(c->Dim(keys, 0), width));
-      c->set_output(1, c->Vector(c->Dim(keys, 0)));
+      DimensionHandle answered = c->UnknownDim();
+      c->set_output(0, c->Matrix(answered, width));
+      c->set_output(1, c->Vector(answered));
       return tensorflow::OkStatus();
     })
     .Doc(R"doc(
@@ -165,7 +168,9 @@ the share of the values' change the merge keeps. All keys and values are
 checked before any row changes. The rows' states after the merge and their
 clocks come back for the cache to take. `worker` and `generation` name the
 sender (HetCacheAccumulate gives them; 0 for none): its recorded copies take
-the merged rows, and other workers' copies may be queued as stale.
+the merged rows, and other workers' copies may be queued as stale. The
+first `unanswered` keys (rows the cache evicted) get no state back: the
+outputs hold the others', in order.
 )doc");
 
 REGISTER_OP("HetTablePush")

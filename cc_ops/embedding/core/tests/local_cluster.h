@@ -154,12 +154,17 @@ class LocalCluster {
     std::vector<float> states(p.size() * width);
     std::vector<int64_t> clocks(p.size());
     const het::Sender sender = cache.sender();
+    // The evicted rows lead the push and get no state back.
+    const int64_t answered = static_cast<int64_t>(p.size()) - p.evicted;
     for (size_t i = 0; i < p.size(); ++i) {
+      const bool evicted = static_cast<int64_t>(i) < p.evicted;
+      const size_t at = evicted ? 0 : i - p.evicted;
       HET_RETURN_IF_ERROR(ShardOfKey(p.keys[i]).PushDeltas(
           &p.keys[i], p.deltas.data() + i * width, &p.counts[i], &p.base_clocks[i], 1, lr,
-          states.data() + i * width, clocks.data() + i, sender));
+          states.data() + at * width, clocks.data() + at, sender, evicted ? 1 : 0));
     }
-    return cache.AckPush(p.keys.data(), p.size(), p.counts.data(), states.data(), clocks.data());
+    return cache.AckPush(p.keys.data(), p.size(), p.counts.data(), states.data(), clocks.data(),
+                         answered);
   }
 
   int dim_;

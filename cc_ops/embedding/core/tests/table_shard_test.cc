@@ -173,20 +173,24 @@ HET_TEST(BadPushesChangeNothing) {
   std::vector<float> deltas(16, 0.5f);
   deltas[7] = INFINITY;
   EXPECT_INVALID(t->PushDeltas(keys.data(), deltas.data(), counts.data(), bases.data(), 2, 0.1f,
-                               nullptr, nullptr),
+                               nullptr, nullptr, het::Sender(), 0),
                  "non-finite delta for id 1");
   deltas[7] = -0.5f;  // an accumulator cannot shrink
   EXPECT_INVALID(t->PushDeltas(keys.data(), deltas.data(), counts.data(), bases.data(), 2, 0.1f,
-                               nullptr, nullptr),
+                               nullptr, nullptr, het::Sender(), 0),
                  "negative squared-gradient change for id 1");
   deltas[7] = 0.5f;
   EXPECT_INVALID(t->PushDeltas(keys.data(), deltas.data(), counts.data(), bases.data(), 2, NAN,
-                               nullptr, nullptr),
+                               nullptr, nullptr, het::Sender(), 0),
                  "learning rate must be finite");
   bases[1] = -1;
   EXPECT_INVALID(t->PushDeltas(keys.data(), deltas.data(), counts.data(), bases.data(), 2, 0.1f,
-                               nullptr, nullptr),
+                               nullptr, nullptr, het::Sender(), 0),
                  "negative base clock -1 for id 2");
+  bases[1] = 0;
+  EXPECT_INVALID(t->PushDeltas(keys.data(), deltas.data(), counts.data(), bases.data(), 2, 0.1f,
+                               nullptr, nullptr, het::Sender(), 3),
+                 "3 unanswered rows in a push of 2");
   EXPECT_OK(t->Gather(keys.data(), 2, after.data()));
   for (int i = 0; i < 8; ++i) EXPECT_EQ(before[i], after[i]);
   EXPECT_EQ(t->Counters().updates_applied, 0u);
