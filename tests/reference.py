@@ -225,12 +225,14 @@ class RefCache:
         self.sync = sync
         self.worker, self.generation = next(self._workers), 0
         self.unreported = []  # sync="refresh": evictions since the last sync
+        self.passing = {}
         self.entries = {}
         self.outbox = []  # (key, delta, count, base clock)
         self.seq = 0
         self.lr = 0.0
         self.counters = dict(lookups=0, unique_keys=0, hits=0, misses=0, stale_refreshes=0,
-                             evictions=0, dirty_evictions=0, rows_pulled=0, rows_pushed=0,
+                             evictions=0, dirty_evictions=0, passed_through=0, rows_pulled=0,
+                             rows_pushed=0,
                              updates_pushed=0)
 
     def _bucket(self, touches):
@@ -249,7 +251,7 @@ class RefCache:
 
     def clear(self):
         """As after a restore: nothing cached or pending, a new generation."""
-        self.entries, self.outbox, self.unreported = {}, [], []
+        self.entries, self.outbox, self.unreported, self.passing = {}, [], [], {}
         self.generation += 1
 
     def _refresh(self, e, fresh, clock):
@@ -276,8 +278,6 @@ class RefCache:
 
     def lookup(self, ids, training):
         unique = list(dict.fromkeys(ids))
-        if training and len(unique) > self.capacity:
-            raise ValueError("batch larger than cache")
         self.counters["lookups"] += len(ids)
         self.counters["unique_keys"] += len(unique)
         if training and self.sync == "refresh":
@@ -318,6 +318,8 @@ class RefCache:
             if k in self.entries:
                 self.entries[k]["attached"] = False
         inserted = set()
+        self.passing = {}  # rows with no room beside the batch's: key -> (state, clock)
+        out = {}
         for i, k in enumerate(unique):
             if i not in answer:
                 self.counters["hits"] += 1
@@ -327,9 +329,17 @@ class RefCache:
             if e is not None:
                 self._refresh(e, fresh, clock)
                 continue
+            attached = [e for e in self.entries.values() if e["attached"]]
+            if len(self.entries) >= self.capacity and not attached:
+                self.passing[k] = (fresh, clock)
+                if self.sync == "refresh":
+                    self.unreported.append(k)
+                out[k] = fresh["w"].copy()
+                self.counters["misses"] += 1
+                self.counters["passed_through"] += 1
+                continue
             if len(self.entries) >= self.capacity:
-                victim = min((e for e in self.entries.values() if e["attached"]),
-                             key=lambda e: (self._bucket(e["touches"]), e["seq"]))
+                victim = min(attached, key=lambda e: (self._bucket(e["touches"]), e["seq"]))
                 if victim["cc"] > victim["cs"]:
                     self.outbox.append((victim["key"], victim["pd"],
                                         victim["cc"] - victim["cs"], victim["cs"]))
@@ -342,18 +352,29 @@ class RefCache:
                                    touches=0, attached=False)
             inserted.add(k)
             self.counters["misses"] += 1
-        self._check_bound(unique)
-        out = []
+        self._check_bound([k for k in unique if k not in self.passing])
         for k in unique:
+            if k in self.passing:
+                continue
             e = self.entries[k]
             self._attach(e, 1 if k in inserted else e["touches"] + 1)
-            out.append(e["state"]["w"].copy())
-        return out
+            out[k] = e["state"]["w"].copy()
+        return [out[k] for k in unique]
 
     def apply_gradients(self, keys, grads, lr):
         self.lr = lr  # FTRL's refreshes recompute rows with it
+        for k, g in zip(keys, grads):  # rows passed through: one step, pushed now
+            if k in self.passing:
+                state, clock = self.passing[k]
+                delta = self._zeros()
+                optimizer_step(self.table.optimizer, state, g.astype(np.float32), lr, clock,
+                               delta=delta)
+                self.outbox.append((k, delta, 1, clock))
+        self.passing = {}
         due = list(self.outbox)
         for k, g in zip(keys, grads):
+            if k not in self.entries:
+                continue
             e = self.entries[k]
             optimizer_step(self.table.optimizer, e["state"], g.astype(np.float32), lr, e["cc"],
                            delta=e["pd"])

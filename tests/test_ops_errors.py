@@ -81,15 +81,19 @@ def test_non_finite_gradients(trained):
     assert snapshot(table, cache) == before
 
 
-def test_batch_larger_than_the_cache(trained):
+def test_batch_larger_than_the_cache_trains(trained):
+    """Rows that do not fit pass through: read, updated and pushed in the
+    same step, and counted; the cache keeps at most its capacity."""
     table, cache = trained
-    before = snapshot(table, cache)
-    with pytest.raises(tf.errors.InvalidArgumentError,
-                       match=f"table '{table.config.name}': a batch has 9 unique ids but the cache holds only 8 rows"):
-        cache.lookup(tf.range(9, dtype=tf.int64), True)
-    assert snapshot(table, cache) == before
-    rows, _, _ = cache.lookup(tf.range(9, dtype=tf.int64), False)  # evaluation inserts nothing
+    rows, unique, _ = cache.lookup(tf.range(9, dtype=tf.int64), True)
     assert rows.shape == (9, 4)
+    stats = cache.stats()
+    assert stats["passed_through"] == 1 and stats["rows"] == 8
+    before = table.stats()["updates_applied"]
+    cache.apply_gradients(unique, tf.ones([9, 4]), 0.1)
+    assert table.stats()["updates_applied"] >= before + 1  # the passed row's update arrived
+    cache.flush(0.1)
+    assert cache.stats()["updates_pushed"] == table.stats()["updates_applied"]
 
 
 @pytest.mark.parametrize("field,value,message", [

@@ -27,9 +27,8 @@ class FieldSum(tf_keras.layers.Layer):
         return tf.reduce_sum(weights, axis=1)
 
 
-def _first_order(inputs, embeddings):
+def _first_order(inputs, weights):
     """The linear part: a weight per key plus a linear map of the dense features."""
-    weights = embeddings.embed(inputs["categorical"], 1, "linear_embedding")
     sparse = FieldSum(name="linear_sparse")(weights)
     dense = tf_keras.layers.Dense(1, name="linear_dense")(inputs["dense"])
     return tf_keras.layers.Add(name="linear")([sparse, dense])
@@ -49,8 +48,8 @@ def wdl(embeddings=None, dim=16, hidden=(256, 128)):
     """Wide & Deep: a linear model over the keys plus an MLP over their vectors."""
     embeddings = embeddings or EmbeddingSpec()
     inputs = _inputs()
-    wide = _first_order(inputs, embeddings)
-    vectors = embeddings.embed(inputs["categorical"], dim, "embedding")
+    vectors, weights = embeddings.embed_with_weights(inputs["categorical"], dim, "embedding")
+    wide = _first_order(inputs, weights)
     deep = tf_keras.layers.Dense(1, name="deep_logit")(
         _mlp(_deep_input(inputs, vectors), hidden, "deep"))
     return _model(inputs, tf_keras.layers.Add(name="logit")([wide, deep]), "wdl")
@@ -71,8 +70,8 @@ def deepfm(embeddings=None, dim=16, hidden=(256, 128)):
     last two sharing the field vectors."""
     embeddings = embeddings or EmbeddingSpec()
     inputs = _inputs()
-    first = _first_order(inputs, embeddings)
-    vectors = embeddings.embed(inputs["categorical"], dim, "embedding")
+    vectors, weights = embeddings.embed_with_weights(inputs["categorical"], dim, "embedding")
+    first = _first_order(inputs, weights)
     fm = FactorizationMachine(name="fm")(vectors)
     deep = tf_keras.layers.Dense(1, name="deep_logit")(
         _mlp(_deep_input(inputs, vectors), hidden, "deep"))

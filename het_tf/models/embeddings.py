@@ -36,6 +36,20 @@ class FieldIndices(tf_keras.layers.Layer):
         return {**super().get_config(), "cardinalities": self.cardinalities}
 
 
+class SplitVectorsAndWeights(tf_keras.layers.Layer):
+    """[B, F, dim + 1] rows -> ([B, F, dim] vectors, [B, F, 1] weights)."""
+
+    def __init__(self, dim, **kwargs):
+        super().__init__(**kwargs)
+        self.dim = int(dim)
+
+    def call(self, rows):
+        return rows[..., :self.dim], rows[..., self.dim:]
+
+    def get_config(self):
+        return {**super().get_config(), "dim": self.dim}
+
+
 class EmbeddingSpec:
     """Settings shared by every embedding table of a model.
 
@@ -85,6 +99,17 @@ class EmbeddingSpec:
         from tensorflow_recommenders_addons import dynamic_embedding as de
 
         return de.DynamicEmbeddingOptimizer(optimizer)
+
+    def embed_with_weights(self, keys, dim, name):
+        """[B, F] keys -> ([B, F, dim] vectors, [B, F, 1] linear weights).
+        HetEmbedding keeps both in one table of dim + 1, so each key, with
+        its clock and update count, travels once a step instead of twice;
+        the same optimizer steps each coordinate alone, so one table trains
+        as the two would. The baselines keep two tables as usual."""
+        if self.kind != "het":
+            return self.embed(keys, dim, name), self.embed(keys, 1, f"linear_{name}")
+        return SplitVectorsAndWeights(dim, name=f"{name}_split")(
+            self.embed(keys, dim + 1, name))
 
     def embed(self, keys, dim, name):
         """[B, F] keys -> [B, F, dim] vectors from the table `name`."""

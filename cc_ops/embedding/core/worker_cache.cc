@@ -86,6 +86,13 @@ WorkerCache::WorkerCache(const CacheConfig& config)
   for (int64_t s = config.capacity - 1; s >= 0; --s) free_slots_.push_back(static_cast<int32_t>(s));
 }
 
+bool WorkerCache::FirstPassThrough() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (warned_pass_through_ || counters_.passed_through == 0) return false;
+  warned_pass_through_ = true;
+  return true;
+}
+
 Sender WorkerCache::sender() const {
   std::lock_guard<std::mutex> lock(mu_);
   return Sender{config_.worker_id, generation_};
@@ -116,8 +123,8 @@ CacheCounters WorkerCache::Counters() const {
   return counters_;
 }
 
-Status WorkerCache::Deduplicate(const int64_t* ids, int64_t n, bool training,
-                                std::vector<int64_t>* unique_keys, std::vector<int32_t>* inverse) {
+Status WorkerCache::Deduplicate(const int64_t* ids, int64_t n, std::vector<int64_t>* unique_keys,
+                                std::vector<int32_t>* inverse) {
   HET_RETURN_IF_ERROR(CheckKeys(config_.table_name, config_.vocabulary_size, ids, n));
   if (old_timeline_) ClearLocked();
   unique_keys->clear();
@@ -130,11 +137,6 @@ Status WorkerCache::Deduplicate(const int64_t* ids, int64_t n, bool training,
     (*inverse)[i] = static_cast<int32_t>(u);
   }
   const int64_t u = static_cast<int64_t>(unique_keys->size());
-  if (training && u > config_.capacity) {
-    return Status::InvalidArgument(
-        Name() + ": a batch has " + std::to_string(u) + " unique ids but the cache holds only " +
-        std::to_string(config_.capacity) + " rows; raise cache_capacity or shrink the batch");
-  }
   counters_.lookups += n;
   counters_.unique_keys += u;
   prepared_ = *unique_keys;
@@ -152,7 +154,7 @@ std::vector<int32_t> WorkerCache::SlotsOf(const int64_t* keys, int64_t u) const 
 
 Status WorkerCache::Prepare(const int64_t* ids, int64_t n, bool training, LookupPlan* plan) {
   std::lock_guard<std::mutex> lock(mu_);
-  HET_RETURN_IF_ERROR(Deduplicate(ids, n, training, &plan->unique_keys, &plan->inverse));
+  HET_RETURN_IF_ERROR(Deduplicate(ids, n, &plan->unique_keys, &plan->inverse));
   const int64_t u = static_cast<int64_t>(plan->unique_keys.size());
   plan->read_staleness = BoundInForce(config_.read_staleness);
   plan->clocks.resize(u);
@@ -228,6 +230,9 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
   }
   std::vector<bool> inserted(u, false);
   uint64_t hits = 0, misses = 0, refreshes = 0;
+  passing_.Clear();
+  passing_states_.clear();
+  passing_clocks_.clear();
   for (int64_t i = 0; i < u; ++i) {
     if (answer[i] < 0) {
       ++hits;
@@ -240,7 +245,19 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
       ++refreshes;
       continue;
     }
-    slot = TakeSlot();  // cannot fail: u <= capacity and the batch is detached
+    slot = TakeSlot();
+    if (slot == EvictionOrder::kNone) {
+      // The batch's cached rows fill the cache: this row passes through,
+      // read now and pushed with the step's update (Accumulate).
+      passing_.Insert(unique_keys[i], static_cast<uint32_t>(passing_clocks_.size()));
+      passing_states_.insert(passing_states_.end(), fresh, fresh + width_);
+      passing_clocks_.push_back(clocks[answer[i]]);
+      // The shards recorded the copy a sync handed out: it goes at once.
+      if (config_.sync == SyncMode::kRefresh) unreported_evictions_.push_back(unique_keys[i]);
+      std::memcpy(rows_out + size_t(i) * dim, fresh, sizeof(float) * dim);
+      ++misses;
+      continue;
+    }
     slots[i] = slot;
     inserted[i] = true;
     keys_[slot] = unique_keys[i];
@@ -252,6 +269,7 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
   }
   for (int64_t i = 0; i < u; ++i) {
     const int32_t slot = slots[i];
+    if (slot < 0) continue;  // passed through
     // A slot just taken still carries its previous occupant's count.
     order_.Attach(slot, inserted[i] ? 1 : order_.touches(slot) + 1);
     std::memcpy(rows_out + size_t(i) * dim, State(slot), sizeof(float) * dim);
@@ -259,6 +277,7 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
   counters_.hits += hits;
   counters_.misses += misses;
   counters_.stale_refreshes += refreshes;
+  counters_.passed_through += passing_clocks_.size();
 }
 
 Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_t* positions,
@@ -270,11 +289,6 @@ Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_
   if (m > u) {
     return Status::InvalidArgument(Name() + ": " + std::to_string(m) + " rows returned for " +
                                    std::to_string(u) + " ids");
-  }
-  if (training && u > config_.capacity) {
-    return Status::InvalidArgument(Name() + ": a batch has " + std::to_string(u) +
-                                   " unique ids but the cache holds only " +
-                                   std::to_string(config_.capacity) + " rows");
   }
   std::vector<int32_t> answer(u, -1);  // unique index -> row in the shards' answer
   for (int64_t r = 0; r < m; ++r) {
@@ -346,6 +360,9 @@ void WorkerCache::ClearLocked() {
   evictions_in_flight_ = 0;
   epochs_.clear();
   old_timeline_ = false;
+  passing_.Clear();
+  passing_states_.clear();
+  passing_clocks_.clear();
   generation_ = DrawId();
 }
 

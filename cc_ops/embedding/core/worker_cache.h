@@ -120,6 +120,7 @@ struct CacheCounters {
   uint64_t evictions_reported = 0;
   uint64_t evictions = 0;
   uint64_t dirty_evictions = 0;  // evicted with pending updates, which are pushed
+  uint64_t passed_through = 0;   // missing rows a full batch left no room for
   uint64_t rows_pulled = 0;
   uint64_t rows_pushed = 0;  // acknowledged pushes
   uint64_t updates_pushed = 0;
@@ -143,9 +144,11 @@ class WorkerCache {
 
   // Who this cache is to the shards: its worker id and current generation.
   Sender sender() const;
+  // True once, the first time it is asked after a row passed through: the
+  // kernels warn then.
+  bool FirstPassThrough();
 
-  // Deduplicates ids and gives the clocks to send with them. In training a
-  // batch must fit in the cache.
+  // Deduplicates ids and gives the clocks to send with them.
   Status Prepare(const int64_t* ids, int64_t n, bool training, LookupPlan* plan);
 
   // A training lookup under SyncMode::kRefresh: deduplicates ids and lists
@@ -164,16 +167,20 @@ class WorkerCache {
   // writes all u unique rows to `rows_out`. In training, missing rows are
   // inserted and stale ones refreshed with their own pending deltas
   // re-applied; a row evicted with pending updates keeps them in an outbox
-  // that goes out with the next pushes. Out of training nothing changes, so
-  // evaluation never causes a push.
+  // that goes out with the next pushes. A missing row that finds the cache
+  // full of the batch's own rows passes through: it is read, and its update
+  // is pushed with the step's (see Accumulate). Out of training nothing
+  // changes, so evaluation never causes a push.
   Status Complete(const int64_t* unique_keys, int64_t u, const int32_t* positions, int64_t m,
                   const float* states, const int64_t* clocks, bool training, float* rows_out);
 
-  // One local update per key (keys unique and cached): the entry takes the
-  // table optimizer's step with its own copy of the slots, so later reads see
-  // this worker's own writes as the shard will apply them, and every field's
-  // change joins the pending delta. `due` receives the outbox and every entry
-  // past the write bound; they stay pending until AckPush.
+  // One local update per key (keys unique and cached, or passed through by
+  // the last lookup): the entry takes the table optimizer's step with its
+  // own copy of the slots, so later reads see this worker's own writes as the
+  // shard will apply them, and every field's change joins the pending delta.
+  // A row passed through takes its step on the state it was read with and
+  // joins the outbox. `due` receives the outbox and every entry past the
+  // write bound; they stay pending until AckPush.
   Status Accumulate(const int64_t* keys, int64_t n, const float* grads, float learning_rate,
                     Pushes* due);
 
@@ -209,10 +216,10 @@ class WorkerCache {
   // Keys must be unique; those of the last Prepare are by construction, so
   // the two halves of a lookup and its update do not check them again.
   Status CheckUniqueUnlessPrepared(const int64_t* keys, int64_t n) const;
-  // Unique keys in order of first appearance and where each id went; in
-  // training they must fit in the cache. Remembers them as prepared.
-  Status Deduplicate(const int64_t* ids, int64_t n, bool training,
-                     std::vector<int64_t>* unique_keys, std::vector<int32_t>* inverse);
+  // Unique keys in order of first appearance and where each id went.
+  // Remembers them as prepared.
+  Status Deduplicate(const int64_t* ids, int64_t n, std::vector<int64_t>* unique_keys,
+                     std::vector<int32_t>* inverse);
   // Each unique key's slot, -1 if not cached.
   std::vector<int32_t> SlotsOf(const int64_t* keys, int64_t u) const;
   // A cached entry takes a fresh state at server clock `clock`, with its
@@ -241,7 +248,13 @@ class WorkerCache {
   size_t evictions_in_flight_ = 0;             // of those, sent by the last BeginSync
   std::vector<int64_t> epochs_;                // each shard's, from the last sync
   bool old_timeline_ = false;                  // a shard's epoch changed: clear first
-  std::vector<int64_t> prepared_;              // the unique keys of the last Prepare
+  // Rows the last training lookup passed through: key -> index of their
+  // state and server clock, until the step's Accumulate pushes them.
+  KeyIndex passing_;
+  std::vector<float> passing_states_;
+  std::vector<int64_t> passing_clocks_;
+  bool warned_pass_through_ = false;
+  std::vector<int64_t> prepared_;  // the unique keys of the last Prepare
   // FTRL's refresh recomputes a row from its slots with it; an entry has
   // pending updates only after an Accumulate has set it.
   float last_learning_rate_ = 0.0f;

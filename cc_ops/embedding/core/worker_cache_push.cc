@@ -1,5 +1,6 @@
 // The cache's write side: gradients applied to cached copies, pushes made
 // due by the write bound, their acknowledgement, and the final flush.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -28,20 +29,39 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
   std::lock_guard<std::mutex> lock(mu_);
   HET_RETURN_IF_ERROR(CheckUniqueUnlessPrepared(keys, n));
   const int64_t write_staleness = BoundInForce(config_.write_staleness);
-  *due = outbox_;
-  due->evicted = static_cast<int64_t>(outbox_.size());
-  std::vector<int32_t> slots(n);
+  // A cached row's slot, or -1 - its place among the rows passed through.
+  std::vector<int64_t> slots(n);
   for (int64_t i = 0; i < n; ++i) {
     const uint32_t slot = index_.Find(keys[i]);
-    if (slot == KeyIndex::kAbsent) {
+    const uint32_t passing = slot == KeyIndex::kAbsent ? passing_.Find(keys[i]) : KeyIndex::kAbsent;
+    if (slot == KeyIndex::kAbsent && passing == KeyIndex::kAbsent) {
       return Status::FailedPrecondition(Name() + ": gradient for id " + std::to_string(keys[i]) +
                                         ", which is not cached; update only ids just looked up");
     }
-    slots[i] = static_cast<int32_t>(slot);
+    slots[i] = slot != KeyIndex::kAbsent ? int64_t{slot} : -1 - int64_t{passing};
   }
   last_learning_rate_ = learning_rate;
+  // A row passed through takes its one step and is pushed with this step's
+  // outbox, which keeps it until the push is acknowledged.
+  std::vector<float> delta(width_);
   for (int64_t i = 0; i < n; ++i) {
-    const int32_t slot = slots[i];
+    if (slots[i] >= 0) continue;
+    const size_t p = static_cast<size_t>(-1 - slots[i]);
+    float* state = passing_states_.data() + p * width_;
+    int64_t step = passing_clocks_[p];
+    std::fill(delta.begin(), delta.end(), 0.0f);
+    ApplyUpdate(config_.optimizer, learning_rate, grads + size_t(i) * dim, dim, state, state + dim,
+                &step, delta.data());
+    outbox_.Add(keys[i], delta.data(), width_, 1, passing_clocks_[p]);
+  }
+  passing_.Clear();
+  passing_states_.clear();
+  passing_clocks_.clear();
+  *due = outbox_;
+  due->evicted = static_cast<int64_t>(outbox_.size());
+  for (int64_t i = 0; i < n; ++i) {
+    if (slots[i] < 0) continue;
+    const int32_t slot = static_cast<int32_t>(slots[i]);
     float* state = State(slot);
     // Adam's step count is the row's clock: the shard advances both by one
     // per update applied.

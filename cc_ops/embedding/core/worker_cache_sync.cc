@@ -17,7 +17,7 @@ Status WorkerCache::BeginSync(const int64_t* ids, int64_t n, SyncPlan* plan) {
                                       ": this cache checks its keys (sync='check'); "
                                       "it cannot sync by refresh");
   }
-  HET_RETURN_IF_ERROR(Deduplicate(ids, n, /*training=*/true, &plan->unique_keys, &plan->inverse));
+  HET_RETURN_IF_ERROR(Deduplicate(ids, n, &plan->unique_keys, &plan->inverse));
   plan->misses.clear();
   for (int64_t key : plan->unique_keys) {
     if (index_.Find(key) == KeyIndex::kAbsent) plan->misses.push_back(key);
@@ -59,11 +59,6 @@ Status WorkerCache::EndSync(const int64_t* unique_keys, int64_t u, const SyncAns
     return Status::InvalidArgument(Name() + ": " + std::to_string(a.misses) +
                                    " rows returned for the " + std::to_string(missing) +
                                    " ids not cached; run one lookup at a time per cache");
-  }
-  if (u > config_.capacity) {
-    return Status::InvalidArgument(Name() + ": a batch has " + std::to_string(u) +
-                                   " unique ids but the cache holds only " +
-                                   std::to_string(config_.capacity) + " rows");
   }
   const bool first_sync = epochs_.empty();
   if (a.shards != config_.num_shards) {

@@ -10,6 +10,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
 #include "tensorflow/core/framework/resource_op_kernel.h"
+#include "tensorflow/core/platform/logging.h"
 
 namespace het {
 
@@ -42,6 +43,17 @@ tensorflow::Status OutputPushes(OpKernelContext* ctx, const Pushes& p, const Wor
 // A worker's id for the shards' records: the same for every incarnation of
 // one cache on one device (FNV-1a of both names), so a restarted worker
 // replaces its old record.
+// Once per cache: rows that did not fit beside the batch's cached rows.
+void WarnOnceOfPassThrough(WorkerCache& cache) {
+  if (!cache.FirstPassThrough()) return;
+  LOG(WARNING) << TableLabel(cache.table_name())
+               << ": a training batch has more unique ids than the cache can hold ("
+               << cache.config().capacity
+               << " rows); the rows that do not fit pass through uncached, read from the shards "
+                  "and their updates pushed in the same step (counted as passed_through). Raise "
+                  "cache_capacity to cache them. This is logged once.";
+}
+
 uint64_t WorkerIdOf(const std::string& device, const std::string& shared_name) {
   uint64_t h = 0xcbf29ce484222325ULL;
   for (char c : device + "|" + shared_name)
@@ -165,6 +177,7 @@ class HetCacheEndSyncOp : public CacheKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({u, dim_}), &rows));
     OP_REQUIRES_OK(ctx, ToTf(cache.EndSync(keys.flat<int64_t>().data(), u, answer,
                                            rows->flat<float>().data())));
+    WarnOnceOfPassThrough(cache);
   }
 };
 
@@ -191,6 +204,7 @@ class HetCacheCompleteOp : public CacheKernel {
                        keys.flat<int64_t>().data(), u, ctx->input(2).flat<int32_t>().data(), m,
                        ctx->input(3).flat<float>().data(), ctx->input(4).flat<int64_t>().data(),
                        training_, rows->flat<float>().data())));
+    WarnOnceOfPassThrough(cache);
   }
 
  private:
@@ -272,6 +286,7 @@ class HetCacheStatsOp : public CacheKernel {
                                              {"evictions_reported", int64_t(c.evictions_reported)},
                                              {"evictions", int64_t(c.evictions)},
                                              {"dirty_evictions", int64_t(c.dirty_evictions)},
+                                             {"passed_through", int64_t(c.passed_through)},
                                              {"rows_pulled", int64_t(c.rows_pulled)},
                                              {"rows_pushed", int64_t(c.rows_pushed)},
                                              {"updates_pushed", int64_t(c.updates_pushed)},

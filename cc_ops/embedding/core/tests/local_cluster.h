@@ -5,6 +5,7 @@
 #define HET_TF_EMBEDDING_CORE_TESTS_LOCAL_CLUSTER_H_
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -28,6 +29,21 @@ class LocalCluster {
   int num_shards() const { return static_cast<int>(shards_.size()); }
   het::TableShard& shard(int s) { return *shards_[s]; }
   het::TableShard& ShardOfKey(int64_t key) { return *shards_[het::ShardOf(key, num_shards())]; }
+
+  // Every row of every shard, by key, with its clock.
+  std::map<int64_t, std::vector<float>> Contents(std::map<int64_t, int64_t>* clocks = nullptr) {
+    std::map<int64_t, std::vector<float>> out;
+    for (auto& shard : shards_) {
+      het::TableChunk chunk;
+      shard->Export(0, 1 << 30, &chunk);
+      for (size_t i = 0; i < chunk.keys.size(); ++i) {
+        out[chunk.keys[i]] = std::vector<float>(chunk.values.begin() + i * dim_,
+                                                chunk.values.begin() + (i + 1) * dim_);
+        if (clocks) (*clocks)[chunk.keys[i]] = chunk.clocks[i];
+      }
+    }
+    return out;
+  }
 
   // The no-cache path: gather rows, push each unique key's summed gradient.
   het::Status GatherRows(const std::vector<int64_t>& keys, std::vector<float>* rows) {

@@ -1,6 +1,7 @@
 // The sync in which a hit costs no bytes (sync="refresh"): what it sends,
 // when it refreshes, and how the shards' records of the copies stay bounded
 // and follow restarts.
+#include <map>
 #include <random>
 #include <thread>
 #include <vector>
@@ -185,4 +186,50 @@ HET_TEST(ConcurrentSyncsAndPushesLoseNothing) {
   }
   for (int s = 0; s < shards; ++s) applied += cluster.shard(s).Counters().updates_applied;
   EXPECT_EQ(applied, updates);
+}
+
+// A batch with more unique ids than the cache holds still trains: the rows
+// that do not fit pass through, read from the shards, and their updates are
+// pushed in the same step; nothing is lost, and with the write bound 0 the
+// rows equal the no-cache path's. Both syncs.
+HET_TEST(ABatchLargerThanTheCacheTrainsAndLosesNothing) {
+  for (het::SyncMode sync : {het::SyncMode::kRefresh, het::SyncMode::kCheck}) {
+    const int dim = 2, shards = 2;
+    LocalCluster cached(SgdTable(dim), shards), direct(SgdTable(dim), shards);
+    het::CacheConfig c;
+    c.table_name = "emb";
+    c.dim = dim;
+    c.capacity = 25;
+    c.read_staleness = 0;
+    c.write_staleness = 0;
+    c.num_shards = shards;
+    c.sync = sync;
+    std::unique_ptr<het::WorkerCache> cache;
+    EXPECT_OK(het::WorkerCache::Create(c, &cache));
+    std::mt19937_64 rng(3);
+    for (int step = 0; step < 20; ++step) {
+      std::vector<int64_t> ids;
+      for (int i = 0; i < 48; ++i) ids.push_back(static_cast<int64_t>(rng() % 50));  // > 25 unique
+      het::LookupPlan plan;
+      std::vector<float> rows, expected;
+      EXPECT_OK(cached.Lookup(*cache, ids, true, &plan, &rows));
+      EXPECT_OK(direct.GatherRows(plan.unique_keys, &expected));
+      EXPECT_TRUE(rows == expected);
+      std::vector<float> grads(rows.size());
+      for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.01f * float(i % 7) - 0.02f;
+      EXPECT_OK(cached.Update(*cache, plan.unique_keys, grads, 0.5f));
+      EXPECT_OK(direct.PushGradients(plan.unique_keys, grads, 0.5f));
+    }
+    EXPECT_TRUE(cache->Counters().passed_through > 0u);
+    EXPECT_TRUE(cache->size() <= 25);
+    EXPECT_OK(cached.Flush(*cache, 0.5f));
+    uint64_t applied = 0;
+    for (int s = 0; s < shards; ++s) applied += cached.shard(s).Counters().updates_applied;
+    EXPECT_EQ(applied, cache->Counters().updates_pushed);
+    std::map<int64_t, int64_t> a_clocks, b_clocks;
+    EXPECT_TRUE(cached.Contents(&a_clocks) == direct.Contents(&b_clocks));
+    EXPECT_TRUE(a_clocks == b_clocks);
+    EXPECT_TRUE(cache->FirstPassThrough());  // warned once
+    EXPECT_TRUE(!cache->FirstPassThrough());
+  }
 }
