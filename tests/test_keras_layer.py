@@ -55,6 +55,28 @@ def test_fit_learns_and_evaluation_never_pushes(build):
     assert accuracy > 0.9
 
 
+@pytest.mark.parametrize("sync", ["refresh", "check"])
+def test_batches_larger_than_the_cache_train_and_lose_nothing(sync):
+    """A 50% cache of a 50-row table with batches of 16 x 3 ids: the rows
+    that do not fit pass through, and every update reaches the table."""
+    layer = HetEmbedding(50, 4, cache_capacity=0.5, staleness=100, sync=sync,
+                         optimizer=tf_keras.optimizers.Adagrad(0.3))
+    model = functional_model(layer)
+    model.compile("adam", "binary_crossentropy")
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 50, size=(256, FIELDS)).astype(np.int64)
+    history = model.fit(x, (x[:, 0] % 2).astype(np.float32), batch_size=16, epochs=3,
+                        shuffle=False, verbose=0)
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    layer.flush()
+    stats = layer.het_stats()
+    assert stats["cache_passed_through"] > 0 and stats["cache_rows"] <= 25
+    assert stats["table_updates_applied"] == stats["cache_updates_pushed"]
+    # One update per unique id of each of the 3 * 16 steps reached the table.
+    unique_per_step = sum(len(np.unique(x[i:i + 16])) for i in range(0, 256, 16))
+    assert stats["table_updates_applied"] == 3 * unique_per_step
+
+
 def embedding_pair(cache_capacity, staleness, seed=1):
     """The same model twice: with tf_keras Embedding and with HetEmbedding,
     both starting from the same rows and dense weights, both with SGD."""
