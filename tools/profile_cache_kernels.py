@@ -4,7 +4,8 @@ and each kernel of the cached path on its own.
     .venv/bin/python tools/profile_cache_kernels.py
 
 One table of dim 16 (the benchmark's 338,103 ids) and a 10% LFU cache at
-staleness 100; batches of 1024 x 26 Zipf(1.1) ids, as WDL's big table sees.
+staleness 100, syncing by refresh and by check; batches of 1024 x 26
+Zipf(1.1) ids, as WDL's big table sees.
 No network: the figures are the kernels' own cost.
 """
 import argparse
@@ -42,22 +43,27 @@ def main():
     args = parse_args()
     rng = np.random.default_rng(0)
     table = het_tf.ShardedTable(het_tf.TableConfig("profiled", args.dim, seed=1), [None])
-    cache = het_tf.WorkerCache(table, het_tf.CacheConfig(args.vocabulary // 10, "lfu", 100,
-                                                         100, 100, sync="check"))
+    caches = {sync: het_tf.WorkerCache(table, het_tf.CacheConfig(args.vocabulary // 10, "lfu",
+                                                                 100, 100, 100, sync=sync))
+              for sync in ("refresh", "check")}
     batches = [tf.constant(rng.zipf(1.1, size=args.batch_ids) % args.vocabulary, tf.int64)
                for _ in range(args.batches)]
 
-    @tf.function
-    def cached_step(ids):
-        rows, unique, _ = cache.lookup(ids, True)
-        cache.apply_gradients(unique, tf.ones_like(rows) * 0.01, 0.1)
+    def cached_step(cache):
+        @tf.function
+        def step(ids):
+            rows, unique, _ = cache.lookup(ids, True)
+            cache.apply_gradients(unique, tf.ones_like(rows) * 0.01, 0.1)
+        return step
 
     @tf.function
     def uncached_step(ids):
         rows, unique, _ = lookup_without_cache(table, ids)
         push_without_cache(table, unique, tf.ones_like(rows) * 0.01, 0.1)
 
-    for step in (cached_step, uncached_step):
+    steps = {f"cached step, sync={sync}": cached_step(cache) for sync, cache in caches.items()}
+    steps["no-cache step"] = uncached_step
+    for name, step in steps.items():
         for ids in batches[:5]:
             step(ids)
         started = time.perf_counter()
@@ -65,9 +71,12 @@ def main():
             for ids in batches:
                 step(ids)
         ms = (time.perf_counter() - started) / (args.repeats * len(batches)) * 1000
-        print(f"{step.__name__}: {ms:.2f} ms a step")
+        print(f"{name}: {ms:.2f} ms a step")
 
-    ops, handle, ids = het_tf.ops, cache.handle(), batches[0]
+    ops, ids = het_tf.ops, batches[0]
+    handle = caches["check"].handle()
+    refresh = caches["refresh"].handle()
+    sync = ops.het_cache_begin_sync(refresh, ids)
     unique, _, clocks, _ = ops.het_cache_prepare(handle, ids, training=True)
     positions, values, row_clocks = table.pull(unique, clocks, 100, with_slots=True)
     grads = tf.ones([tf.size(unique), args.dim]) * 0.01
@@ -81,6 +90,8 @@ def main():
         "HetCacheAccumulate": lambda: ops.het_cache_accumulate(handle, unique, grads, 0.1,
                                                                 dim=args.dim),
         "HetTableGather (no-cache read)": lambda: table.gather(unique),
+        "HetCacheBeginSync": lambda: ops.het_cache_begin_sync(refresh, ids),
+        "HetTableSync": lambda: table.sync(*sync[4:6], sync[2], sync[3], sync[6]),
     }
     print(f"one batch: {int(tf.size(ids))} ids, {int(tf.size(unique))} unique, "
           f"{int(tf.size(positions))} pulled")

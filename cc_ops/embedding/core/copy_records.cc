@@ -85,23 +85,18 @@ CopyRecord* CopyRecords::Begin(const Sender& sender, int64_t read_bound) {
   return record.get();
 }
 
-void CopyRecords::Pushed(const Sender& sender, const int64_t* keys, const int64_t* clocks,
-                         int64_t n) {
-  for (auto it = records_.begin(); it != records_.end();) {
-    CopyRecord& record = *it->second;
-    if (it->first == sender.worker) {
-      if (record.generation() != sender.generation) {
-        // Another incarnation of the sender: its copies are gone with it.
-        it = records_.erase(it);
-        continue;
-      }
-      // The sender takes each pushed row as the shard now holds it. A key
+void CopyRecords::Pushed(const Sender& sender, int64_t key, int64_t clock) {
+  for (auto& entry : records_) {
+    CopyRecord& record = *entry.second;
+    if (entry.first == sender.worker && record.generation() == sender.generation) {
+      // The sender takes the pushed row as the shard now holds it; a key
       // it no longer holds (pushed from its outbox) is not recorded again.
-      for (int64_t i = 0; i < n; ++i) record.Acknowledged(keys[i], clocks[i]);
+      record.Acknowledged(key, clock);
     } else {
-      for (int64_t i = 0; i < n; ++i) record.Moved(keys[i], clocks[i]);
+      // Another worker, or another incarnation of the sender (whose next
+      // sync replaces this record): its copy may have gone stale.
+      record.Moved(key, clock);
     }
-    ++it;
   }
 }
 

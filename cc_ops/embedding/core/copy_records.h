@@ -14,7 +14,9 @@
 // next sync, which keeps each record within the cache's capacity plus one
 // step's evictions.
 //
-// Not thread-safe: the shard serialises syncs and pushes on it.
+// Not thread-safe: a shard keeps one CopyRecords per lock stripe, used
+// under the stripe's lock, so that reading a row's clock and recording a
+// copy of it, and a push of the row and its queueing, are each one step.
 #ifndef HET_TF_EMBEDDING_CORE_COPY_RECORDS_H_
 #define HET_TF_EMBEDDING_CORE_COPY_RECORDS_H_
 
@@ -77,9 +79,9 @@ class CopyRecords {
  public:
   // The record of a syncing worker; a new generation replaces the old one.
   CopyRecord* Begin(const Sender& sender, int64_t read_bound);
-  // After a push of keys[i] that left each row at clocks[i]: the sender's
-  // copies are the rows it gets back, every other worker's may be queued.
-  void Pushed(const Sender& sender, const int64_t* keys, const int64_t* clocks, int64_t n);
+  // After a push that left key's row at `clock`: the sender's copy is the
+  // row it gets back, every other worker's may be queued.
+  void Pushed(const Sender& sender, int64_t key, int64_t clock);
   size_t workers() const { return records_.size(); }
   size_t copies() const;
   size_t MemoryBytes() const;

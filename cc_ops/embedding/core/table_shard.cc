@@ -157,23 +157,6 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
   }
   std::unique_ptr<RowReservation> reservation;
   HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
-  // Until a worker first syncs by refresh there is no record to keep, and
-  // pushes run in parallel by stripe; from then on they take the records'
-  // lock (RecordingPushes).
-  std::unique_lock<std::mutex> records_lock;
-  unrecorded_pushes_.fetch_add(1);
-  if (recording_.load()) {
-    unrecorded_pushes_.fetch_sub(1);
-    records_lock = std::unique_lock<std::mutex>(records_mu_);
-  }
-  const bool recorded = records_lock.owns_lock() && records_.workers() > 0;
-  struct Done {
-    std::atomic<int>* count;
-    bool counted;
-    ~Done() {
-      if (counted) count->fetch_sub(1);
-    }
-  } done{&unrecorded_pushes_, !records_lock.owns_lock()};
   std::vector<int64_t> new_clocks(n);
   uint64_t updates = 0;
   ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
@@ -183,12 +166,12 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
     *Clock(p) += counts[i];
     updates += counts[i];
     new_clocks[i] = *Clock(p);
+    if (stripe.records.workers() > 0) stripe.records.Pushed(sender, keys[i], new_clocks[i]);
     if (out != nullptr && i >= unanswered) {
       std::memcpy(out + (i - unanswered) * width, Values(p), sizeof(float) * width);
     }
   });
   if (clocks != nullptr) std::copy(new_clocks.begin() + unanswered, new_clocks.end(), clocks);
-  if (recorded) records_.Pushed(sender, keys, new_clocks.data(), n);
   push_requests_.fetch_add(1, std::memory_order_relaxed);
   rows_pushed_.fetch_add(n, std::memory_order_relaxed);
   updates_applied_.fetch_add(updates, std::memory_order_relaxed);
@@ -329,14 +312,13 @@ Status TableShard::Import(const TableChunk& chunk) {
 }
 
 void TableShard::Clear() {
-  std::lock_guard<std::mutex> records_lock(records_mu_);
-  records_.Clear();
   epoch_.store(static_cast<int64_t>(DrawId() >> 1));
   for (Stripe& stripe : stripes_) {
     std::lock_guard<std::mutex> lock(stripe.mu);
     stripe.index = KeyIndex();
     stripe.blocks.clear();
     stripe.rows = 0;
+    stripe.records.Clear();
   }
 }
 

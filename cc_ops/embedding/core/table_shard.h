@@ -162,6 +162,7 @@ class TableShard {
     KeyIndex index;
     std::vector<std::unique_ptr<char[]>> blocks;
     uint32_t rows = 0;
+    CopyRecords records;  // the workers' copies of this stripe's rows
   };
 
   explicit TableShard(const TableConfig& config);
@@ -213,9 +214,6 @@ class TableShard {
   Status ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width, bool delta,
                      const Sender& sender, int64_t unanswered, float* out, int64_t* clocks,
                      Apply apply);
-  // Copies each key's state (values and slots) and clock to position i of
-  // states / clocks, creating missing rows; the stripes' locks are taken.
-  void ReadStates(const int64_t* keys, int64_t n, float* states, int64_t* clocks);
 
   TableConfig config_;
   int num_slots_;
@@ -223,16 +221,6 @@ class TableShard {
   size_t key_offset_;
   size_t row_bytes_;
   std::array<Stripe, kStripes> stripes_;
-  // Held by a sync for its whole run and by a push from its first change to
-  // its record update, so that a copy recorded at clock c sees every later
-  // push of its row (copy_records.h). Taken before any stripe's lock.
-  mutable std::mutex records_mu_;
-  CopyRecords records_;
-  // Set by the first sync by refresh, which then waits for the pushes that
-  // began without the records' lock to finish (a Dekker handshake: both
-  // sides write their own flag, then read the other's).
-  std::atomic<bool> recording_{false};
-  std::atomic<int> unrecorded_pushes_{0};
   std::atomic<int64_t> epoch_;
 
   std::atomic<int64_t> reserved_rows_{0};

@@ -1,22 +1,12 @@
 // The shard's side of the sync in which a hit costs no bytes: the record of
 // each worker's copies, kept as copy_records.h describes.
+#include <algorithm>
 #include <cstring>
-#include <thread>
 
 #include "cc_ops/embedding/core/table_shard.h"
 #include "cc_ops/embedding/core/wire_sizes.h"
 
 namespace het {
-
-void TableShard::ReadStates(const int64_t* keys, int64_t n, float* states, int64_t* clocks) {
-  const int width = state_width();
-  ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
-    bool created;
-    char* p = FindOrCreate(stripe, keys[i], &created);
-    std::memcpy(states + size_t(i) * width, Values(p), sizeof(float) * width);
-    clocks[i] = *Clock(p);
-  });
-}
 
 Status TableShard::Sync(const Sender& sender, const int64_t* misses, int64_t m,
                         const int64_t* evicted, int64_t e, int64_t read_staleness,
@@ -30,29 +20,39 @@ Status TableShard::Sync(const Sender& sender, const int64_t* misses, int64_t m,
   std::unique_ptr<RowReservation> reservation;
   HET_RETURN_IF_ERROR(ReserveNewRows(misses, m, &reservation));
 
-  std::lock_guard<std::mutex> records_lock(records_mu_);
-  if (!recording_.load()) {
-    recording_.store(true);
-    // Pushes that began before the flag was set hold no lock: let them
-    // finish, so that every push the record can miss is already in the
-    // clocks read below.
-    while (unrecorded_pushes_.load() != 0) std::this_thread::yield();
-  }
-  CopyRecord* record = records_.Begin(sender, read_staleness);
-  for (int64_t i = 0; i < e; ++i) record->Drop(evicted[i]);
-
+  // Each stripe's records are kept under its lock, with its rows: a copy is
+  // recorded at the clock read in the same step, and a push queues copies
+  // in the same step as it moves the row.
+  std::vector<std::vector<int64_t>> evicted_by_stripe(kStripes);
+  for (int64_t i = 0; i < e; ++i) evicted_by_stripe[StripeOf(evicted[i])].push_back(evicted[i]);
   const int width = state_width();
+  out->refresh_keys.clear();
+  out->refresh_states.clear();
+  out->refresh_clocks.clear();
+  for (int s = 0; s < kStripes; ++s) {
+    Stripe& stripe = stripes_[s];
+    std::lock_guard<std::mutex> lock(stripe.mu);
+    CopyRecord* record = stripe.records.Begin(sender, read_staleness);
+    for (int64_t key : evicted_by_stripe[s]) record->Drop(key);
+    for (int64_t key : record->TakeQueued()) {
+      bool created;
+      char* p = FindOrCreate(stripe, key, &created);
+      out->refresh_keys.push_back(key);
+      out->refresh_states.insert(out->refresh_states.end(), Values(p), Values(p) + width);
+      out->refresh_clocks.push_back(*Clock(p));
+      record->Hold(key, *Clock(p));
+    }
+  }
   out->miss_states.resize(size_t(m) * width);
   out->miss_clocks.resize(m);
-  ReadStates(misses, m, out->miss_states.data(), out->miss_clocks.data());
-  for (int64_t i = 0; i < m; ++i) record->Hold(misses[i], out->miss_clocks[i]);
-
-  out->refresh_keys = record->TakeQueued();
+  ForEachByStripe(misses, m, [&](Stripe& stripe, int32_t i) {
+    bool created;
+    char* p = FindOrCreate(stripe, misses[i], &created);
+    std::memcpy(out->miss_states.data() + size_t(i) * width, Values(p), sizeof(float) * width);
+    out->miss_clocks[i] = *Clock(p);
+    stripe.records.Begin(sender, read_staleness)->Hold(misses[i], *Clock(p));
+  });
   const int64_t r = static_cast<int64_t>(out->refresh_keys.size());
-  out->refresh_states.resize(size_t(r) * width);
-  out->refresh_clocks.resize(r);
-  ReadStates(out->refresh_keys.data(), r, out->refresh_states.data(), out->refresh_clocks.data());
-  for (int64_t i = 0; i < r; ++i) record->Hold(out->refresh_keys[i], out->refresh_clocks[i]);
 
   pull_requests_.fetch_add(1, std::memory_order_relaxed);
   keys_checked_.fetch_add(m, std::memory_order_relaxed);
@@ -64,11 +64,13 @@ Status TableShard::Sync(const Sender& sender, const int64_t* misses, int64_t m,
 }
 
 RecordSizes TableShard::Records() const {
-  std::lock_guard<std::mutex> records_lock(records_mu_);
   RecordSizes sizes;
-  sizes.workers = records_.workers();
-  sizes.copies = records_.copies();
-  sizes.bytes = records_.MemoryBytes();
+  for (const Stripe& stripe : stripes_) {
+    std::lock_guard<std::mutex> lock(stripe.mu);
+    sizes.workers = std::max<uint64_t>(sizes.workers, stripe.records.workers());
+    sizes.copies += stripe.records.copies();
+    sizes.bytes += stripe.records.MemoryBytes();
+  }
   return sizes;
 }
 
