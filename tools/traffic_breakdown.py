@@ -1,0 +1,70 @@
+"""Where a cached table's bytes go: per training sample, the unique ids, the
+misses (and how many of them are first touches, which no cache avoids), the
+evictions, the pushes and the bytes each way, for both syncs.
+
+    .venv/bin/python tools/traffic_breakdown.py [--steps 290] [--dim 16]
+
+Two workers' caches (10% LFU, staleness 100) on one in-process table of the
+synthetic data's 338,103 ids (scale 0.01, Zipf 1.1), fed alternately with
+batches of 1024 samples x 26 fields, as `het-tf bench` feeds WDL's table.
+No network: the figures are the counters that the ops keep.
+"""
+import argparse
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import tensorflow as tf  # noqa: E402
+
+import het_tf  # noqa: E402
+from het_tf.data import SyntheticCriteo  # noqa: E402
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=290, help="steps per worker")
+    p.add_argument("--dim", type=int, default=16)
+    p.add_argument("--batch-size", type=int, default=1024)
+    return p.parse_args()
+
+
+def measure(sync, args, data):
+    table = het_tf.ShardedTable(het_tf.TableConfig(f"traffic_{sync}", args.dim), [None])
+    config = het_tf.CacheConfig(int(0.1 * data.vocabulary_size), "lfu", 100, 100, sync=sync)
+    caches = [het_tf.WorkerCache(table, config) for _ in range(2)]
+
+    def step_of(cache):
+        @tf.function
+        def step(ids):
+            rows, unique, _ = cache.lookup(ids, True)
+            cache.apply_gradients(unique, tf.ones_like(rows) * 0.01, 0.05)
+        return step
+
+    steps = [step_of(cache) for cache in caches]
+    for s in range(args.steps):
+        for w, step in enumerate(steps):
+            features, _ = data.rows(w, s * args.batch_size, args.batch_size)
+            step(tf.reshape(features["categorical"], [-1]))
+    total = {}
+    for cache in caches:
+        for name, value in cache.stats().items():
+            total[name] = total.get(name, 0) + value
+    samples = 2 * args.steps * args.batch_size
+    per = {name: total[name] / samples for name in (
+        "unique_keys", "misses", "stale_refreshes", "evictions", "passed_through",
+        "rows_pushed", "bytes_sent", "bytes_received")}
+    per["first_touches"] = table.stats()["rows"] / samples
+    per["bytes"] = per["bytes_sent"] + per["bytes_received"]
+    return per
+
+
+def main():
+    args = parse_args()
+    data = SyntheticCriteo(0, 0.01, 1.1)
+    for sync in ("refresh", "check"):
+        per = measure(sync, args, data)
+        print(f"sync={sync}, per sample: " + ", ".join(f"{k} {v:.2f}" for k, v in per.items()))
+
+
+if __name__ == "__main__":
+    main()
