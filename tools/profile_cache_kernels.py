@@ -31,6 +31,15 @@ def parse_args():
     return p.parse_args()
 
 
+def cached_step(cache, learning_rate=0.1):
+    """One training step of `cache` on a batch of ids, with a fixed gradient."""
+    @tf.function
+    def step(ids):
+        rows, unique, _ = cache.lookup(ids, True)
+        cache.apply_gradients(unique, tf.ones_like(rows) * 0.01, learning_rate)
+    return step
+
+
 def per_call_ms(fn, calls):
     fn()
     started = time.perf_counter()
@@ -48,13 +57,6 @@ def main():
               for sync in ("refresh", "check")}
     batches = [tf.constant(rng.zipf(1.1, size=args.batch_ids) % args.vocabulary, tf.int64)
                for _ in range(args.batches)]
-
-    def cached_step(cache):
-        @tf.function
-        def step(ids):
-            rows, unique, _ = cache.lookup(ids, True)
-            cache.apply_gradients(unique, tf.ones_like(rows) * 0.01, 0.1)
-        return step
 
     @tf.function
     def uncached_step(ids):

@@ -15,6 +15,7 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
+from profile_cache_kernels import cached_step  # noqa: E402  (this folder)
 
 import het_tf  # noqa: E402
 from het_tf.data import SyntheticCriteo  # noqa: E402
@@ -33,14 +34,7 @@ def measure(sync, args, data):
     config = het_tf.CacheConfig(int(0.1 * data.vocabulary_size), "lfu", 100, 100, sync=sync)
     caches = [het_tf.WorkerCache(table, config) for _ in range(2)]
 
-    def step_of(cache):
-        @tf.function
-        def step(ids):
-            rows, unique, _ = cache.lookup(ids, True)
-            cache.apply_gradients(unique, tf.ones_like(rows) * 0.01, 0.05)
-        return step
-
-    steps = [step_of(cache) for cache in caches]
+    steps = [cached_step(cache, 0.05) for cache in caches]
     for s in range(args.steps):
         for w, step in enumerate(steps):
             features, _ = data.rows(w, s * args.batch_size, args.batch_size)

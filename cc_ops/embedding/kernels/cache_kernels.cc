@@ -25,6 +25,18 @@ using CacheKernel = CoreKernel<WorkerCache>;
 
 namespace {
 
+// Outputs 0 and 1 of a lookup's first half: the unique keys, and where
+// each id went, in the ids' shape.
+tensorflow::Status OutputUnique(OpKernelContext* ctx, const Tensor& ids,
+                                const std::vector<int64_t>& unique_keys,
+                                const std::vector<int32_t>& inverse) {
+  TF_RETURN_IF_ERROR(OutputVector(ctx, 0, unique_keys));
+  Tensor* out = nullptr;
+  TF_RETURN_IF_ERROR(ctx->allocate_output(1, ids.shape(), &out));
+  std::copy(inverse.begin(), inverse.end(), out->flat<int32_t>().data());
+  return tensorflow::OkStatus();
+}
+
 // Ids travel as int64 tensors; they are 64 bits all the same.
 tensorflow::Status OutputSender(OpKernelContext* ctx, int index, const Sender& sender) {
   TF_RETURN_IF_ERROR(OutputScalar(ctx, index, static_cast<int64_t>(sender.worker)));
@@ -117,10 +129,7 @@ class HetCachePrepareOp : public CacheKernel {
     LookupPlan plan;
     OP_REQUIRES_OK(
         ctx, ToTf(cache.Prepare(ids.flat<int64_t>().data(), ids.NumElements(), training_, &plan)));
-    OP_REQUIRES_OK(ctx, OutputVector(ctx, 0, plan.unique_keys));
-    Tensor* inverse = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, ids.shape(), &inverse));
-    std::copy(plan.inverse.begin(), plan.inverse.end(), inverse->flat<int32_t>().data());
+    OP_REQUIRES_OK(ctx, OutputUnique(ctx, ids, plan.unique_keys, plan.inverse));
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 2, plan.clocks));
     OP_REQUIRES_OK(ctx, OutputScalar(ctx, 3, plan.read_staleness));
   }
@@ -137,10 +146,7 @@ class HetCacheBeginSyncOp : public CacheKernel {
     SyncPlan plan;
     OP_REQUIRES_OK(ctx,
                    ToTf(cache.BeginSync(ids.flat<int64_t>().data(), ids.NumElements(), &plan)));
-    OP_REQUIRES_OK(ctx, OutputVector(ctx, 0, plan.unique_keys));
-    Tensor* inverse = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, ids.shape(), &inverse));
-    std::copy(plan.inverse.begin(), plan.inverse.end(), inverse->flat<int32_t>().data());
+    OP_REQUIRES_OK(ctx, OutputUnique(ctx, ids, plan.unique_keys, plan.inverse));
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 2, plan.misses));
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 3, plan.evicted));
     OP_REQUIRES_OK(ctx, OutputSender(ctx, 4, plan.sender));
