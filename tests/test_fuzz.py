@@ -225,12 +225,7 @@ def build_call(draw, op, ctx):
                 np.array([draw(st.integers(0, 9)) for _ in keys], np.int64)], {}
     if op == "HetShardIndex":
         return [unique_keys(draw)], dict(num_shards=draw(st.integers(1, 4)))
-    if op == "HetCachePrepare":
-        shape = draw(st.lists(st.integers(1, 2), min_size=1, max_size=3))  # at most 8 ids
-        ids = np.array(draw(st.lists(KEYS, min_size=int(np.prod(shape)),
-                                     max_size=int(np.prod(shape)))), np.int64).reshape(shape)
-        return [ch, ids], dict(training=draw(st.booleans()))
-    if op == "HetCacheBeginSync":
+    if op in ("HetCachePrepare", "HetCacheBeginSync"):
         shape = draw(st.lists(st.integers(1, 2), min_size=1, max_size=3))  # at most 8 ids
         ids = np.array(draw(st.lists(KEYS, min_size=int(np.prod(shape)),
                                      max_size=int(np.prod(shape)))), np.int64).reshape(shape)
@@ -242,8 +237,7 @@ def build_call(draw, op, ctx):
         return [ch, unique, *answer], dict(dim=DIM)
     if op == "HetCacheComplete":
         training = draw(st.booleans())
-        unique, _inverse, clocks, _bound = OPS.het_cache_prepare(ch, unique_keys(draw),
-                                                                 training=training)
+        unique, _inverse, clocks, _bound = OPS.het_cache_prepare(ch, unique_keys(draw))
         positions, values, row_clocks = table.pull(unique, clocks, 2, with_slots=training)
         return [ch, unique, positions, values, row_clocks], dict(dim=DIM, training=training)
     if op == "HetCacheAccumulate":

@@ -79,12 +79,12 @@ def main():
     handle = caches["check"].handle()
     refresh = caches["refresh"].handle()
     sync = ops.het_cache_begin_sync(refresh, ids)
-    unique, _, clocks, _ = ops.het_cache_prepare(handle, ids, training=True)
+    unique, _, clocks, _ = ops.het_cache_prepare(handle, ids)
     positions, values, row_clocks = table.pull(unique, clocks, 100, with_slots=True)
     grads = tf.ones([tf.size(unique), args.dim]) * 0.01
     kernels = {
         "unique (tf.unique, for scale)": lambda: tf.unique(ids),
-        "HetCachePrepare": lambda: ops.het_cache_prepare(handle, ids, training=True),
+        "HetCachePrepare": lambda: ops.het_cache_prepare(handle, ids),
         "HetTablePull": lambda: table.pull(unique, clocks, 100, with_slots=True),
         "HetCacheComplete": lambda: ops.het_cache_complete(handle, unique, positions, values,
                                                             row_clocks, dim=args.dim,

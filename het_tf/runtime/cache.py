@@ -105,7 +105,7 @@ class WorkerCache:
             return self._lookup_by_refresh(ids)
         with self._placed(self.device):
             unique, inverse, clocks, read_staleness = self._ops.het_cache_prepare(
-                self.handle(), ids, training=training)
+                self.handle(), ids)
         # Training takes whole states: local steps need the optimizer's slots.
         positions, values, row_clocks = self.table.pull(unique, clocks, read_staleness,
                                                         with_slots=training, keys_checked=True)

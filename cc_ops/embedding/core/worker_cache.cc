@@ -152,7 +152,7 @@ std::vector<int32_t> WorkerCache::SlotsOf(const int64_t* keys, int64_t u) const 
   return slots;
 }
 
-Status WorkerCache::Prepare(const int64_t* ids, int64_t n, bool training, LookupPlan* plan) {
+Status WorkerCache::Prepare(const int64_t* ids, int64_t n, LookupPlan* plan) {
   std::lock_guard<std::mutex> lock(mu_);
   HET_RETURN_IF_ERROR(Deduplicate(ids, n, &plan->unique_keys, &plan->inverse));
   const int64_t u = static_cast<int64_t>(plan->unique_keys.size());

@@ -149,7 +149,7 @@ class WorkerCache {
   bool FirstPassThrough();
 
   // Deduplicates ids and gives the clocks to send with them.
-  Status Prepare(const int64_t* ids, int64_t n, bool training, LookupPlan* plan);
+  Status Prepare(const int64_t* ids, int64_t n, LookupPlan* plan);
 
   // A training lookup under SyncMode::kRefresh: deduplicates ids and lists
   // the keys to fetch and the evictions to report.

@@ -121,21 +121,15 @@ class HetCacheOp : public CoreResourceOp<WorkerCache, CacheConfig> {
 
 class HetCachePrepareOp : public CacheKernel {
  public:
-  explicit HetCachePrepareOp(OpKernelConstruction* ctx) : CacheKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("training", &training_));
-  }
+  using CacheKernel::CacheKernel;
   void Run(OpKernelContext* ctx, WorkerCache& cache) override {
     const Tensor& ids = ctx->input(1);
     LookupPlan plan;
-    OP_REQUIRES_OK(
-        ctx, ToTf(cache.Prepare(ids.flat<int64_t>().data(), ids.NumElements(), training_, &plan)));
+    OP_REQUIRES_OK(ctx, ToTf(cache.Prepare(ids.flat<int64_t>().data(), ids.NumElements(), &plan)));
     OP_REQUIRES_OK(ctx, OutputUnique(ctx, ids, plan.unique_keys, plan.inverse));
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 2, plan.clocks));
     OP_REQUIRES_OK(ctx, OutputScalar(ctx, 3, plan.read_staleness));
   }
-
- private:
-  bool training_;
 };
 
 class HetCacheBeginSyncOp : public CacheKernel {

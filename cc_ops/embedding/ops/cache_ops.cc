@@ -82,7 +82,6 @@ REGISTER_OP("HetCachePrepare")
     .Output("inverse: int32")
     .Output("clocks: int64")
     .Output("read_staleness: int64")
-    .Attr("training: bool = true")
     .SetShapeFn([](InferenceContext* c) {
       c->set_output(0, c->Vector(c->UnknownDim()));
       c->set_output(1, c->input(1));

@@ -77,7 +77,7 @@ class LocalCluster {
       plan->read_staleness = sync.read_staleness;
       return het::Status::Ok();
     }
-    HET_RETURN_IF_ERROR(cache.Prepare(ids.data(), ids.size(), training, plan));
+    HET_RETURN_IF_ERROR(cache.Prepare(ids.data(), ids.size(), plan));
     const int64_t u = plan->unique_keys.size();
     std::vector<int32_t> positions;
     std::vector<float> rows;

@@ -56,7 +56,7 @@ HET_TEST(UnboundedWriteStalenessPushesAtTheMostAPushCarries) {
   EXPECT_OK(het::WorkerCache::Create(c, &cache));
   const int64_t key = 7;
   het::LookupPlan plan;
-  EXPECT_OK(cache->Prepare(&key, 1, true, &plan));
+  EXPECT_OK(cache->Prepare(&key, 1, &plan));
   const int32_t position = 0;
   const float row = 0.0f;
   const int64_t clock = 0;
