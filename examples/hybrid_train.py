@@ -73,7 +73,7 @@ def main():
         dense_digest=dense_digest(model), step_digests=step_digests,
         cache_updates_pushed=stats["cache_updates_pushed"], hit_rate=stats["hit_rate"],
         table_updates_applied=stats["table_updates_applied"], clock_sum=int(clocks.sum()),
-        table_rows=len(keys))
+        table_rows=len(keys), record_workers=stats["table_record_workers"])
     if args.export_dir and rank == 0:
         het_tf.export_saved_model(model, args.export_dir)
         probe = export_probe(args.vocab)

@@ -83,6 +83,8 @@ def test_ranks_share_tables_and_keep_dense_weights_identical(tmp_path, ps):
     pushed = ranks[0]["cache_updates_pushed"] + ranks[1]["cache_updates_pushed"]
     assert pushed == ranks[0]["table_updates_applied"] == ranks[0]["clock_sum"] > 0
     assert ranks[0]["clock_sum"] == ranks[1]["clock_sum"]
+    # Each shard keeps one record of copies for each rank's cache.
+    assert ranks[0]["record_workers"] == 2 * ps
 
     code = ("import json, sys, tensorflow as tf\n"
             f"m = tf.saved_model.load({str(tmp_path / 'export')!r})\n"
