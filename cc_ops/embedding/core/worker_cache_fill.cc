@@ -1,0 +1,178 @@
+// What a training lookup's answer does to the cache: stale copies take
+// fresh states with their pending deltas merged back, missing rows are
+// inserted (evicting others, whose pending updates go to the outbox), and
+// rows with no room pass through; and the checked lookup's second half.
+#include <cstring>
+
+#include "cc_ops/embedding/core/wire_sizes.h"
+#include "cc_ops/embedding/core/worker_cache.h"
+
+namespace het {
+
+int32_t WorkerCache::TakeSlot() {
+  if (!free_slots_.empty()) {
+    const int32_t slot = free_slots_.back();
+    free_slots_.pop_back();
+    return slot;
+  }
+  const int32_t slot = order_.Victim();
+  if (slot == EvictionOrder::kNone) return slot;
+  order_.Detach(slot);
+  if (PendingCount(slot) > 0) {
+    // The key is not in this batch, so it cannot be updated again before
+    // the outbox goes out with this step's pushes.
+    outbox_.Add(keys_[slot], PendingDelta(slot), width_, PendingCount(slot), server_clock_[slot]);
+    ++counters_.dirty_evictions;
+  }
+  index_.Erase(keys_[slot]);
+  // The shards' record of this worker's copies drops it at the next sync.
+  if (config_.sync == SyncMode::kRefresh) unreported_evictions_.push_back(keys_[slot]);
+  ++counters_.evictions;
+  return slot;
+}
+
+void WorkerCache::Refresh(int32_t slot, const float* fresh, int64_t clock) {
+  const int64_t pending = PendingCount(slot);
+  float* state = State(slot);
+  std::memcpy(state, fresh, sizeof(float) * width_);
+  if (pending > 0) {
+    // The shard would keep this share of the pending delta if it came now;
+    // the delta keeps only that share from here on, so that the push that
+    // carries it later is judged against the writers since.
+    const float share = PendingShare(slot, clock);
+    float* delta = PendingDelta(slot);
+    if (share != 1.0f) {
+      for (int j = 0; j < config_.dim; ++j) delta[j] *= share;
+    }
+    int64_t unused_step = 0;  // a cached row's step count is its clock
+    ApplyDelta(config_.optimizer, last_learning_rate_, delta, pending, config_.dim, state,
+               state + config_.dim, &unused_step);
+  }
+  server_clock_[slot] = clock;
+  local_clock_[slot] = clock + pending;
+}
+
+void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
+                                  std::vector<int32_t>& slots, const std::vector<int32_t>& answer,
+                                  const float* states, const int64_t* clocks, float* rows_out) {
+  const int dim = config_.dim;
+  // Detach the batch's rows first so that filling the batch can never
+  // evict a row the same batch needs.
+  for (int64_t i = 0; i < u; ++i) {
+    if (slots[i] >= 0 && order_.attached(slots[i])) order_.Detach(slots[i]);
+  }
+  std::vector<bool> inserted(u, false);
+  uint64_t hits = 0, misses = 0, refreshes = 0;
+  passing_.Clear();
+  passing_states_.clear();
+  passing_clocks_.clear();
+  for (int64_t i = 0; i < u; ++i) {
+    if (answer[i] < 0) {
+      ++hits;
+      continue;
+    }
+    const float* fresh = states + size_t(answer[i]) * width_;
+    int32_t slot = slots[i];
+    if (slot >= 0) {
+      Refresh(slot, fresh, clocks[answer[i]]);
+      ++refreshes;
+      continue;
+    }
+    slot = TakeSlot();
+    if (slot == EvictionOrder::kNone) {
+      // The batch's cached rows fill the cache: this row passes through,
+      // read now and pushed with the step's update (Accumulate).
+      passing_.Insert(unique_keys[i], static_cast<uint32_t>(passing_clocks_.size()));
+      passing_states_.insert(passing_states_.end(), fresh, fresh + width_);
+      passing_clocks_.push_back(clocks[answer[i]]);
+      // The shards recorded the copy a sync handed out: it goes at once.
+      if (config_.sync == SyncMode::kRefresh) unreported_evictions_.push_back(unique_keys[i]);
+      std::memcpy(rows_out + size_t(i) * dim, fresh, sizeof(float) * dim);
+      ++misses;
+      continue;
+    }
+    slots[i] = slot;
+    inserted[i] = true;
+    keys_[slot] = unique_keys[i];
+    index_.Insert(unique_keys[i], static_cast<uint32_t>(slot));
+    std::memcpy(State(slot), fresh, sizeof(float) * width_);
+    std::memset(PendingDelta(slot), 0, sizeof(float) * width_);
+    server_clock_[slot] = local_clock_[slot] = clocks[answer[i]];
+    ++misses;
+  }
+  for (int64_t i = 0; i < u; ++i) {
+    const int32_t slot = slots[i];
+    if (slot < 0) continue;  // passed through
+    // A slot just taken still carries its previous occupant's count.
+    order_.Attach(slot, inserted[i] ? 1 : order_.touches(slot) + 1);
+    std::memcpy(rows_out + size_t(i) * dim, State(slot), sizeof(float) * dim);
+  }
+  counters_.hits += hits;
+  counters_.misses += misses;
+  counters_.stale_refreshes += refreshes;
+  counters_.passed_through += passing_clocks_.size();
+}
+
+Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_t* positions,
+                             int64_t m, const float* states, const int64_t* clocks, bool training,
+                             float* rows_out) {
+  const int dim = config_.dim;
+  // Training answers carry whole states; evaluation only reads rows.
+  const int answer_width = training ? width_ : dim;
+  if (m > u) {
+    return Status::InvalidArgument(Name() + ": " + std::to_string(m) + " rows returned for " +
+                                   std::to_string(u) + " ids");
+  }
+  std::vector<int32_t> answer(u, -1);  // unique index -> row in the shards' answer
+  for (int64_t r = 0; r < m; ++r) {
+    if (positions[r] < 0 || positions[r] >= u || answer[positions[r]] >= 0) {
+      return Status::InvalidArgument(Name() + ": returned positions must be distinct and below " +
+                                     std::to_string(u));
+    }
+    if (clocks[r] < 0) return Status::InvalidArgument(Name() + ": negative clock returned");
+    answer[positions[r]] = static_cast<int32_t>(r);
+  }
+
+  std::lock_guard<std::mutex> lock(mu_);
+  HET_RETURN_IF_ERROR(CheckUniqueUnlessPrepared(unique_keys, u));
+  std::vector<int32_t> slots = SlotsOf(unique_keys, u);
+  for (int64_t i = 0; i < u; ++i) {
+    if (slots[i] < 0 && answer[i] < 0) {
+      return Status::FailedPrecondition(
+          Name() + ": id " + std::to_string(unique_keys[i]) +
+          " left the cache between the two halves of a lookup; run one lookup at a time per cache");
+    }
+  }
+  if (training) {
+    FillForTraining(unique_keys, u, slots, answer, states, clocks, rows_out);
+  } else {
+    uint64_t hits = 0, misses = 0, refreshes = 0;
+    for (int64_t i = 0; i < u; ++i) {
+      float* out = rows_out + size_t(i) * dim;
+      if (answer[i] < 0) {
+        std::memcpy(out, State(slots[i]), sizeof(float) * dim);
+        ++hits;
+        continue;
+      }
+      const float* fresh = states + size_t(answer[i]) * answer_width;
+      if (slots[i] < 0) {
+        std::memcpy(out, fresh, sizeof(float) * dim);
+        ++misses;
+      } else {
+        const int32_t slot = slots[i];
+        const float* delta = PendingDelta(slot);
+        const float share = PendingShare(slot, clocks[answer[i]]);
+        for (int j = 0; j < dim; ++j) out[j] = fresh[j] + share * delta[j];
+        ++refreshes;
+      }
+    }
+    counters_.hits += hits;
+    counters_.misses += misses;
+    counters_.stale_refreshes += refreshes;
+  }
+  counters_.rows_pulled += m;
+  counters_.bytes_received += wire::PullAnswer(m, answer_width);
+  return Status::Ok();
+}
+
+}  // namespace het
