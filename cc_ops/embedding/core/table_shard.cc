@@ -1,6 +1,5 @@
 #include "cc_ops/embedding/core/table_shard.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -157,7 +156,6 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
   }
   std::unique_ptr<RowReservation> reservation;
   HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
-  std::vector<int64_t> new_clocks(n);
   uint64_t updates = 0;
   ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
     bool created;
@@ -165,13 +163,13 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
     apply(i, p);
     *Clock(p) += counts[i];
     updates += counts[i];
-    new_clocks[i] = *Clock(p);
-    if (stripe.records.workers() > 0) stripe.records.Pushed(sender, keys[i], new_clocks[i]);
-    if (out != nullptr && i >= unanswered) {
+    if (stripe.records.workers() > 0) stripe.records.Pushed(sender, keys[i], *Clock(p));
+    if (i < unanswered) return;
+    if (out != nullptr) {
       std::memcpy(out + (i - unanswered) * width, Values(p), sizeof(float) * width);
     }
+    if (clocks != nullptr) clocks[i - unanswered] = *Clock(p);
   });
-  if (clocks != nullptr) std::copy(new_clocks.begin() + unanswered, new_clocks.end(), clocks);
   push_requests_.fetch_add(1, std::memory_order_relaxed);
   rows_pushed_.fetch_add(n, std::memory_order_relaxed);
   updates_applied_.fetch_add(updates, std::memory_order_relaxed);

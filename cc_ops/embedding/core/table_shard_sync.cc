@@ -1,6 +1,7 @@
 // The shard's side of the sync in which a hit costs no bytes: the record of
 // each worker's copies, kept as copy_records.h describes.
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "cc_ops/embedding/core/table_shard.h"
@@ -29,10 +30,11 @@ Status TableShard::Sync(const Sender& sender, const int64_t* misses, int64_t m,
   out->refresh_keys.clear();
   out->refresh_states.clear();
   out->refresh_clocks.clear();
+  std::array<CopyRecord*, kStripes> records;
   for (int s = 0; s < kStripes; ++s) {
     Stripe& stripe = stripes_[s];
     std::lock_guard<std::mutex> lock(stripe.mu);
-    CopyRecord* record = stripe.records.Begin(sender, read_staleness);
+    CopyRecord* record = records[s] = stripe.records.Begin(sender, read_staleness);
     for (int64_t key : evicted_by_stripe[s]) record->Drop(key);
     for (int64_t key : record->TakeQueued()) {
       bool created;
@@ -50,7 +52,8 @@ Status TableShard::Sync(const Sender& sender, const int64_t* misses, int64_t m,
     char* p = FindOrCreate(stripe, misses[i], &created);
     std::memcpy(out->miss_states.data() + size_t(i) * width, Values(p), sizeof(float) * width);
     out->miss_clocks[i] = *Clock(p);
-    stripe.records.Begin(sender, read_staleness)->Hold(misses[i], *Clock(p));
+    // The record is the one taken above: only this request replaces it.
+    records[&stripe - stripes_.data()]->Hold(misses[i], *Clock(p));
   });
   const int64_t r = static_cast<int64_t>(out->refresh_keys.size());
 

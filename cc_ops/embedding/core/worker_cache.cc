@@ -123,7 +123,7 @@ CacheCounters WorkerCache::Counters() const {
   return counters_;
 }
 
-Status WorkerCache::Deduplicate(const int64_t* ids, int64_t n, std::vector<int64_t>* unique_keys,
+Status WorkerCache::BeginLookup(const int64_t* ids, int64_t n, std::vector<int64_t>* unique_keys,
                                 std::vector<int32_t>* inverse) {
   HET_RETURN_IF_ERROR(CheckKeys(config_.table_name, config_.vocabulary_size, ids, n));
   if (old_timeline_) ClearLocked();
@@ -154,7 +154,7 @@ std::vector<int32_t> WorkerCache::SlotsOf(const int64_t* keys, int64_t u) const 
 
 Status WorkerCache::Prepare(const int64_t* ids, int64_t n, LookupPlan* plan) {
   std::lock_guard<std::mutex> lock(mu_);
-  HET_RETURN_IF_ERROR(Deduplicate(ids, n, &plan->unique_keys, &plan->inverse));
+  HET_RETURN_IF_ERROR(BeginLookup(ids, n, &plan->unique_keys, &plan->inverse));
   const int64_t u = static_cast<int64_t>(plan->unique_keys.size());
   plan->read_staleness = BoundInForce(config_.read_staleness);
   plan->clocks.resize(u);
@@ -167,6 +167,13 @@ Status WorkerCache::Prepare(const int64_t* ids, int64_t n, LookupPlan* plan) {
 float WorkerCache::PendingShare(int32_t slot, int64_t fresh_clock) const {
   return ConcurrentShare(config_.optimizer.kind, PendingCount(slot),
                          fresh_clock - server_clock_[slot]);
+}
+
+Status WorkerCache::CheckReturnedClocks(const int64_t* clocks, int64_t n) const {
+  for (int64_t r = 0; r < n; ++r) {
+    if (clocks[r] < 0) return Status::InvalidArgument(Name() + ": negative clock returned");
+  }
+  return Status::Ok();
 }
 
 Status WorkerCache::CheckUniqueUnlessPrepared(const int64_t* keys, int64_t n) const {
@@ -195,8 +202,6 @@ void WorkerCache::ClearLocked() {
   epochs_.clear();
   old_timeline_ = false;
   passing_.Clear();
-  passing_states_.clear();
-  passing_clocks_.clear();
   generation_ = DrawId();
 }
 

@@ -216,9 +216,12 @@ class WorkerCache {
   // Keys must be unique; those of the last Prepare are by construction, so
   // the two halves of a lookup and its update do not check them again.
   Status CheckUniqueUnlessPrepared(const int64_t* keys, int64_t n) const;
-  // Unique keys in order of first appearance and where each id went.
-  // Remembers them as prepared.
-  Status Deduplicate(const int64_t* ids, int64_t n, std::vector<int64_t>* unique_keys,
+  // The shards' clocks are never negative.
+  Status CheckReturnedClocks(const int64_t* clocks, int64_t n) const;
+  // Every lookup's start: checks the ids, empties the cache first if a
+  // shard's epoch changed (EndSync), and gives the unique keys in order of
+  // first appearance and where each id went, remembered as prepared.
+  Status BeginLookup(const int64_t* ids, int64_t n, std::vector<int64_t>* unique_keys,
                      std::vector<int32_t>* inverse);
   // Each unique key's slot, -1 if not cached.
   std::vector<int32_t> SlotsOf(const int64_t* keys, int64_t u) const;
@@ -248,11 +251,18 @@ class WorkerCache {
   size_t evictions_in_flight_ = 0;             // of those, sent by the last BeginSync
   std::vector<int64_t> epochs_;                // each shard's, from the last sync
   bool old_timeline_ = false;                  // a shard's epoch changed: clear first
-  // Rows the last training lookup passed through: key -> index of their
-  // state and server clock, until the step's Accumulate pushes them.
-  KeyIndex passing_;
-  std::vector<float> passing_states_;
-  std::vector<int64_t> passing_clocks_;
+  // Rows the last training lookup passed through, until the step's
+  // Accumulate pushes them.
+  struct PassedThrough {
+    KeyIndex index;  // key -> place of its state and server clock
+    std::vector<float> states;
+    std::vector<int64_t> clocks;
+    void Clear() {
+      index.Clear();
+      states.clear();
+      clocks.clear();
+    }
+  } passing_;
   bool warned_pass_through_ = false;
   std::vector<int64_t> prepared_;  // the unique keys of the last Prepare
   // FTRL's refresh recomputes a row from its slots with it; an entry has

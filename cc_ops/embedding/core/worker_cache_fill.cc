@@ -64,8 +64,6 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
   std::vector<bool> inserted(u, false);
   uint64_t hits = 0, misses = 0, refreshes = 0;
   passing_.Clear();
-  passing_states_.clear();
-  passing_clocks_.clear();
   for (int64_t i = 0; i < u; ++i) {
     if (answer[i] < 0) {
       ++hits;
@@ -82,9 +80,9 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
     if (slot == EvictionOrder::kNone) {
       // The batch's cached rows fill the cache: this row passes through,
       // read now and pushed with the step's update (Accumulate).
-      passing_.Insert(unique_keys[i], static_cast<uint32_t>(passing_clocks_.size()));
-      passing_states_.insert(passing_states_.end(), fresh, fresh + width_);
-      passing_clocks_.push_back(clocks[answer[i]]);
+      passing_.index.Insert(unique_keys[i], static_cast<uint32_t>(passing_.clocks.size()));
+      passing_.states.insert(passing_.states.end(), fresh, fresh + width_);
+      passing_.clocks.push_back(clocks[answer[i]]);
       // The shards recorded the copy a sync handed out: it goes at once.
       if (config_.sync == SyncMode::kRefresh) unreported_evictions_.push_back(unique_keys[i]);
       std::memcpy(rows_out + size_t(i) * dim, fresh, sizeof(float) * dim);
@@ -110,7 +108,7 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
   counters_.hits += hits;
   counters_.misses += misses;
   counters_.stale_refreshes += refreshes;
-  counters_.passed_through += passing_clocks_.size();
+  counters_.passed_through += passing_.clocks.size();
 }
 
 Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_t* positions,
@@ -129,9 +127,9 @@ Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_
       return Status::InvalidArgument(Name() + ": returned positions must be distinct and below " +
                                      std::to_string(u));
     }
-    if (clocks[r] < 0) return Status::InvalidArgument(Name() + ": negative clock returned");
     answer[positions[r]] = static_cast<int32_t>(r);
   }
+  HET_RETURN_IF_ERROR(CheckReturnedClocks(clocks, m));
 
   std::lock_guard<std::mutex> lock(mu_);
   HET_RETURN_IF_ERROR(CheckUniqueUnlessPrepared(unique_keys, u));

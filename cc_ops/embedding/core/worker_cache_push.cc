@@ -33,7 +33,8 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
   std::vector<int64_t> slots(n);
   for (int64_t i = 0; i < n; ++i) {
     const uint32_t slot = index_.Find(keys[i]);
-    const uint32_t passing = slot == KeyIndex::kAbsent ? passing_.Find(keys[i]) : KeyIndex::kAbsent;
+    const uint32_t passing =
+        slot == KeyIndex::kAbsent ? passing_.index.Find(keys[i]) : KeyIndex::kAbsent;
     if (slot == KeyIndex::kAbsent && passing == KeyIndex::kAbsent) {
       return Status::FailedPrecondition(Name() + ": gradient for id " + std::to_string(keys[i]) +
                                         ", which is not cached; update only ids just looked up");
@@ -47,16 +48,14 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
   for (int64_t i = 0; i < n; ++i) {
     if (slots[i] >= 0) continue;
     const size_t p = static_cast<size_t>(-1 - slots[i]);
-    float* state = passing_states_.data() + p * width_;
-    int64_t step = passing_clocks_[p];
+    float* state = passing_.states.data() + p * width_;
+    int64_t step = passing_.clocks[p];
     std::fill(delta.begin(), delta.end(), 0.0f);
     ApplyUpdate(config_.optimizer, learning_rate, grads + size_t(i) * dim, dim, state, state + dim,
                 &step, delta.data());
-    outbox_.Add(keys[i], delta.data(), width_, 1, passing_clocks_[p]);
+    outbox_.Add(keys[i], delta.data(), width_, 1, passing_.clocks[p]);
   }
   passing_.Clear();
-  passing_states_.clear();
-  passing_clocks_.clear();
   *due = outbox_;
   due->evicted = static_cast<int64_t>(outbox_.size());
   for (int64_t i = 0; i < n; ++i) {

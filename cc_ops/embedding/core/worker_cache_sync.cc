@@ -17,7 +17,7 @@ Status WorkerCache::BeginSync(const int64_t* ids, int64_t n, SyncPlan* plan) {
                                       ": this cache checks its keys (sync='check'); "
                                       "it cannot sync by refresh");
   }
-  HET_RETURN_IF_ERROR(Deduplicate(ids, n, &plan->unique_keys, &plan->inverse));
+  HET_RETURN_IF_ERROR(BeginLookup(ids, n, &plan->unique_keys, &plan->inverse));
   plan->misses.clear();
   for (int64_t key : plan->unique_keys) {
     if (index_.Find(key) == KeyIndex::kAbsent) plan->misses.push_back(key);
@@ -35,14 +35,8 @@ Status WorkerCache::BeginSync(const int64_t* ids, int64_t n, SyncPlan* plan) {
 
 Status WorkerCache::EndSync(const int64_t* unique_keys, int64_t u, const SyncAnswer& a,
                             float* rows_out) {
-  for (int64_t r = 0; r < a.misses; ++r) {
-    if (a.miss_clocks[r] < 0) return Status::InvalidArgument(Name() + ": negative clock returned");
-  }
-  for (int64_t r = 0; r < a.refreshes; ++r) {
-    if (a.refresh_clocks[r] < 0) {
-      return Status::InvalidArgument(Name() + ": negative clock returned");
-    }
-  }
+  HET_RETURN_IF_ERROR(CheckReturnedClocks(a.miss_clocks, a.misses));
+  HET_RETURN_IF_ERROR(CheckReturnedClocks(a.refresh_clocks, a.refreshes));
   std::lock_guard<std::mutex> lock(mu_);
   if (config_.sync != SyncMode::kRefresh) {
     return Status::FailedPrecondition(Name() + ": this cache checks its keys (sync='check')");
