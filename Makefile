@@ -38,7 +38,7 @@ build: het_tf/_het_ops.so
 # The plain C++ core's own tests: no TensorFlow involved.
 build/core_tests: $(CORE_SOURCES) $(CORE_TEST_SOURCES)
 	@mkdir -p build
-	g++ -std=c++17 -O2 -g -Wall -Wextra -I. $(filter %.cc,$^) -o $@ -lpthread
+	g++ -std=c++17 -O3 -fno-math-errno -g -Wall -Wextra -I. $(filter %.cc,$^) -o $@ -lpthread
 
 cc-test: build/core_tests
 	./build/core_tests

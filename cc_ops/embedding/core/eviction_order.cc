@@ -28,7 +28,7 @@ EvictionOrder::EvictionOrder(CachePolicy policy, int64_t capacity, uint64_t pin_
       prev_(capacity, kNone),
       next_(capacity, kNone),
       touches_(capacity, 0),
-      bucket_(capacity, kDetached) {}
+      bucket_(capacity, buckets_.end()) {}
 
 uint64_t EvictionOrder::BucketFor(uint64_t touches) const {
   switch (policy_) {
@@ -43,10 +43,9 @@ uint64_t EvictionOrder::BucketFor(uint64_t touches) const {
 }
 
 void EvictionOrder::Attach(int32_t slot, uint64_t touches) {
-  const uint64_t b = BucketFor(touches);
   touches_[slot] = touches;
-  bucket_[slot] = b;
-  List& list = buckets_[b];
+  bucket_[slot] = buckets_.try_emplace(BucketFor(touches)).first;
+  List& list = bucket_[slot]->second;
   prev_[slot] = list.tail;
   next_[slot] = kNone;
   if (list.tail != kNone) {
@@ -58,7 +57,7 @@ void EvictionOrder::Attach(int32_t slot, uint64_t touches) {
 }
 
 void EvictionOrder::Detach(int32_t slot) {
-  auto it = buckets_.find(bucket_[slot]);
+  const Buckets::iterator it = bucket_[slot];
   List& list = it->second;
   if (prev_[slot] != kNone) {
     next_[prev_[slot]] = next_[slot];
@@ -72,7 +71,7 @@ void EvictionOrder::Detach(int32_t slot) {
   }
   if (list.head == kNone) buckets_.erase(it);
   prev_[slot] = next_[slot] = kNone;
-  bucket_[slot] = kDetached;
+  bucket_[slot] = buckets_.end();
 }
 
 int32_t EvictionOrder::Victim() const {

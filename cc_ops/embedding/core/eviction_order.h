@@ -27,30 +27,37 @@ class EvictionOrder {
   static constexpr int32_t kNone = -1;
 
   EvictionOrder(CachePolicy policy, int64_t capacity, uint64_t pin_threshold);
+  // Slots hold iterators into this object's own map.
+  EvictionOrder(const EvictionOrder&) = delete;
+  EvictionOrder& operator=(const EvictionOrder&) = delete;
 
   // Adds a detached slot with the given touch count at the most recent end.
   void Attach(int32_t slot, uint64_t touches);
   void Detach(int32_t slot);
-  bool attached(int32_t slot) const { return bucket_[slot] != kDetached; }
+  bool attached(int32_t slot) const { return bucket_[slot] != buckets_.end(); }
   uint64_t touches(int32_t slot) const { return touches_[slot]; }
-  bool pinned(int32_t slot) const { return bucket_[slot] == kPinnedBucket; }
+  bool pinned(int32_t slot) const {
+    return attached(slot) && bucket_[slot]->first == kPinnedBucket;
+  }
   // The slot to evict next, or kNone when no slot is attached.
   int32_t Victim() const;
 
  private:
-  static constexpr uint64_t kDetached = ~uint64_t{0};
-  static constexpr uint64_t kPinnedBucket = ~uint64_t{0} - 1;
+  static constexpr uint64_t kPinnedBucket = ~uint64_t{0};
   struct List {
     int32_t head = kNone;
     int32_t tail = kNone;
   };
+  using Buckets = std::map<uint64_t, List>;
   uint64_t BucketFor(uint64_t touches) const;
 
   CachePolicy policy_;
   uint64_t pin_threshold_;
   std::vector<int32_t> prev_, next_;
-  std::vector<uint64_t> touches_, bucket_;
-  std::map<uint64_t, List> buckets_;  // only non-empty buckets
+  std::vector<uint64_t> touches_;
+  Buckets buckets_;  // only non-empty buckets
+  // Each slot's bucket, end() when detached: a detach needs no search.
+  std::vector<Buckets::iterator> bucket_;
 };
 
 }  // namespace het

@@ -104,7 +104,8 @@ size_t WorkerCache::MemoryBytes() const {
          keys_.capacity() * sizeof(int64_t) * 3 +  // keys and both clocks
          (states_.capacity() + pending_delta_.capacity()) * sizeof(float) +
          free_slots_.capacity() * sizeof(int32_t) +
-         (prepared_.capacity() + unreported_evictions_.capacity()) * sizeof(int64_t);
+         (prepared_.capacity() + unreported_evictions_.capacity()) * sizeof(int64_t) +
+         prepared_slots_.capacity() * sizeof(int32_t) + first_seen_.MemoryBytes();
 }
 
 int64_t WorkerCache::BoundInForce(int64_t configured) const {
@@ -129,11 +130,18 @@ Status WorkerCache::BeginLookup(const int64_t* ids, int64_t n, std::vector<int64
   if (old_timeline_) ClearLocked();
   unique_keys->clear();
   inverse->resize(n);
-  KeyIndex first_seen(static_cast<size_t>(n));
+  prepared_slots_.clear();
+  // One pass deduplicates and finds each unique key's slot.
+  first_seen_.Clear();
+  first_seen_.Reserve(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     const uint32_t next = static_cast<uint32_t>(unique_keys->size());
-    const uint32_t u = first_seen.Insert(ids[i], next);
-    if (u == next) unique_keys->push_back(ids[i]);
+    const uint32_t u = first_seen_.Insert(ids[i], next);
+    if (u == next) {
+      unique_keys->push_back(ids[i]);
+      const uint32_t slot = index_.Find(ids[i]);
+      prepared_slots_.push_back(slot == KeyIndex::kAbsent ? -1 : static_cast<int32_t>(slot));
+    }
     (*inverse)[i] = static_cast<int32_t>(u);
   }
   const int64_t u = static_cast<int64_t>(unique_keys->size());
@@ -143,13 +151,25 @@ Status WorkerCache::BeginLookup(const int64_t* ids, int64_t n, std::vector<int64
   return Status::Ok();
 }
 
-std::vector<int32_t> WorkerCache::SlotsOf(const int64_t* keys, int64_t u) const {
-  std::vector<int32_t> slots(u);
-  for (int64_t i = 0; i < u; ++i) {
-    const uint32_t slot = index_.Find(keys[i]);
-    slots[i] = slot == KeyIndex::kAbsent ? -1 : static_cast<int32_t>(slot);
+Status WorkerCache::BatchSlots(const int64_t* keys, int64_t n, std::vector<int32_t>* slots) const {
+  if (static_cast<size_t>(n) == prepared_.size() && std::equal(keys, keys + n, prepared_.begin())) {
+    *slots = prepared_slots_;
+    return Status::Ok();
   }
-  return slots;
+  HET_RETURN_IF_ERROR(CheckUnique(Name(), keys, n));
+  slots->resize(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t slot = index_.Find(keys[i]);
+    (*slots)[i] = slot == KeyIndex::kAbsent ? -1 : static_cast<int32_t>(slot);
+  }
+  return Status::Ok();
+}
+
+void WorkerCache::RememberBatch(const int64_t* keys, int64_t n, const std::vector<int32_t>& slots) {
+  if (static_cast<size_t>(n) != prepared_.size() || !std::equal(keys, keys + n, prepared_.begin())) {
+    prepared_.assign(keys, keys + n);
+  }
+  prepared_slots_ = slots;
 }
 
 Status WorkerCache::Prepare(const int64_t* ids, int64_t n, LookupPlan* plan) {
@@ -158,8 +178,9 @@ Status WorkerCache::Prepare(const int64_t* ids, int64_t n, LookupPlan* plan) {
   const int64_t u = static_cast<int64_t>(plan->unique_keys.size());
   plan->read_staleness = BoundInForce(config_.read_staleness);
   plan->clocks.resize(u);
-  const std::vector<int32_t> slots = SlotsOf(plan->unique_keys.data(), u);
-  for (int64_t i = 0; i < u; ++i) plan->clocks[i] = slots[i] < 0 ? -1 : local_clock_[slots[i]];
+  for (int64_t i = 0; i < u; ++i) {
+    plan->clocks[i] = prepared_slots_[i] < 0 ? -1 : local_clock_[prepared_slots_[i]];
+  }
   counters_.bytes_sent += wire::PullRequest(u, config_.num_shards);
   return Status::Ok();
 }
@@ -174,13 +195,6 @@ Status WorkerCache::CheckReturnedClocks(const int64_t* clocks, int64_t n) const 
     if (clocks[r] < 0) return Status::InvalidArgument(Name() + ": negative clock returned");
   }
   return Status::Ok();
-}
-
-Status WorkerCache::CheckUniqueUnlessPrepared(const int64_t* keys, int64_t n) const {
-  if (static_cast<size_t>(n) == prepared_.size() && std::equal(keys, keys + n, prepared_.begin())) {
-    return Status::Ok();
-  }
-  return CheckUnique(Name(), keys, n);
 }
 
 void WorkerCache::Clear() {
@@ -202,6 +216,8 @@ void WorkerCache::ClearLocked() {
   epochs_.clear();
   old_timeline_ = false;
   passing_.Clear();
+  prepared_.clear();
+  prepared_slots_.clear();
   generation_ = DrawId();
 }
 

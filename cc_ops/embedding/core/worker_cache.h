@@ -108,6 +108,8 @@ struct Pushes {
   // wants no state back for them.
   int64_t evicted = 0;
   void Add(int64_t key, const float* delta, int width, int64_t count, int64_t base_clock);
+  // Removes the entries i with removed[i] set; the rest keep their order.
+  void Remove(const std::vector<uint8_t>& removed, int width);
   size_t size() const { return keys.size(); }
 };
 
@@ -213,18 +215,22 @@ class WorkerCache {
   int64_t BoundInForce(int64_t configured) const;
   // A free slot, evicting a victim whose pending updates go to the outbox.
   int32_t TakeSlot();
-  // Keys must be unique; those of the last Prepare are by construction, so
-  // the two halves of a lookup and its update do not check them again.
-  Status CheckUniqueUnlessPrepared(const int64_t* keys, int64_t n) const;
+  // The slot of each of n keys, -1 if not cached. The keys must be unique:
+  // those of the last lookup are by construction, and their slots are
+  // known, so the two halves of a lookup and its update neither check nor
+  // look them up again; other keys are checked.
+  Status BatchSlots(const int64_t* keys, int64_t n, std::vector<int32_t>* slots) const;
+  // After a fill moved the batch's rows: these keys and slots are the
+  // prepared ones from here on.
+  void RememberBatch(const int64_t* keys, int64_t n, const std::vector<int32_t>& slots);
   // The shards' clocks are never negative.
   Status CheckReturnedClocks(const int64_t* clocks, int64_t n) const;
   // Every lookup's start: checks the ids, empties the cache first if a
   // shard's epoch changed (EndSync), and gives the unique keys in order of
-  // first appearance and where each id went, remembered as prepared.
+  // first appearance and where each id went, remembered as prepared with
+  // their slots.
   Status BeginLookup(const int64_t* ids, int64_t n, std::vector<int64_t>* unique_keys,
                      std::vector<int32_t>* inverse);
-  // Each unique key's slot, -1 if not cached.
-  std::vector<int32_t> SlotsOf(const int64_t* keys, int64_t u) const;
   // A cached entry takes a fresh state at server clock `clock`, with its
   // own pending delta merged back in as the shard will merge it.
   void Refresh(int32_t slot, const float* fresh, int64_t clock);
@@ -264,7 +270,9 @@ class WorkerCache {
     }
   } passing_;
   bool warned_pass_through_ = false;
-  std::vector<int64_t> prepared_;  // the unique keys of the last Prepare
+  std::vector<int64_t> prepared_;        // the unique keys of the last lookup
+  std::vector<int32_t> prepared_slots_;  // their slots, -1 if not cached
+  KeyIndex first_seen_;                  // BeginLookup's scratch
   // FTRL's refresh recomputes a row from its slots with it; an entry has
   // pending updates only after an Accumulate has set it.
   float last_learning_rate_ = 0.0f;

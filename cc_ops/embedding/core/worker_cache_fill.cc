@@ -109,6 +109,7 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
   counters_.misses += misses;
   counters_.stale_refreshes += refreshes;
   counters_.passed_through += passing_.clocks.size();
+  RememberBatch(unique_keys, u, slots);
 }
 
 Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_t* positions,
@@ -132,8 +133,8 @@ Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_
   HET_RETURN_IF_ERROR(CheckReturnedClocks(clocks, m));
 
   std::lock_guard<std::mutex> lock(mu_);
-  HET_RETURN_IF_ERROR(CheckUniqueUnlessPrepared(unique_keys, u));
-  std::vector<int32_t> slots = SlotsOf(unique_keys, u);
+  std::vector<int32_t> slots;
+  HET_RETURN_IF_ERROR(BatchSlots(unique_keys, u, &slots));
   for (int64_t i = 0; i < u; ++i) {
     if (slots[i] < 0 && answer[i] < 0) {
       return Status::FailedPrecondition(

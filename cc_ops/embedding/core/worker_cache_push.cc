@@ -16,6 +16,25 @@ void Pushes::Add(int64_t key, const float* delta, int width, int64_t count, int6
   base_clocks.push_back(base_clock);
 }
 
+void Pushes::Remove(const std::vector<uint8_t>& removed, int width) {
+  // In place, so the outbox keeps its capacity from step to step.
+  size_t kept = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (removed[i]) continue;
+    if (kept != i) {
+      keys[kept] = keys[i];
+      std::memmove(deltas.data() + kept * width, deltas.data() + i * width, sizeof(float) * width);
+      counts[kept] = counts[i];
+      base_clocks[kept] = base_clocks[i];
+    }
+    ++kept;
+  }
+  keys.resize(kept);
+  deltas.resize(kept * width);
+  counts.resize(kept);
+  base_clocks.resize(kept);
+}
+
 Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grads,
                                float learning_rate, Pushes* due) {
   const int dim = config_.dim;
@@ -27,19 +46,18 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
-  HET_RETURN_IF_ERROR(CheckUniqueUnlessPrepared(keys, n));
   const int64_t write_staleness = BoundInForce(config_.write_staleness);
+  std::vector<int32_t> cached;
+  HET_RETURN_IF_ERROR(BatchSlots(keys, n, &cached));
   // A cached row's slot, or -1 - its place among the rows passed through.
   std::vector<int64_t> slots(n);
   for (int64_t i = 0; i < n; ++i) {
-    const uint32_t slot = index_.Find(keys[i]);
-    const uint32_t passing =
-        slot == KeyIndex::kAbsent ? passing_.index.Find(keys[i]) : KeyIndex::kAbsent;
-    if (slot == KeyIndex::kAbsent && passing == KeyIndex::kAbsent) {
+    const uint32_t passing = cached[i] < 0 ? passing_.index.Find(keys[i]) : KeyIndex::kAbsent;
+    if (cached[i] < 0 && passing == KeyIndex::kAbsent) {
       return Status::FailedPrecondition(Name() + ": gradient for id " + std::to_string(keys[i]) +
                                         ", which is not cached; update only ids just looked up");
     }
-    slots[i] = slot != KeyIndex::kAbsent ? int64_t{slot} : -1 - int64_t{passing};
+    slots[i] = cached[i] >= 0 ? int64_t{cached[i]} : -1 - int64_t{passing};
   }
   last_learning_rate_ = learning_rate;
   // A row passed through takes its one step and is pushed with this step's
@@ -121,14 +139,7 @@ Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* count
       server_clock_[slot] = local_clock_[slot];
     }
   }
-  Pushes undelivered;
-  for (size_t i = 0; i < outbox_.size(); ++i) {
-    if (!delivered[i]) {
-      undelivered.Add(outbox_.keys[i], outbox_.deltas.data() + i * width_, width_,
-                      outbox_.counts[i], outbox_.base_clocks[i]);
-    }
-  }
-  outbox_ = std::move(undelivered);
+  outbox_.Remove(delivered, width_);
   counters_.rows_pushed += n;
   counters_.updates_pushed += updates;
   counters_.bytes_sent += wire::PushRequest(n, width_, /*delta=*/true, config_.num_shards);

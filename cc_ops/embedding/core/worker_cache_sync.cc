@@ -19,8 +19,8 @@ Status WorkerCache::BeginSync(const int64_t* ids, int64_t n, SyncPlan* plan) {
   }
   HET_RETURN_IF_ERROR(BeginLookup(ids, n, &plan->unique_keys, &plan->inverse));
   plan->misses.clear();
-  for (int64_t key : plan->unique_keys) {
-    if (index_.Find(key) == KeyIndex::kAbsent) plan->misses.push_back(key);
+  for (size_t i = 0; i < plan->unique_keys.size(); ++i) {
+    if (prepared_slots_[i] < 0) plan->misses.push_back(plan->unique_keys[i]);
   }
   // Evictions stay listed until a sync that reported them completes, so a
   // failed exchange reports them again.
@@ -41,8 +41,8 @@ Status WorkerCache::EndSync(const int64_t* unique_keys, int64_t u, const SyncAns
   if (config_.sync != SyncMode::kRefresh) {
     return Status::FailedPrecondition(Name() + ": this cache checks its keys (sync='check')");
   }
-  HET_RETURN_IF_ERROR(CheckUniqueUnlessPrepared(unique_keys, u));
-  std::vector<int32_t> slots = SlotsOf(unique_keys, u);
+  std::vector<int32_t> slots;
+  HET_RETURN_IF_ERROR(BatchSlots(unique_keys, u, &slots));
   // The answer holds one state per key not cached, in the batch's order.
   std::vector<int32_t> answer(u, -1);
   int64_t missing = 0;
