@@ -1,11 +1,26 @@
 """A plain NumPy model of het_tf's table, cache and clock rules, written from
 the design rules rather than from the C++, to check the ops against."""
+import ctypes
+import ctypes.util
 import itertools
 import math
 
 import numpy as np
 
 MASK = (1 << 64) - 1
+
+_LIBM = ctypes.CDLL(ctypes.util.find_library("m"))
+_LIBM.powf.restype = ctypes.c_float
+_LIBM.powf.argtypes = (ctypes.c_float, ctypes.c_float)
+
+
+def powf(x, p):
+    """C's powf, elementwise, as the C++ calls it. NumPy's float32 power
+    takes a square root for an exponent of 0.5, which powf need not match
+    in the last bit."""
+    x = np.asarray(x, np.float32)
+    return np.array([_LIBM.powf(float(v), float(p)) for v in x.ravel()],
+                    np.float32).reshape(x.shape)
 
 
 def mix64(x):
@@ -38,7 +53,7 @@ FIELDS = {"sgd": ("w",), "adagrad": ("w", "acc"), "adam": ("w", "m", "v"),
 def ftrl_weight(lr, linear, acc):
     """FTRL-proximal's row from its slots, at l1 = l2 = beta = 0 and
     learning_rate_power -0.5 (the table's defaults)."""
-    quadratic = acc ** np.float32(0.5) / np.float32(lr) + np.float32(2.0) * np.float32(0.0)
+    quadratic = powf(acc, 0.5) / np.float32(lr) + np.float32(2.0) * np.float32(0.0)
     return np.where(np.abs(linear) > 0, (np.float32(0.0) - linear) / quadratic,
                     np.float32(0.0)).astype(np.float32)
 
@@ -75,9 +90,8 @@ def optimizer_step(optimizer, state, g, lr, step, delta=None):
         average("v", g * g, 0.999)
         add("w", -(alpha * state["m"] / (np.sqrt(state["v"]) + np.float32(1e-7))))
     elif optimizer == "ftrl":
-        p = np.float32(0.5)
         acc_new = state["acc"] + g * g
-        sigma = (acc_new ** p - state["acc"] ** p) / lr32
+        sigma = (powf(acc_new, 0.5) - powf(state["acc"], 0.5)) / lr32
         add("lin", g - sigma * state["w"])
         add("acc", g * g)
         w_new = ftrl_weight(lr, state["lin"], state["acc"])

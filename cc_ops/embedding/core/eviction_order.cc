@@ -23,12 +23,7 @@ Status ParseCachePolicy(const std::string& name, CachePolicy* policy) {
 }
 
 EvictionOrder::EvictionOrder(CachePolicy policy, int64_t capacity, uint64_t pin_threshold)
-    : policy_(policy),
-      pin_threshold_(pin_threshold),
-      prev_(capacity, kNone),
-      next_(capacity, kNone),
-      touches_(capacity, 0),
-      bucket_(capacity, buckets_.end()) {}
+    : policy_(policy), pin_threshold_(pin_threshold), nodes_(capacity, Node{buckets_.end()}) {}
 
 uint64_t EvictionOrder::BucketFor(uint64_t touches) const {
   switch (policy_) {
@@ -43,13 +38,14 @@ uint64_t EvictionOrder::BucketFor(uint64_t touches) const {
 }
 
 void EvictionOrder::Attach(int32_t slot, uint64_t touches) {
-  touches_[slot] = touches;
-  bucket_[slot] = buckets_.try_emplace(BucketFor(touches)).first;
-  List& list = bucket_[slot]->second;
-  prev_[slot] = list.tail;
-  next_[slot] = kNone;
+  Node& node = nodes_[slot];
+  node.touches = touches;
+  node.bucket = buckets_.try_emplace(BucketFor(touches)).first;
+  List& list = node.bucket->second;
+  node.prev = list.tail;
+  node.next = kNone;
   if (list.tail != kNone) {
-    next_[list.tail] = slot;
+    nodes_[list.tail].next = slot;
   } else {
     list.head = slot;
   }
@@ -57,21 +53,21 @@ void EvictionOrder::Attach(int32_t slot, uint64_t touches) {
 }
 
 void EvictionOrder::Detach(int32_t slot) {
-  const Buckets::iterator it = bucket_[slot];
-  List& list = it->second;
-  if (prev_[slot] != kNone) {
-    next_[prev_[slot]] = next_[slot];
+  Node& node = nodes_[slot];
+  List& list = node.bucket->second;
+  if (node.prev != kNone) {
+    nodes_[node.prev].next = node.next;
   } else {
-    list.head = next_[slot];
+    list.head = node.next;
   }
-  if (next_[slot] != kNone) {
-    prev_[next_[slot]] = prev_[slot];
+  if (node.next != kNone) {
+    nodes_[node.next].prev = node.prev;
   } else {
-    list.tail = prev_[slot];
+    list.tail = node.prev;
   }
-  if (list.head == kNone) buckets_.erase(it);
-  prev_[slot] = next_[slot] = kNone;
-  bucket_[slot] = buckets_.end();
+  if (list.head == kNone) buckets_.erase(node.bucket);
+  node.prev = node.next = kNone;
+  node.bucket = buckets_.end();
 }
 
 int32_t EvictionOrder::Victim() const {

@@ -34,13 +34,15 @@ class EvictionOrder {
   // Adds a detached slot with the given touch count at the most recent end.
   void Attach(int32_t slot, uint64_t touches);
   void Detach(int32_t slot);
-  bool attached(int32_t slot) const { return bucket_[slot] != buckets_.end(); }
-  uint64_t touches(int32_t slot) const { return touches_[slot]; }
+  bool attached(int32_t slot) const { return nodes_[slot].bucket != buckets_.end(); }
+  uint64_t touches(int32_t slot) const { return nodes_[slot].touches; }
   bool pinned(int32_t slot) const {
-    return attached(slot) && bucket_[slot]->first == kPinnedBucket;
+    return attached(slot) && nodes_[slot].bucket->first == kPinnedBucket;
   }
   // The slot to evict next, or kNone when no slot is attached.
   int32_t Victim() const;
+  // Starts loading a slot's links, ahead of a batch loop that moves it.
+  void Prefetch(int32_t slot) const { __builtin_prefetch(&nodes_[slot]); }
 
  private:
   static constexpr uint64_t kPinnedBucket = ~uint64_t{0};
@@ -49,15 +51,21 @@ class EvictionOrder {
     int32_t tail = kNone;
   };
   using Buckets = std::map<uint64_t, List>;
+  // A slot's place in the order, in one cache line: its bucket (end() when
+  // detached, so that a detach needs no search), its neighbours in the
+  // bucket's list and its touch count.
+  struct Node {
+    Buckets::iterator bucket;
+    uint64_t touches = 0;
+    int32_t prev = kNone;
+    int32_t next = kNone;
+  };
   uint64_t BucketFor(uint64_t touches) const;
 
   CachePolicy policy_;
   uint64_t pin_threshold_;
-  std::vector<int32_t> prev_, next_;
-  std::vector<uint64_t> touches_;
   Buckets buckets_;  // only non-empty buckets
-  // Each slot's bucket, end() when detached: a detach needs no search.
-  std::vector<Buckets::iterator> bucket_;
+  std::vector<Node> nodes_;
 };
 
 }  // namespace het

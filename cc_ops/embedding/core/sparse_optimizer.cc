@@ -104,8 +104,7 @@ float FtrlWeight(const OptimizerConfig& c, float lr, float linear, float acc) {
 template <bool kTrack>
 void Update(const OptimizerConfig& c, float lr, const float* __restrict__ g, int dim,
             float* __restrict__ w, float* __restrict__ slot_a, float* __restrict__ slot_b,
-            int64_t* step, float* __restrict__ dw, float* __restrict__ da,
-            float* __restrict__ db) {
+            int64_t* step, float* __restrict__ dw, float* __restrict__ da, float* __restrict__ db) {
   switch (c.kind) {
     case OptimizerKind::kSGD:
       for (int j = 0; j < dim; ++j) {

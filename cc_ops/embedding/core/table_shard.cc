@@ -40,6 +40,14 @@ char* TableShard::RowAt(const Stripe& stripe, uint32_t row) const {
   return stripe.blocks[row / kRowsPerBlock].get() + size_t{row % kRowsPerBlock} * row_bytes_;
 }
 
+void TableShard::PrefetchRow(const Stripe& stripe, int64_t key) const {
+  const uint32_t row = stripe.index.Find(key);
+  if (row == KeyIndex::kAbsent) return;
+  const char* p = RowAt(stripe, row);
+  __builtin_prefetch(p);
+  __builtin_prefetch(p + row_bytes_ - 1);
+}
+
 char* TableShard::FindOrCreate(Stripe& stripe, int64_t key, bool* created) {
   uint32_t row = stripe.index.Find(key);
   *created = row == KeyIndex::kAbsent;

@@ -76,11 +76,8 @@ WorkerCache::WorkerCache(const CacheConfig& config)
       width_(StateWidth(config.optimizer.kind, config.dim)),
       index_(static_cast<size_t>(config.capacity)),
       order_(config.policy, config.capacity, config.pin_threshold),
-      keys_(config.capacity, 0),
-      server_clock_(config.capacity, 0),
-      local_clock_(config.capacity, 0),
-      states_(size_t(config.capacity) * width_, 0.0f),
-      pending_delta_(size_t(config.capacity) * width_, 0.0f),
+      entries_(config.capacity),
+      rows_(size_t(config.capacity) * 2 * width_, 0.0f),
       generation_(DrawId()) {
   free_slots_.reserve(config.capacity);
   for (int64_t s = config.capacity - 1; s >= 0; --s) free_slots_.push_back(static_cast<int32_t>(s));
@@ -100,10 +97,8 @@ Sender WorkerCache::sender() const {
 
 size_t WorkerCache::MemoryBytes() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return sizeof(*this) + index_.MemoryBytes() +
-         keys_.capacity() * sizeof(int64_t) * 3 +  // keys and both clocks
-         (states_.capacity() + pending_delta_.capacity()) * sizeof(float) +
-         free_slots_.capacity() * sizeof(int32_t) +
+  return sizeof(*this) + index_.MemoryBytes() + entries_.capacity() * sizeof(Entry) +
+         rows_.capacity() * sizeof(float) + free_slots_.capacity() * sizeof(int32_t) +
          (prepared_.capacity() + unreported_evictions_.capacity()) * sizeof(int64_t) +
          prepared_slots_.capacity() * sizeof(int32_t) + first_seen_.MemoryBytes();
 }
@@ -135,6 +130,10 @@ Status WorkerCache::BeginLookup(const int64_t* ids, int64_t n, std::vector<int64
   first_seen_.Clear();
   first_seen_.Reserve(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
+    if (i + kPrefetchAhead < n) {
+      first_seen_.Prefetch(ids[i + kPrefetchAhead]);
+      index_.Prefetch(ids[i + kPrefetchAhead]);
+    }
     const uint32_t next = static_cast<uint32_t>(unique_keys->size());
     const uint32_t u = first_seen_.Insert(ids[i], next);
     if (u == next) {
@@ -151,8 +150,24 @@ Status WorkerCache::BeginLookup(const int64_t* ids, int64_t n, std::vector<int64
   return Status::Ok();
 }
 
+void WorkerCache::PrefetchSlot(int32_t slot) const {
+  if (slot < 0) return;
+  // The first lines of its state and pending delta (2 * width floats from
+  // State(slot)); the hardware streams the rest of a wide row.
+  const char* row = reinterpret_cast<const char*>(State(slot));
+  const size_t bytes = std::min<size_t>(sizeof(float) * 2 * width_, 256);
+  for (size_t line = 0; line < bytes; line += 64) __builtin_prefetch(row + line);
+  __builtin_prefetch(&entries_[slot]);
+  order_.Prefetch(slot);
+}
+
+bool WorkerCache::IsPrepared(const int64_t* keys, int64_t n) const {
+  return static_cast<size_t>(n) == prepared_.size() &&
+         std::equal(keys, keys + n, prepared_.begin());
+}
+
 Status WorkerCache::BatchSlots(const int64_t* keys, int64_t n, std::vector<int32_t>* slots) const {
-  if (static_cast<size_t>(n) == prepared_.size() && std::equal(keys, keys + n, prepared_.begin())) {
+  if (IsPrepared(keys, n)) {
     *slots = prepared_slots_;
     return Status::Ok();
   }
@@ -166,9 +181,7 @@ Status WorkerCache::BatchSlots(const int64_t* keys, int64_t n, std::vector<int32
 }
 
 void WorkerCache::RememberBatch(const int64_t* keys, int64_t n, const std::vector<int32_t>& slots) {
-  if (static_cast<size_t>(n) != prepared_.size() || !std::equal(keys, keys + n, prepared_.begin())) {
-    prepared_.assign(keys, keys + n);
-  }
+  if (!IsPrepared(keys, n)) prepared_.assign(keys, keys + n);
   prepared_slots_ = slots;
 }
 
@@ -179,7 +192,7 @@ Status WorkerCache::Prepare(const int64_t* ids, int64_t n, LookupPlan* plan) {
   plan->read_staleness = BoundInForce(config_.read_staleness);
   plan->clocks.resize(u);
   for (int64_t i = 0; i < u; ++i) {
-    plan->clocks[i] = prepared_slots_[i] < 0 ? -1 : local_clock_[prepared_slots_[i]];
+    plan->clocks[i] = prepared_slots_[i] < 0 ? -1 : entries_[prepared_slots_[i]].local_clock;
   }
   counters_.bytes_sent += wire::PullRequest(u, config_.num_shards);
   return Status::Ok();
@@ -187,7 +200,7 @@ Status WorkerCache::Prepare(const int64_t* ids, int64_t n, LookupPlan* plan) {
 
 float WorkerCache::PendingShare(int32_t slot, int64_t fresh_clock) const {
   return ConcurrentShare(config_.optimizer.kind, PendingCount(slot),
-                         fresh_clock - server_clock_[slot]);
+                         fresh_clock - entries_[slot].server_clock);
 }
 
 Status WorkerCache::CheckReturnedClocks(const int64_t* clocks, int64_t n) const {
@@ -204,7 +217,7 @@ void WorkerCache::Clear() {
 
 void WorkerCache::ClearLocked() {
   index_.Clear();
-  for (size_t slot = 0; slot < keys_.size(); ++slot) {
+  for (size_t slot = 0; slot < entries_.size(); ++slot) {
     if (order_.attached(static_cast<int32_t>(slot))) order_.Detach(static_cast<int32_t>(slot));
   }
   free_slots_.clear();

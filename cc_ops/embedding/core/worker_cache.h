@@ -205,9 +205,16 @@ class WorkerCache {
  private:
   explicit WorkerCache(const CacheConfig& config);
   std::string Name() const { return TableLabel(config_.table_name); }
-  float* State(int32_t slot) { return states_.data() + size_t(slot) * width_; }
-  float* PendingDelta(int32_t slot) { return pending_delta_.data() + size_t(slot) * width_; }
-  int64_t PendingCount(int32_t slot) const { return local_clock_[slot] - server_clock_[slot]; }
+  // A slot's row holds its state, then its pending delta.
+  float* State(int32_t slot) { return rows_.data() + size_t(slot) * 2 * width_; }
+  const float* State(int32_t slot) const { return rows_.data() + size_t(slot) * 2 * width_; }
+  float* PendingDelta(int32_t slot) { return State(slot) + width_; }
+  int64_t PendingCount(int32_t slot) const {
+    return entries_[slot].local_clock - entries_[slot].server_clock;
+  }
+  // Starts loading a slot's state and pending delta, some keys ahead of
+  // a batch loop that touches them.
+  void PrefetchSlot(int32_t slot) const;
   // The share of an entry's pending delta that a shard whose row is at
   // fresh_clock would keep (ConcurrentShare).
   float PendingShare(int32_t slot, int64_t fresh_clock) const;
@@ -220,6 +227,7 @@ class WorkerCache {
   // known, so the two halves of a lookup and its update neither check nor
   // look them up again; other keys are checked.
   Status BatchSlots(const int64_t* keys, int64_t n, std::vector<int32_t>* slots) const;
+  bool IsPrepared(const int64_t* keys, int64_t n) const;
   // After a fill moved the batch's rows: these keys and slots are the
   // prepared ones from here on.
   void RememberBatch(const int64_t* keys, int64_t n, const std::vector<int32_t>& slots);
@@ -249,9 +257,16 @@ class WorkerCache {
   KeyIndex index_;
   EvictionOrder order_;
   std::vector<int32_t> free_slots_;
-  std::vector<int64_t> keys_, server_clock_, local_clock_;
-  std::vector<float> states_, pending_delta_;  // capacity * width_ each
-  Pushes outbox_;                              // evicted with pending updates, not yet acknowledged
+  // Each slot's key and clocks together, and its state and pending delta
+  // together (State): a batch touches each slot's fields at once.
+  struct Entry {
+    int64_t key = 0;
+    int64_t server_clock = 0;  // c_s
+    int64_t local_clock = 0;   // c_c
+  };
+  std::vector<Entry> entries_;
+  std::vector<float> rows_;  // capacity * 2 * width_
+  Pushes outbox_;            // evicted with pending updates, not yet acknowledged
   uint64_t generation_ = 0;
   std::vector<int64_t> unreported_evictions_;  // kRefresh: since the last completed sync
   size_t evictions_in_flight_ = 0;             // of those, sent by the last BeginSync

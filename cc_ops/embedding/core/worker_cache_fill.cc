@@ -21,12 +21,13 @@ int32_t WorkerCache::TakeSlot() {
   if (PendingCount(slot) > 0) {
     // The key is not in this batch, so it cannot be updated again before
     // the outbox goes out with this step's pushes.
-    outbox_.Add(keys_[slot], PendingDelta(slot), width_, PendingCount(slot), server_clock_[slot]);
+    outbox_.Add(entries_[slot].key, PendingDelta(slot), width_, PendingCount(slot),
+                entries_[slot].server_clock);
     ++counters_.dirty_evictions;
   }
-  index_.Erase(keys_[slot]);
+  index_.Erase(entries_[slot].key);
   // The shards' record of this worker's copies drops it at the next sync.
-  if (config_.sync == SyncMode::kRefresh) unreported_evictions_.push_back(keys_[slot]);
+  if (config_.sync == SyncMode::kRefresh) unreported_evictions_.push_back(entries_[slot].key);
   ++counters_.evictions;
   return slot;
 }
@@ -48,8 +49,8 @@ void WorkerCache::Refresh(int32_t slot, const float* fresh, int64_t clock) {
     ApplyDelta(config_.optimizer, last_learning_rate_, delta, pending, config_.dim, state,
                state + config_.dim, &unused_step);
   }
-  server_clock_[slot] = clock;
-  local_clock_[slot] = clock + pending;
+  entries_[slot].server_clock = clock;
+  entries_[slot].local_clock = clock + pending;
 }
 
 void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
@@ -59,6 +60,9 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
   // Detach the batch's rows first so that filling the batch can never
   // evict a row the same batch needs.
   for (int64_t i = 0; i < u; ++i) {
+    if (i + kPrefetchAhead < u && slots[i + kPrefetchAhead] >= 0) {
+      order_.Prefetch(slots[i + kPrefetchAhead]);
+    }
     if (slots[i] >= 0 && order_.attached(slots[i])) order_.Detach(slots[i]);
   }
   std::vector<bool> inserted(u, false);
@@ -69,6 +73,7 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
       ++hits;
       continue;
     }
+    if (i + kPrefetchAhead < u) PrefetchSlot(slots[i + kPrefetchAhead]);
     const float* fresh = states + size_t(answer[i]) * width_;
     int32_t slot = slots[i];
     if (slot >= 0) {
@@ -91,14 +96,15 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
     }
     slots[i] = slot;
     inserted[i] = true;
-    keys_[slot] = unique_keys[i];
+    entries_[slot].key = unique_keys[i];
     index_.Insert(unique_keys[i], static_cast<uint32_t>(slot));
     std::memcpy(State(slot), fresh, sizeof(float) * width_);
     std::memset(PendingDelta(slot), 0, sizeof(float) * width_);
-    server_clock_[slot] = local_clock_[slot] = clocks[answer[i]];
+    entries_[slot].server_clock = entries_[slot].local_clock = clocks[answer[i]];
     ++misses;
   }
   for (int64_t i = 0; i < u; ++i) {
+    if (i + kPrefetchAhead < u) PrefetchSlot(slots[i + kPrefetchAhead]);
     const int32_t slot = slots[i];
     if (slot < 0) continue;  // passed through
     // A slot just taken still carries its previous occupant's count.

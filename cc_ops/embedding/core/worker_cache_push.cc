@@ -77,18 +77,20 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
   *due = outbox_;
   due->evicted = static_cast<int64_t>(outbox_.size());
   for (int64_t i = 0; i < n; ++i) {
+    if (i + kPrefetchAhead < n) PrefetchSlot(static_cast<int32_t>(slots[i + kPrefetchAhead]));
     if (slots[i] < 0) continue;
     const int32_t slot = static_cast<int32_t>(slots[i]);
     float* state = State(slot);
     // Adam's step count is the row's clock: the shard advances both by one
     // per update applied.
-    int64_t step = local_clock_[slot];
+    int64_t step = entries_[slot].local_clock;
     ApplyUpdate(config_.optimizer, learning_rate, grads + size_t(i) * dim, dim, state, state + dim,
                 &step, PendingDelta(slot));
-    ++local_clock_[slot];
+    ++entries_[slot].local_clock;
     if ((write_staleness >= 0 && PendingCount(slot) > write_staleness) ||
         PendingCount(slot) >= kMaxUpdatesPerPush) {
-      due->Add(keys_[slot], PendingDelta(slot), width_, PendingCount(slot), server_clock_[slot]);
+      due->Add(entries_[slot].key, PendingDelta(slot), width_, PendingCount(slot),
+               entries_[slot].server_clock);
     }
   }
   ++counters_.steps;
@@ -134,9 +136,9 @@ Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* count
     std::memset(PendingDelta(slot), 0, sizeof(float) * width_);
     if (states != nullptr) {
       std::memcpy(State(slot), states + size_t(i - evicted) * width_, sizeof(float) * width_);
-      server_clock_[slot] = local_clock_[slot] = clocks[i - evicted];
+      entries_[slot].server_clock = entries_[slot].local_clock = clocks[i - evicted];
     } else {
-      server_clock_[slot] = local_clock_[slot];
+      entries_[slot].server_clock = entries_[slot].local_clock;
     }
   }
   outbox_.Remove(delivered, width_);
@@ -151,11 +153,11 @@ void WorkerCache::Flush(Pushes* out) {
   std::lock_guard<std::mutex> lock(mu_);
   *out = outbox_;
   out->evicted = static_cast<int64_t>(outbox_.size());
-  for (size_t slot = 0; slot < keys_.size(); ++slot) {
+  for (size_t slot = 0; slot < entries_.size(); ++slot) {
     const int32_t s = static_cast<int32_t>(slot);
-    if (index_.Find(keys_[s]) != static_cast<uint32_t>(s)) continue;  // free slot
+    if (index_.Find(entries_[s].key) != static_cast<uint32_t>(s)) continue;  // free slot
     if (PendingCount(s) > 0) {
-      out->Add(keys_[s], PendingDelta(s), width_, PendingCount(s), server_clock_[s]);
+      out->Add(entries_[s].key, PendingDelta(s), width_, PendingCount(s), entries_[s].server_clock);
     }
   }
 }
