@@ -30,9 +30,23 @@ class KeyIndex {
   }
 
   void Reserve(size_t expected) {
-    size_t want = 16;
-    while (want * 3 < expected * 4 + 4) want <<= 1;
+    const size_t want = BucketsFor(expected);
     if (want > keys_.size()) Rehash(want);
+  }
+
+  // Empties the index, sized for `expected` keys: a scratch index reused
+  // batch after batch shrinks back when it grew far beyond them, so that it
+  // stays within the processor's caches.
+  void Reset(size_t expected) {
+    const size_t want = BucketsFor(expected);
+    if (want > keys_.size() || want * 4 < keys_.size()) {
+      std::vector<int64_t>(want, 0).swap(keys_);  // assign would keep the old capacity
+      std::vector<uint32_t>(want, kAbsent).swap(values_);
+      mask_ = want - 1;
+      size_ = 0;
+    } else {
+      Clear();
+    }
   }
 
   uint32_t Find(int64_t key) const {
@@ -109,6 +123,12 @@ class KeyIndex {
   }
 
  private:
+  // Buckets for `expected` keys at a load factor of at most 0.75.
+  static size_t BucketsFor(size_t expected) {
+    size_t want = 16;
+    while (want * 3 < expected * 4 + 4) want <<= 1;
+    return want;
+  }
   size_t Home(int64_t key) const { return Mix64(static_cast<uint64_t>(key)) & mask_; }
 
   void Rehash(size_t buckets) {

@@ -126,9 +126,11 @@ Status WorkerCache::BeginLookup(const int64_t* ids, int64_t n, std::vector<int64
   unique_keys->clear();
   inverse->resize(n);
   prepared_slots_.clear();
-  // One pass deduplicates and finds each unique key's slot.
-  first_seen_.Clear();
-  first_seen_.Reserve(static_cast<size_t>(n));
+  // One pass deduplicates and finds each unique key's slot. The scratch
+  // index is sized for the last batch's unique keys, not for every id: a
+  // batch repeats most of its ids, and an index of all of them would not
+  // stay in the processor's caches (it grows if a batch needs it).
+  first_seen_.Reset(std::min(static_cast<size_t>(n), prepared_.size() * 3 / 2 + 16));
   for (int64_t i = 0; i < n; ++i) {
     if (i + kPrefetchAhead < n) {
       first_seen_.Prefetch(ids[i + kPrefetchAhead]);

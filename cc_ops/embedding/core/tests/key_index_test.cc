@@ -40,3 +40,24 @@ HET_TEST(KeyIndexHandlesExtremeKeys) {
   EXPECT_EQ(index.Find(0), 4u);
   EXPECT_EQ(index.Find(-1), het::KeyIndex::kAbsent);
 }
+
+HET_TEST(KeyIndexResetEmptiesShrinksAndStillGrows) {
+  het::KeyIndex index;
+  for (int64_t k = 0; k < 10000; ++k) index.Insert(k, static_cast<uint32_t>(k));
+  const size_t grown = index.MemoryBytes();
+  // Sized for far fewer keys: it shrinks, empty.
+  index.Reset(100);
+  EXPECT_EQ(index.size(), 0u);
+  EXPECT_TRUE(index.MemoryBytes() * 8 < grown);
+  EXPECT_EQ(index.Find(5), het::KeyIndex::kAbsent);
+  // More keys than it was sized for: it grows as Insert needs.
+  for (int64_t k = 0; k < 5000; ++k) index.Insert(k * 7, static_cast<uint32_t>(k));
+  EXPECT_EQ(index.size(), 5000u);
+  for (int64_t k = 0; k < 5000; ++k) EXPECT_EQ(index.Find(k * 7), static_cast<uint32_t>(k));
+  // Sized for about as many keys as it holds room for: emptied in place.
+  const size_t before = index.MemoryBytes();
+  index.Reset(5000);
+  EXPECT_EQ(index.MemoryBytes(), before);
+  EXPECT_EQ(index.size(), 0u);
+  EXPECT_EQ(index.Find(7), het::KeyIndex::kAbsent);
+}
