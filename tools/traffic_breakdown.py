@@ -2,9 +2,9 @@
 misses (and how many of them are first touches, which no cache avoids), the
 evictions, the pushes and the bytes each way, for both syncs.
 
-    .venv/bin/python tools/traffic_breakdown.py [--steps 290] [--dim 16]
+    .venv/bin/python tools/traffic_breakdown.py [--steps 290] [--dim 16] [--staleness 100]
 
-Two workers' caches (10% LFU, staleness 100) on one in-process table of the
+Two workers' caches (10% LFU, staleness --staleness) on one in-process table of the
 synthetic data's 338,103 ids (scale 0.01, Zipf 1.1), fed alternately with
 batches of 1024 samples x 26 fields, as `het-tf bench` feeds WDL's table.
 No network: the figures are the counters that the ops keep.
@@ -26,12 +26,15 @@ def parse_args():
     p.add_argument("--steps", type=int, default=290, help="steps per worker")
     p.add_argument("--dim", type=int, default=16)
     p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--staleness", type=int, default=100,
+                   help="both bounds; a copy a sync refreshes is one that went past it")
     return p.parse_args()
 
 
 def measure(sync, args, data):
     table = het_tf.ShardedTable(het_tf.TableConfig(f"traffic_{sync}", args.dim), [None])
-    config = het_tf.CacheConfig(int(0.1 * data.vocabulary_size), "lfu", 100, 100, sync=sync)
+    config = het_tf.CacheConfig(int(0.1 * data.vocabulary_size), "lfu", args.staleness,
+                                args.staleness, sync=sync)
     caches = [het_tf.WorkerCache(table, config) for _ in range(2)]
 
     steps = [cached_step(cache, 0.05) for cache in caches]

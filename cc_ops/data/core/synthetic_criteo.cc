@@ -49,6 +49,10 @@ SyntheticCriteo::SyntheticCriteo(const SyntheticCriteoSpec& spec) : spec_(spec) 
     const int64_t scaled = static_cast<int64_t>(std::llround(full * spec.scale));
     cardinalities_[f] = std::max<int64_t>(std::min(full, kMinScaledCardinality), scaled);
     cardinalities_[f] = std::max<int64_t>(1, std::min<int64_t>(cardinalities_[f], 1LL << 32));
+    const double n = static_cast<double>(cardinalities_[f]);
+    zipf_span_[f] = std::fabs(spec.exponent - 1.0) < 1e-9
+                        ? std::log(n + 1.0)
+                        : std::pow(n + 1.0, 1.0 - spec.exponent) - 1.0;
   }
   Draws model(Mix64(spec.seed ^ 0x243f6a8885a308d3ULL));
   for (int d = 0; d < kCriteoDenseFields; ++d) {
@@ -59,6 +63,19 @@ SyntheticCriteo::SyntheticCriteo(const SyntheticCriteoSpec& spec) : spec_(spec) 
   for (int f = 0; f < kCriteoCategoricalFields; ++f)
     field_sigma_[f] = 0.15 + 0.25 * model.Uniform();
   bias_ = -1.5;  // about a quarter of labels are 1, as in Criteo
+  common_effects_.resize(size_t{kCriteoCategoricalFields} * kCommonIds);
+  for (int f = 0; f < kCriteoCategoricalFields; ++f) {
+    missing_effect_[f] = Effect(static_cast<uint64_t>(CriteoMissingKey(f)));
+    for (int id = 0; id < kCommonIds && id < cardinalities_[f]; ++id) {
+      common_effects_[size_t(f) * kCommonIds + id] =
+          Effect(static_cast<uint64_t>(CriteoKey(f, static_cast<uint32_t>(id))));
+    }
+  }
+}
+
+double SyntheticCriteo::Effect(uint64_t effect_key) const {
+  Draws effect(Mix64(spec_.seed ^ 0x13198a2e03707344ULL) ^ Mix64(effect_key));
+  return effect.Gaussian();
 }
 
 Status SyntheticCriteo::Create(const SyntheticCriteoSpec& spec,
@@ -92,26 +109,25 @@ void SyntheticCriteo::Row(uint64_t stream, uint64_t row, SyntheticCriteoRow* out
   for (int f = 0; f < kCriteoCategoricalFields; ++f) {
     out->id_missing[f] = draws.Uniform() < kIdMissingRate[f];
     const double u = draws.Uniform();
-    uint64_t effect_key;
+    double effect;
     if (out->id_missing[f]) {
       out->ids[f] = 0;
-      effect_key = static_cast<uint64_t>(CriteoMissingKey(f));
+      effect = missing_effect_[f];
     } else {
       // Inverse CDF of a power law on [1, n + 1): id k has weight ~ (k + 1)^-a.
-      const double n = static_cast<double>(cardinalities_[f]);
       double x;
       if (std::fabs(a - 1.0) < 1e-9) {
-        x = std::exp(u * std::log(n + 1.0));
+        x = std::exp(u * zipf_span_[f]);
       } else {
-        x = std::pow(u * (std::pow(n + 1.0, 1.0 - a) - 1.0) + 1.0, 1.0 / (1.0 - a));
+        x = std::pow(u * zipf_span_[f] + 1.0, 1.0 / (1.0 - a));
       }
       const int64_t id = std::min<int64_t>(cardinalities_[f] - 1,
                                            std::max<int64_t>(0, static_cast<int64_t>(x) - 1));
       out->ids[f] = static_cast<uint32_t>(id);
-      effect_key = static_cast<uint64_t>(CriteoKey(f, out->ids[f]));
+      effect = id < kCommonIds ? common_effects_[size_t(f) * kCommonIds + size_t(id)]
+                               : Effect(static_cast<uint64_t>(CriteoKey(f, out->ids[f])));
     }
-    Draws effect(Mix64(spec_.seed ^ 0x13198a2e03707344ULL) ^ Mix64(effect_key));
-    logit += field_sigma_[f] * effect.Gaussian();
+    logit += field_sigma_[f] * effect;
   }
   out->logit = logit;
   out->label = draws.Uniform() < 1.0 / (1.0 + std::exp(-logit)) ? 1 : 0;

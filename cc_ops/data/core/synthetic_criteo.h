@@ -57,6 +57,16 @@ class SyntheticCriteo {
   double dense_mu_[kCriteoDenseFields];
   double dense_sigma_[kCriteoDenseFields];
   double field_sigma_[kCriteoCategoricalFields];
+  // Each field's power law, fixed per field: (n + 1)^(1 - a) - 1, and
+  // log(n + 1) for a = 1. Computed once, not per row.
+  double zipf_span_[kCriteoCategoricalFields];
+  // A key's effect on the logit is a function of the key alone; the power
+  // law draws the first ids of a field most of the time, so their effects
+  // (and the missing keys') are computed once, not per row.
+  static constexpr int kCommonIds = 256;
+  double Effect(uint64_t effect_key) const;
+  std::vector<double> common_effects_;  // [field][id < kCommonIds]
+  double missing_effect_[kCriteoCategoricalFields];
   double bias_ = 0;
 };
 
