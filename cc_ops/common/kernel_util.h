@@ -20,6 +20,13 @@
 
 namespace het {
 
+// The framework types every kernel file names.
+using tensorflow::OpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Tensor;
+using tensorflow::TensorShape;
+
 // Copies a vector into a new output: rank 1, or [size / dim, dim] when dim > 0.
 template <typename T>
 tensorflow::Status OutputVector(tensorflow::OpKernelContext* ctx, int index,

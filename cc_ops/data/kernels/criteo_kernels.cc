@@ -13,12 +13,6 @@
 namespace het {
 namespace {
 
-using tensorflow::OpKernel;
-using tensorflow::OpKernelConstruction;
-using tensorflow::OpKernelContext;
-using tensorflow::Tensor;
-using tensorflow::TensorShape;
-
 struct ParseCounters {
   std::atomic<int64_t> records{0};
   std::atomic<int64_t> malformed{0};

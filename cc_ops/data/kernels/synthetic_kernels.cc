@@ -11,11 +11,6 @@
 namespace het {
 namespace {
 
-using tensorflow::OpKernelConstruction;
-using tensorflow::OpKernelContext;
-using tensorflow::Tensor;
-using tensorflow::TensorShape;
-
 // Builds the generator from the op's attrs once, at kernel construction.
 class SyntheticKernel : public tensorflow::OpKernel {
  public:

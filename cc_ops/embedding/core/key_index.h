@@ -40,10 +40,11 @@ class KeyIndex {
   void Reset(size_t expected) {
     const size_t want = BucketsFor(expected);
     if (want > keys_.size() || want * 4 < keys_.size()) {
-      std::vector<int64_t>(want, 0).swap(keys_);  // assign would keep the old capacity
-      std::vector<uint32_t>(want, kAbsent).swap(values_);
-      mask_ = want - 1;
-      size_ = 0;
+      // Emptied first, the rehash has nothing to move and gives arrays of
+      // exactly `want` buckets (clearing alone would keep the capacity).
+      keys_.clear();
+      values_.clear();
+      Rehash(want);
     } else {
       Clear();
     }

@@ -140,8 +140,7 @@ Status WorkerCache::BeginLookup(const int64_t* ids, int64_t n, std::vector<int64
     const uint32_t u = first_seen_.Insert(ids[i], next);
     if (u == next) {
       unique_keys->push_back(ids[i]);
-      const uint32_t slot = index_.Find(ids[i]);
-      prepared_slots_.push_back(slot == KeyIndex::kAbsent ? -1 : static_cast<int32_t>(slot));
+      prepared_slots_.push_back(SlotOf(ids[i]));
     }
     (*inverse)[i] = static_cast<int32_t>(u);
   }
@@ -163,6 +162,11 @@ void WorkerCache::PrefetchSlot(int32_t slot) const {
   order_.Prefetch(slot);
 }
 
+int32_t WorkerCache::SlotOf(int64_t key) const {
+  const uint32_t slot = index_.Find(key);
+  return slot == KeyIndex::kAbsent ? -1 : static_cast<int32_t>(slot);
+}
+
 bool WorkerCache::IsPrepared(const int64_t* keys, int64_t n) const {
   return static_cast<size_t>(n) == prepared_.size() &&
          std::equal(keys, keys + n, prepared_.begin());
@@ -175,10 +179,7 @@ Status WorkerCache::BatchSlots(const int64_t* keys, int64_t n, std::vector<int32
   }
   HET_RETURN_IF_ERROR(CheckUnique(Name(), keys, n));
   slots->resize(n);
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t slot = index_.Find(keys[i]);
-    (*slots)[i] = slot == KeyIndex::kAbsent ? -1 : static_cast<int32_t>(slot);
-  }
+  for (int64_t i = 0; i < n; ++i) (*slots)[i] = SlotOf(keys[i]);
   return Status::Ok();
 }
 

@@ -228,6 +228,8 @@ class WorkerCache {
   // look them up again; other keys are checked.
   Status BatchSlots(const int64_t* keys, int64_t n, std::vector<int32_t>* slots) const;
   bool IsPrepared(const int64_t* keys, int64_t n) const;
+  // A key's slot, -1 if not cached.
+  int32_t SlotOf(int64_t key) const;
   // After a fill moved the batch's rows: these keys and slots are the
   // prepared ones from here on.
   void RememberBatch(const int64_t* keys, int64_t n, const std::vector<int32_t>& slots);

@@ -14,12 +14,6 @@
 
 namespace het {
 
-using tensorflow::OpKernel;
-using tensorflow::OpKernelConstruction;
-using tensorflow::OpKernelContext;
-using tensorflow::Tensor;
-using tensorflow::TensorShape;
-
 using WorkerCacheResource = CoreResource<WorkerCache>;
 using CacheKernel = CoreKernel<WorkerCache>;
 

@@ -12,12 +12,6 @@
 
 namespace het {
 
-using tensorflow::OpKernel;
-using tensorflow::OpKernelConstruction;
-using tensorflow::OpKernelContext;
-using tensorflow::Tensor;
-using tensorflow::TensorShape;
-
 class HetShardIndexOp : public OpKernel {
  public:
   explicit HetShardIndexOp(OpKernelConstruction* ctx) : OpKernel(ctx) {

@@ -13,12 +13,6 @@
 
 namespace het {
 
-using tensorflow::OpKernel;
-using tensorflow::OpKernelConstruction;
-using tensorflow::OpKernelContext;
-using tensorflow::Tensor;
-using tensorflow::TensorShape;
-
 using TableShardResource = CoreResource<TableShard>;
 using TableKernel = CoreKernel<TableShard>;
 
