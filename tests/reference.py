@@ -242,6 +242,7 @@ class RefCache:
         self.passing = {}
         self.entries = {}
         self.outbox = []  # (key, delta, count, base clock)
+        self.due = []  # sync="refresh": keys made due, pushed with the next exchange
         self.seq = 0
         self.lr = 0.0
         self.counters = dict(lookups=0, unique_keys=0, hits=0, misses=0, stale_refreshes=0,
@@ -266,6 +267,7 @@ class RefCache:
     def clear(self):
         """As after a restore: nothing cached or pending, a new generation."""
         self.entries, self.outbox, self.unreported, self.passing = {}, [], [], {}
+        self.due = []
         self.generation += 1
 
     def _refresh(self, e, fresh, clock):
@@ -295,6 +297,10 @@ class RefCache:
         self.counters["lookups"] += len(ids)
         self.counters["unique_keys"] += len(unique)
         if training and self.sync == "refresh":
+            # One exchange: the pushes the last update made due are merged
+            # first, then the shard answers the sync.
+            self._push_and_ack(self._exchange_pushes(), self.lr)
+            self.due = []
             misses = [k for k in unique if k not in self.entries]
             evicted, self.unreported = self.unreported, []
             fetched, refreshes = self.table.sync(self.worker, self.generation, misses, evicted,
@@ -395,11 +401,28 @@ class RefCache:
             e["cc"] += 1
             if self.s_w >= 0 and e["cc"] - e["cs"] > self.s_w:
                 due.append((k, dict(e["pd"]), e["cc"] - e["cs"], e["cs"]))
-        self._push_and_ack(due, lr)
+        if self.sync == "refresh":
+            self.due += [k for k, *_ in due[len(self.outbox):]]
+        else:
+            self._push_and_ack(due, lr)
+
+    def _exchange_pushes(self):
+        """What an exchange carries: the outbox, then the entries the last
+        update made due that are still cached and pending (and not beside
+        an outbox row of the same key)."""
+        pushes, queued = list(self.outbox), {k for k, *_ in self.outbox}
+        for k in self.due:
+            e = self.entries.get(k)
+            if e is None or e["cc"] == e["cs"] or k in queued:
+                continue
+            queued.add(k)
+            pushes.append((k, dict(e["pd"]), e["cc"] - e["cs"], e["cs"]))
+        return pushes
 
     def flush(self, lr):
         due = list(self.outbox) + [(k, dict(e["pd"]), e["cc"] - e["cs"], e["cs"])
                                    for k, e in self.entries.items() if e["cc"] > e["cs"]]
+        self.due = []  # all of it pending, so in the flush
         self._push_and_ack(due, lr)
 
     def _push_and_ack(self, due, lr):

@@ -210,10 +210,10 @@ def build_call(draw, op, ctx):
                  np.int64(draw(st.sampled_from([0, 5, -1]))), np.int64(draw(st.integers(0, 3))),
                  np.int64(draw(st.integers(0, len(keys))))],
                 dict(dim=DIM, num_slots=1))
-    if op == "HetTableSync":
-        return ([th, np.int64(draw(st.sampled_from([5, -1, 1 << 40]))),
-                 np.int64(draw(st.integers(0, 3))), unique_keys(draw), unique_keys(draw),
-                 np.int64(draw(st.integers(-1, 3)))], dict(dim=DIM, num_slots=1))
+    if op == "HetTableExchange":
+        _unique, _inverse, request = OPS.het_cache_begin_exchange(ch, unique_keys(draw),
+                                                                  num_shards=1)
+        return [th, request[0]], dict(dim=DIM)
     if op == "HetTableExport":
         return ([th, np.int64(draw(st.integers(0, 5))), np.int64(draw(st.integers(0, 5)))],
                 dict(dim=DIM, num_slots=1))
@@ -225,16 +225,16 @@ def build_call(draw, op, ctx):
                 np.array([draw(st.integers(0, 9)) for _ in keys], np.int64)], {}
     if op == "HetShardIndex":
         return [unique_keys(draw)], dict(num_shards=draw(st.integers(1, 4)))
-    if op in ("HetCachePrepare", "HetCacheBeginSync"):
+    if op in ("HetCachePrepare", "HetCacheBeginExchange"):
         shape = draw(st.lists(st.integers(1, 2), min_size=1, max_size=3))  # at most 8 ids
         ids = np.array(draw(st.lists(KEYS, min_size=int(np.prod(shape)),
                                      max_size=int(np.prod(shape)))), np.int64).reshape(shape)
-        return [ch, ids], {}
-    if op == "HetCacheEndSync":
-        unique, _inverse, misses, evicted, worker, generation, bound = \
-            OPS.het_cache_begin_sync(ch, unique_keys(draw))
-        answer = table.sync(worker, generation, misses, evicted, bound)
-        return [ch, unique, *answer], dict(dim=DIM)
+        return [ch, ids], ({} if op == "HetCachePrepare" else dict(num_shards=1))
+    if op == "HetCacheEndExchange":
+        unique, _inverse, request = OPS.het_cache_begin_exchange(ch, unique_keys(draw),
+                                                                 num_shards=1)
+        answer = OPS.het_table_exchange(th, request[0], dim=DIM)
+        return [ch, unique, [answer]], dict(dim=DIM)
     if op == "HetCacheComplete":
         training = draw(st.booleans())
         unique, _inverse, clocks, _bound = OPS.het_cache_prepare(ch, unique_keys(draw))
@@ -290,6 +290,8 @@ def mutated_tensor(draw, value):
         return tf.concat([flat, flat[:1]], 0) if value.shape.rank == 1 else flat
     if how == "empty":
         return tf.zeros([0] + value.shape.as_list()[1:], value.dtype)
+    if value.dtype.is_unsigned:  # bytes: every one of them the largest
+        return tf.fill(tf.shape(value), tf.constant(value.dtype.max, value.dtype))
     if value.dtype.is_integer:
         fill = draw(st.sampled_from(EXTREME_INTS))
         return tf.fill(tf.shape(value), tf.cast(fill, value.dtype)) if value.dtype == tf.int64 \

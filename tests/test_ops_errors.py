@@ -82,8 +82,8 @@ def test_non_finite_gradients(trained):
 
 
 def test_batch_larger_than_the_cache_trains(trained):
-    """Rows that do not fit pass through: read, updated and pushed in the
-    same step, and counted; the cache keeps at most its capacity."""
+    """Rows that do not fit pass through: read, updated and pushed with the
+    next exchange, and counted; the cache keeps at most its capacity."""
     table, cache = trained
     rows, unique, _ = cache.lookup(tf.range(9, dtype=tf.int64), True)
     assert rows.shape == (9, 4)
@@ -91,6 +91,7 @@ def test_batch_larger_than_the_cache_trains(trained):
     assert stats["passed_through"] == 1 and stats["rows"] == 8
     before = table.stats()["updates_applied"]
     cache.apply_gradients(unique, tf.ones([9, 4]), 0.1)
+    cache.lookup(tf.constant([0], tf.int64), True)  # the next exchange
     assert table.stats()["updates_applied"] >= before + 1  # the passed row's update arrived
     cache.flush(0.1)
     assert cache.stats()["updates_pushed"] == table.stats()["updates_applied"]

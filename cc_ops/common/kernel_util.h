@@ -81,6 +81,17 @@ tensorflow::Status ReadScalar(const std::string& table, const char* what,
   return tensorflow::OkStatus();
 }
 
+// A byte tensor's data, 4-byte aligned for reading rows in place: the
+// tensor's own buffer (TensorFlow aligns them), or a copy in `scratch`
+// when it is not.
+inline const uint8_t* AlignedBytes(const tensorflow::Tensor& t, std::vector<uint8_t>* scratch) {
+  const uint8_t* data = t.flat<uint8_t>().data();
+  if (reinterpret_cast<uintptr_t>(data) % 4 == 0) return data;
+  // A vector's storage comes from operator new, aligned for any scalar.
+  scratch->assign(data, data + t.NumElements());
+  return scratch->data();
+}
+
 // Stats as two outputs, names and values, so Python needs no fixed order.
 inline tensorflow::Status OutputStats(tensorflow::OpKernelContext* ctx,
                                       const std::vector<std::pair<std::string, int64_t>>& stats) {

@@ -115,23 +115,28 @@ class WorkerCache:
         return rows, unique, inverse
 
     def _lookup_by_refresh(self, ids):
-        """Only the keys not cached and the evictions since the last sync go
-        to the shards; they answer with those rows and the fresh states of
-        this worker's copies that went past the read bound."""
+        """One exchange with each shard: out go the pushes the last update
+        made due, the evictions since the last exchange and the keys not
+        cached; back come the pushed rows, the missing rows and the fresh
+        states of this worker's copies that went past the read bound."""
         with self._placed(self.device):
-            (unique, inverse, misses, evicted, worker, generation,
-             read_staleness) = self._ops.het_cache_begin_sync(self.handle(), ids)
-        answer = self.table.sync(worker, generation, misses, evicted, read_staleness)
+            unique, inverse, requests = self._ops.het_cache_begin_exchange(
+                self.handle(), ids, num_shards=self.table.num_shards)
+        answers = self.table.exchange(requests)
         with self._placed(self.device):
-            rows = self._ops.het_cache_end_sync(self.handle(), unique, *answer, dim=self.dim)
+            rows = self._ops.het_cache_end_exchange(self.handle(), unique, answers, dim=self.dim)
         return rows, unique, inverse
 
     def apply_gradients(self, unique_keys, unique_grads, learning_rate):
-        """One local optimizer step per unique key; pushes whatever is due."""
+        """One local optimizer step per unique key. By check, pushes
+        whatever is due now; by refresh, what is due goes with the next
+        exchange, so the step sends nothing."""
         with self._placed(self.device):
             pushes = self._ops.het_cache_accumulate(
                 self.handle(), unique_keys, unique_grads, tf.cast(learning_rate, tf.float32),
                 dim=self.dim)
+        if self.config.sync == "refresh":
+            return pushes[0]
         return self._push_and_ack(pushes, learning_rate)
 
     def flush(self, learning_rate):

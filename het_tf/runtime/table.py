@@ -106,32 +106,16 @@ class ShardedTable:
         return (tf.concat([tf.gather(origin[s], a[0]) for s, a in enumerate(answers)], 0),
                 tf.concat([a[1] for a in answers], 0), tf.concat([a[2] for a in answers], 0))
 
-    def sync(self, worker, generation, misses, evicted, read_staleness):
-        """A worker cache's sync by refresh (HetTableSync on every shard):
-        `misses` (unique keys not cached) and `evicted` (keys the cache
-        dropped since its last sync) go to their shards, which the cache
-        has already checked them against. Returns (miss states in the order
-        of `misses`, their clocks, refreshed keys, their states and clocks,
-        each shard's epoch), as HetCacheEndSync takes them."""
-        num_slots = self.config.num_slots
-        staleness = tf.cast(read_staleness, tf.int64)
-
-        def one(shard, misses_part, evicted_part):
+    def exchange(self, requests):
+        """A worker cache's exchange (sync="refresh"): requests[s], the
+        bytes HetCacheBeginExchange wrote for shard s, goes to that shard's
+        HetTableExchange; returns the answers in shard order."""
+        answers = []
+        for shard, request in enumerate(requests):
             with tf.device(self.devices[shard]):
-                return self._ops.het_table_sync(self.handle(shard), worker, generation,
-                                                misses_part, evicted_part, staleness,
-                                                dim=self.dim, num_slots=num_slots)
-
-        if self.num_shards == 1:
-            answer = one(0, misses, evicted)
-            return tuple(answer[:5]) + (tf.reshape(answer[5], [1]),)
-        miss_origin, (miss_parts,) = self._partition(misses, keys_checked=True)
-        _, (evicted_parts,) = self._partition(evicted, keys_checked=True)
-        answers = [one(s, miss_parts[s], evicted_parts[s]) for s in range(self.num_shards)]
-        return (tf.dynamic_stitch(miss_origin, [a[0] for a in answers]),
-                tf.dynamic_stitch(miss_origin, [a[1] for a in answers]),
-                *(tf.concat([a[i] for a in answers], 0) for i in (2, 3, 4)),
-                tf.stack([a[5] for a in answers]))
+                answers.append(self._ops.het_table_exchange(self.handle(shard), request,
+                                                            dim=self.dim))
+        return answers
 
     def push(self, keys, grads, counts, learning_rate, return_rows=True, keys_checked=False):
         """Applies gradient sums; with return_rows, the updated rows and

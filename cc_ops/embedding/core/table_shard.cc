@@ -155,7 +155,7 @@ Status TableShard::Pull(const int64_t* keys, const int64_t* clocks, int64_t n,
 
 template <typename Apply>
 Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width,
-                               bool delta, const Sender& sender, int64_t unanswered, float* out,
+                               const Sender& sender, int64_t unanswered, float* out,
                                int64_t* clocks, Apply apply) {
   if (unanswered < 0 || unanswered > n) {
     return Status::InvalidArgument(TableLabel(config_.name) + ": " + std::to_string(unanswered) +
@@ -181,10 +181,6 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
   push_requests_.fetch_add(1, std::memory_order_relaxed);
   rows_pushed_.fetch_add(n, std::memory_order_relaxed);
   updates_applied_.fetch_add(updates, std::memory_order_relaxed);
-  bytes_received_.fetch_add(wire::PushRequest(n, width, delta), std::memory_order_relaxed);
-  if (out != nullptr) {
-    bytes_sent_.fetch_add(wire::PushAnswer(n - unanswered, width), std::memory_order_relaxed);
-  }
   return Status::Ok();
 }
 
@@ -193,12 +189,18 @@ Status TableShard::Push(const int64_t* keys, const float* grads, const int64_t* 
   const int dim = config_.dim;
   HET_RETURN_IF_ERROR(CheckPush(keys, grads, dim, counts, n, learning_rate, "gradient"));
   std::vector<float> mean(dim);
-  return ApplyToRows(
-      keys, counts, n, dim, /*delta=*/false, Sender(), 0, values, clocks, [&](int32_t i, char* p) {
+  HET_RETURN_IF_ERROR(ApplyToRows(
+      keys, counts, n, dim, Sender(), 0, values, clocks, [&](int32_t i, char* p) {
         ApplyUpdates(config_.optimizer, learning_rate, grads + int64_t{i} * dim, counts[i], dim,
                      Values(p), Slots(p),
                      NeedsStepCount(config_.optimizer.kind) ? Step(p) : nullptr, &mean);
-      });
+      }));
+  bytes_received_.fetch_add(wire::PushRequest(n, dim, /*delta=*/false),
+                            std::memory_order_relaxed);
+  if (values != nullptr) {
+    bytes_sent_.fetch_add(wire::PushAnswer(n, dim), std::memory_order_relaxed);
+  }
+  return Status::Ok();
 }
 
 Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
@@ -208,8 +210,23 @@ Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const in
   const int width = state_width();
   HET_RETURN_IF_ERROR(CheckPush(keys, deltas, width, counts, n, learning_rate, "delta"));
   HET_RETURN_IF_ERROR(CheckDeltaPush(keys, deltas, base_clocks, n));
+  HET_RETURN_IF_ERROR(MergeDeltas(keys, deltas, counts, base_clocks, n, learning_rate, states,
+                                  clocks, sender, unanswered));
+  bytes_received_.fetch_add(wire::PushRequest(n, width, /*delta=*/true),
+                            std::memory_order_relaxed);
+  if (states != nullptr) {
+    bytes_sent_.fetch_add(wire::PushAnswer(n - unanswered, width), std::memory_order_relaxed);
+  }
+  return Status::Ok();
+}
+
+Status TableShard::MergeDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
+                               const int64_t* base_clocks, int64_t n, float learning_rate,
+                               float* states, int64_t* clocks, const Sender& sender,
+                               int64_t unanswered) {
+  const int width = state_width();
   const OptimizerKind kind = config_.optimizer.kind;
-  return ApplyToRows(keys, counts, n, width, /*delta=*/true, sender, unanswered, states, clocks,
+  return ApplyToRows(keys, counts, n, width, sender, unanswered, states, clocks,
                      [&](int32_t i, char* p) {
                        // A clock behind the cache's copy (the table was restored since)
                        // counts as no other writer.

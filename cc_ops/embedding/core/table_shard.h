@@ -109,13 +109,16 @@ class TableShard {
   Status Pull(const int64_t* keys, const int64_t* clocks, int64_t n, int64_t read_staleness,
               bool with_slots, PulledRows* out);
 
-  // The sync in which a hit costs no bytes (copy_records.h): drops the
-  // sender's evicted copies from its record, returns the states of its
-  // misses (created on first touch) and the fresh states of its recorded
-  // copies queued as past `read_staleness`, and records them all at their
-  // clocks. A sender with a new generation starts a new record.
-  Status Sync(const Sender& sender, const int64_t* misses, int64_t m, const int64_t* evicted,
-              int64_t e, int64_t read_staleness, SyncedRows* out);
+  // A training step's exchange under sync="refresh" (exchange_wire.h):
+  // the pushes the request carries are merged as PushDeltas merges them;
+  // then the sender's evicted copies leave its record, and the answer holds
+  // the pushes' rows, the states of its misses (created on first touch) and
+  // the fresh states of its recorded copies queued as past its read bound,
+  // all of them recorded at their clocks (copy_records.h). A sender with a
+  // new generation starts a new record. All or nothing: the whole request
+  // is checked, and the rows it may create reserved, before anything
+  // changes.
+  Status Exchange(const uint8_t* request, size_t size, std::vector<uint8_t>* answer);
   // Drawn when the shard is made and when it is cleared: a cache that sees
   // it change knows the shard's record of its copies is gone.
   int64_t epoch() const { return epoch_.load(); }
@@ -211,11 +214,20 @@ class TableShard {
   // key's row under its stripe's lock, advances its clock by counts[i] and,
   // when out and clocks are not null, copies the row's first `width` floats
   // and its clock back for every row from `unanswered` on; tells the copy
-  // records; then counts the push.
+  // records; then counts the push (its bytes are the caller's to count).
   template <typename Apply>
-  Status ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width, bool delta,
+  Status ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width,
                      const Sender& sender, int64_t unanswered, float* out, int64_t* clocks,
                      Apply apply);
+  // PushDeltas' merge, after its checks.
+  Status MergeDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
+                     const int64_t* base_clocks, int64_t n, float learning_rate, float* states,
+                     int64_t* clocks, const Sender& sender, int64_t unanswered);
+  // An exchange's read half, checked and its new rows reserved: drops the
+  // evicted copies from the sender's record, answers its misses and queued
+  // refreshes, and records them.
+  void Serve(const Sender& sender, const std::vector<int64_t>& misses,
+             const std::vector<int64_t>& evicted, int64_t read_staleness, SyncedRows* out);
 
   TableConfig config_;
   int num_slots_;

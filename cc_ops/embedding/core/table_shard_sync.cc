@@ -1,31 +1,75 @@
-// The shard's side of the sync in which a hit costs no bytes: the record of
-// each worker's copies, kept as copy_records.h describes.
+// The shard's side of the exchange in which a hit costs no bytes: the
+// pushes merged, and the record of each worker's copies kept as
+// copy_records.h describes.
 #include <algorithm>
 #include <array>
 #include <cstring>
 
 #include "cc_ops/embedding/core/table_shard.h"
-#include "cc_ops/embedding/core/wire_sizes.h"
+#include "cc_ops/embedding/core/exchange_wire.h"
 
 namespace het {
 
-Status TableShard::Sync(const Sender& sender, const int64_t* misses, int64_t m,
-                        const int64_t* evicted, int64_t e, int64_t read_staleness,
-                        SyncedRows* out) {
+Status TableShard::Exchange(const uint8_t* request, size_t size, std::vector<uint8_t>* answer) {
   const std::string name = TableLabel(config_.name);
-  if (sender.worker == Sender::kNoWorker) {
-    return Status::InvalidArgument(name + ": a sync must name its worker (nonzero id)");
+  wire::ExchangeRequest r;
+  r.width = state_width();
+  HET_RETURN_IF_ERROR(wire::DecodeRequest(config_.name, request, size, &r));
+  if (r.sender.worker == Sender::kNoWorker) {
+    return Status::InvalidArgument(name + ": an exchange must name its worker (nonzero id)");
   }
-  HET_RETURN_IF_ERROR(CheckKeys(config_.name, config_.vocabulary_size, misses, m));
-  HET_RETURN_IF_ERROR(CheckKeys(config_.name, config_.vocabulary_size, evicted, e));
+  HET_RETURN_IF_ERROR(CheckKeys(config_.name, config_.vocabulary_size, r.misses.data(),
+                                static_cast<int64_t>(r.misses.size())));
+  HET_RETURN_IF_ERROR(CheckKeys(config_.name, config_.vocabulary_size, r.evicted.data(),
+                                static_cast<int64_t>(r.evicted.size())));
+  const int64_t pushes = static_cast<int64_t>(r.push_keys.size());
+  if (pushes > 0) {
+    HET_RETURN_IF_ERROR(CheckPush(r.push_keys.data(), r.push_deltas.data, r.width,
+                                  r.push_counts.data(), pushes, r.learning_rate, "delta"));
+    HET_RETURN_IF_ERROR(CheckDeltaPush(r.push_keys.data(), r.push_deltas.data,
+                                       r.push_base_clocks.data(), pushes));
+  }
+  // The misses' new rows are held for the read half before the pushes
+  // change anything, which reserve their own: once the pushes are merged,
+  // nothing can fail.
   std::unique_ptr<RowReservation> reservation;
-  HET_RETURN_IF_ERROR(ReserveNewRows(misses, m, &reservation));
+  HET_RETURN_IF_ERROR(
+      ReserveNewRows(r.misses.data(), static_cast<int64_t>(r.misses.size()), &reservation));
+  const int64_t answered = pushes - r.push_unanswered;
+  std::vector<float> push_states(size_t(answered) * r.width);
+  wire::ExchangeAnswer a;
+  a.push_clocks.resize(answered);
+  if (pushes > 0) {
+    HET_RETURN_IF_ERROR(MergeDeltas(r.push_keys.data(), r.push_deltas.data, r.push_counts.data(),
+                                    r.push_base_clocks.data(), pushes, r.learning_rate,
+                                    push_states.data(), a.push_clocks.data(), r.sender,
+                                    r.push_unanswered));
+  }
+  SyncedRows rows;
+  Serve(r.sender, r.misses, r.evicted, r.read_staleness, &rows);
+  a.epoch = epoch();
+  a.width = r.width;
+  a.push_states = {push_states.data(), answered};
+  a.miss_states = {rows.miss_states.data(), static_cast<int64_t>(rows.miss_clocks.size())};
+  a.miss_clocks = std::move(rows.miss_clocks);
+  a.refresh_keys = std::move(rows.refresh_keys);
+  a.refresh_states = {rows.refresh_states.data(), static_cast<int64_t>(a.refresh_keys.size())};
+  a.refresh_clocks = std::move(rows.refresh_clocks);
+  wire::EncodeAnswer(a, answer);
+  bytes_received_.fetch_add(size, std::memory_order_relaxed);
+  bytes_sent_.fetch_add(answer->size(), std::memory_order_relaxed);
+  return Status::Ok();
+}
 
+void TableShard::Serve(const Sender& sender, const std::vector<int64_t>& misses,
+                       const std::vector<int64_t>& evicted, int64_t read_staleness,
+                       SyncedRows* out) {
+  const int64_t m = static_cast<int64_t>(misses.size());
   // Each stripe's records are kept under its lock, with its rows: a copy is
   // recorded at the clock read in the same step, and a push queues copies
   // in the same step as it moves the row.
   std::vector<std::vector<int64_t>> evicted_by_stripe(kStripes);
-  for (int64_t i = 0; i < e; ++i) evicted_by_stripe[StripeOf(evicted[i])].push_back(evicted[i]);
+  for (int64_t key : evicted) evicted_by_stripe[StripeOf(key)].push_back(key);
   const int width = state_width();
   out->refresh_keys.clear();
   out->refresh_states.clear();
@@ -47,7 +91,7 @@ Status TableShard::Sync(const Sender& sender, const int64_t* misses, int64_t m,
   }
   out->miss_states.resize(size_t(m) * width);
   out->miss_clocks.resize(m);
-  ForEachByStripe(misses, m, [&](Stripe& stripe, int32_t i) {
+  ForEachByStripe(misses.data(), m, [&](Stripe& stripe, int32_t i) {
     bool created;
     char* p = FindOrCreate(stripe, misses[i], &created);
     std::memcpy(out->miss_states.data() + size_t(i) * width, Values(p), sizeof(float) * width);
@@ -56,14 +100,10 @@ Status TableShard::Sync(const Sender& sender, const int64_t* misses, int64_t m,
     records[&stripe - stripes_.data()]->Hold(misses[i], *Clock(p));
   });
   const int64_t r = static_cast<int64_t>(out->refresh_keys.size());
-
   pull_requests_.fetch_add(1, std::memory_order_relaxed);
   keys_checked_.fetch_add(m, std::memory_order_relaxed);
   rows_sent_.fetch_add(m + r, std::memory_order_relaxed);
   rows_refreshed_.fetch_add(r, std::memory_order_relaxed);
-  bytes_received_.fetch_add(wire::SyncRequest(m + e), std::memory_order_relaxed);
-  bytes_sent_.fetch_add(wire::SyncAnswer(m, r, width), std::memory_order_relaxed);
-  return Status::Ok();
 }
 
 RecordSizes TableShard::Records() const {

@@ -8,7 +8,9 @@
 // per-request setting. The cache's counters and the shard's counters both
 // use these, so the bytes one side sends are the bytes the other receives.
 // `requests` is the number of shards an exchange goes to (each gets its
-// own settings); the shards count their own, one at a time.
+// own settings); the shards count their own, one at a time. The exchange of
+// sync="refresh" is one byte string each way (exchange_wire.h), counted as
+// its length.
 namespace het {
 namespace wire {
 
@@ -31,18 +33,6 @@ inline uint64_t PullRequest(int64_t keys, int64_t requests = 1) {
 }
 inline uint64_t PullAnswer(int64_t rows, int width) {
   return (kPosition + kClock + Row(width)) * rows;
-}
-
-// A sync (sync="refresh"): the keys not cached and the evictions to
-// report, with the sender (worker id, generation) and the read bound; back,
-// each missing row's state and clock in request order, each refreshed
-// copy's key, state and clock, and the shard's epoch.
-inline uint64_t SyncRequest(int64_t keys, int64_t requests = 1) {
-  return kKey * keys + 3 * kSetting * requests;
-}
-inline uint64_t SyncAnswer(int64_t misses, int64_t refreshes, int width, int64_t requests = 1) {
-  return (kClock + Row(width)) * misses + (kKey + kClock + Row(width)) * refreshes +
-         kSetting * requests;
 }
 
 // A push: key, update count and gradient or delta, and the learning rate;

@@ -227,6 +227,8 @@ void WorkerCache::ClearLocked() {
   for (int64_t s = config_.capacity - 1; s >= 0; --s)
     free_slots_.push_back(static_cast<int32_t>(s));
   outbox_ = Pushes();
+  due_keys_.clear();
+  sent_.clear();
   unreported_evictions_.clear();
   evictions_in_flight_ = 0;
   epochs_.clear();

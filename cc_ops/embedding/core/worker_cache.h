@@ -7,15 +7,19 @@
 // own optimizer, so a cached row moves the way the shard will move it.
 //
 // A training lookup syncs in one of two ways (CacheConfig::sync):
-// - kRefresh: BeginSync (only the keys not cached, and the evictions since
-//   the last sync, go to the shards), the shards' Sync, then EndSync: the
-//   shards send the missing rows and fresh states of every copy of this
-//   worker that went past the read bound (copy_records.h). A hit costs no
-//   bytes.
+// - kRefresh: one exchange a step with each shard (exchange_wire.h).
+//   BeginExchange writes each shard's request: the pushes the last
+//   Accumulate made due, the evictions since the last exchange and the
+//   keys not cached; the shards merge the pushes and answer with their rows,
+//   the missing rows and fresh states of every copy of this worker that went
+//   past the read bound (copy_records.h); EndExchange takes the answers. A
+//   hit costs no bytes, and a step's pushes ride with the next step's
+//   request.
 // - kCheck, HET's: Prepare (every unique key goes with its clock), the
-//   shards' Pull, then Complete (only missing or stale rows come back).
-// Evaluation lookups always check. One update runs as Accumulate (local
-// step, pushes due by the write bound), the shards' Push, then AckPush.
+//   shards' Pull, then Complete (only missing or stale rows come back); an
+//   update runs as Accumulate (local step, pushes due by the write bound),
+//   the shards' PushDeltas, then AckPush.
+// Evaluation lookups always check.
 // The halves are separate calls because in a cluster the shards are on
 // other machines and the transfers in between are TensorFlow's.
 #ifndef HET_TF_EMBEDDING_CORE_WORKER_CACHE_H_
@@ -75,27 +79,12 @@ struct LookupPlan {
   int64_t read_staleness = 0;        // the read bound in force, for the shards
 };
 
-// A training lookup's request under SyncMode::kRefresh.
-struct SyncPlan {
-  std::vector<int64_t> unique_keys;  // in order of first appearance
-  std::vector<int32_t> inverse;      // ids[i] == unique_keys[inverse[i]]
-  std::vector<int64_t> misses;       // the unique keys not cached, in that order
-  std::vector<int64_t> evicted;      // keys evicted since the last completed sync
-  Sender sender;
-  int64_t read_staleness = 0;  // the read bound in force
-};
-
-// What the shards answer a sync, their parts concatenated.
-struct SyncAnswer {
-  const float* miss_states;  // one state per miss of the plan, in order
-  const int64_t* miss_clocks;
-  int64_t misses;
-  const int64_t* refresh_keys;  // copies past the read bound, with fresh states
-  const float* refresh_states;
-  const int64_t* refresh_clocks;
-  int64_t refreshes;
-  const int64_t* epochs;  // each shard's epoch (TableShard::epoch)
-  int64_t shards;
+// A training lookup's first half under SyncMode::kRefresh.
+struct ExchangePlan {
+  std::vector<int64_t> unique_keys;             // in order of first appearance
+  std::vector<int32_t> inverse;                 // ids[i] == unique_keys[inverse[i]]
+  std::vector<std::vector<uint8_t>> requests;   // one for each shard
+  int64_t read_staleness = 0;                   // the read bound in force, as sent
 };
 
 // Outputs of this type are replaced, not appended to.
@@ -153,16 +142,21 @@ class WorkerCache {
   // Deduplicates ids and gives the clocks to send with them.
   Status Prepare(const int64_t* ids, int64_t n, LookupPlan* plan);
 
-  // A training lookup under SyncMode::kRefresh: deduplicates ids and lists
-  // the keys to fetch and the evictions to report.
-  Status BeginSync(const int64_t* ids, int64_t n, SyncPlan* plan);
-  // Takes the shards' answer to the last BeginSync of `unique_keys`: fresh
-  // states of copies past the read bound (their pending deltas re-applied),
-  // then the missing rows, inserted; writes all u unique rows to rows_out.
-  // A shard whose epoch changed since the last sync lost its record of this
+  // A training lookup under SyncMode::kRefresh: deduplicates ids and
+  // writes each shard's request. The pushes it carries stay pending, and
+  // the evictions it reports listed, until EndExchange takes the answers,
+  // so a failed exchange sends them again.
+  Status BeginExchange(const int64_t* ids, int64_t n, ExchangePlan* plan);
+  // Takes the shards' answers (answers[s], sizes[s] bytes, 4-byte aligned)
+  // to the last BeginExchange of `unique_keys`: the pushes' rows, then the
+  // fresh states of copies past the read bound (their pending deltas
+  // re-applied), then the missing rows, inserted; writes all u unique rows
+  // to rows_out. A malformed or mismatched answer changes nothing. A shard
+  // whose epoch changed since the last exchange lost its record of this
   // cache's copies (restarted or restored): the step fails with Aborted,
   // changing nothing, and the next lookup clears the cache first.
-  Status EndSync(const int64_t* unique_keys, int64_t u, const SyncAnswer& answer, float* rows_out);
+  Status EndExchange(const int64_t* unique_keys, int64_t u, const uint8_t* const* answers,
+                     const size_t* sizes, int64_t shards, float* rows_out);
 
   // Takes the shards' answer for plan.unique_keys (clocks at distinct
   // `positions`, with full states in training and bare rows out of it) and
@@ -181,8 +175,10 @@ class WorkerCache {
   // own copy of the slots, so later reads see this worker's own writes as the
   // shard will apply them, and every field's change joins the pending delta.
   // A row passed through takes its step on the state it was read with and
-  // joins the outbox. `due` receives the outbox and every entry past the
-  // write bound; they stay pending until AckPush.
+  // joins the outbox. Under kCheck `due` receives the outbox and every entry
+  // past the write bound, to push now; under kRefresh `due` stays empty and
+  // they go with the next exchange. Either way they stay pending until
+  // acknowledged.
   Status Accumulate(const int64_t* keys, int64_t n, const float* grads, float learning_rate,
                     Pushes* due);
 
@@ -235,6 +231,14 @@ class WorkerCache {
   void RememberBatch(const int64_t* keys, int64_t n, const std::vector<int32_t>& slots);
   // The shards' clocks are never negative.
   Status CheckReturnedClocks(const int64_t* clocks, int64_t n) const;
+  // AckPush's body: state[i] is key i's row from the shards, or null for
+  // one the cache evicted (and for every key when no states came back).
+  // Checks every key before it clears anything.
+  Status AckLocked(const int64_t* keys, int64_t n, const int64_t* counts,
+                   const std::vector<const float*>& states, const int64_t* clocks);
+  // The pushes the next exchange carries, by shard: the outbox first (no
+  // state back), then the entries the last Accumulate made due.
+  void CollectPushes(std::vector<Pushes>* by_shard);
   // Every lookup's start: checks the ids, empties the cache first if a
   // shard's epoch changed (EndSync), and gives the unique keys in order of
   // first appearance and where each id went, remembered as prepared with
@@ -244,13 +248,13 @@ class WorkerCache {
   // A cached entry takes a fresh state at server clock `clock`, with its
   // own pending delta merged back in as the shard will merge it.
   void Refresh(int32_t slot, const float* fresh, int64_t clock);
-  // A training lookup's rows: answer[i] >= 0 is the row of `states`
-  // (whole states) holding unique key i's fresh state. Cached keys with an
-  // answer are refreshed, missing ones inserted, and every row written to
+  // A training lookup's rows: fresh[i], when not null, is unique key i's
+  // fresh state (a whole state) at clock fresh_clocks[i]. Cached keys with
+  // one are refreshed, missing ones inserted, and every row written to
   // rows_out.
   void FillForTraining(const int64_t* unique_keys, int64_t u, std::vector<int32_t>& slots,
-                       const std::vector<int32_t>& answer, const float* states,
-                       const int64_t* clocks, float* rows_out);
+                       const std::vector<const float*>& fresh,
+                       const std::vector<int64_t>& fresh_clocks, float* rows_out);
   void ClearLocked();
 
   const CacheConfig config_;
@@ -270,9 +274,11 @@ class WorkerCache {
   std::vector<float> rows_;  // capacity * 2 * width_
   Pushes outbox_;            // evicted with pending updates, not yet acknowledged
   uint64_t generation_ = 0;
-  std::vector<int64_t> unreported_evictions_;  // kRefresh: since the last completed sync
-  size_t evictions_in_flight_ = 0;             // of those, sent by the last BeginSync
-  std::vector<int64_t> epochs_;                // each shard's, from the last sync
+  std::vector<int64_t> unreported_evictions_;  // kRefresh: since the last completed exchange
+  size_t evictions_in_flight_ = 0;             // of those, sent by the last BeginExchange
+  std::vector<int64_t> due_keys_;              // kRefresh: made due by Accumulate, not yet sent
+  std::vector<Pushes> sent_;                   // kRefresh: the last request's pushes, by shard
+  std::vector<int64_t> epochs_;                // each shard's, from the last exchange
   bool old_timeline_ = false;                  // a shard's epoch changed: clear first
   // Rows the last training lookup passed through, until the step's
   // Accumulate pushes them.

@@ -20,13 +20,13 @@ int32_t WorkerCache::TakeSlot() {
   order_.Detach(slot);
   if (PendingCount(slot) > 0) {
     // The key is not in this batch, so it cannot be updated again before
-    // the outbox goes out with this step's pushes.
+    // the outbox goes out with the next pushes.
     outbox_.Add(entries_[slot].key, PendingDelta(slot), width_, PendingCount(slot),
                 entries_[slot].server_clock);
     ++counters_.dirty_evictions;
   }
   index_.Erase(entries_[slot].key);
-  // The shards' record of this worker's copies drops it at the next sync.
+  // The shards' record of this worker's copies drops it at the next exchange.
   if (config_.sync == SyncMode::kRefresh) unreported_evictions_.push_back(entries_[slot].key);
   ++counters_.evictions;
   return slot;
@@ -54,8 +54,9 @@ void WorkerCache::Refresh(int32_t slot, const float* fresh, int64_t clock) {
 }
 
 void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
-                                  std::vector<int32_t>& slots, const std::vector<int32_t>& answer,
-                                  const float* states, const int64_t* clocks, float* rows_out) {
+                                  std::vector<int32_t>& slots,
+                                  const std::vector<const float*>& fresh_states,
+                                  const std::vector<int64_t>& fresh_clocks, float* rows_out) {
   const int dim = config_.dim;
   // Detach the batch's rows first so that filling the batch can never
   // evict a row the same batch needs.
@@ -69,15 +70,16 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
   uint64_t hits = 0, misses = 0, refreshes = 0;
   passing_.Clear();
   for (int64_t i = 0; i < u; ++i) {
-    if (answer[i] < 0) {
+    const float* fresh = fresh_states[i];
+    if (fresh == nullptr) {
       ++hits;
       continue;
     }
     if (i + kPrefetchAhead < u) PrefetchSlot(slots[i + kPrefetchAhead]);
-    const float* fresh = states + size_t(answer[i]) * width_;
+    const int64_t clock = fresh_clocks[i];
     int32_t slot = slots[i];
     if (slot >= 0) {
-      Refresh(slot, fresh, clocks[answer[i]]);
+      Refresh(slot, fresh, clock);
       ++refreshes;
       continue;
     }
@@ -87,7 +89,7 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
       // read now and pushed with the step's update (Accumulate).
       passing_.index.Insert(unique_keys[i], static_cast<uint32_t>(passing_.clocks.size()));
       passing_.states.insert(passing_.states.end(), fresh, fresh + width_);
-      passing_.clocks.push_back(clocks[answer[i]]);
+      passing_.clocks.push_back(clock);
       // The shards recorded the copy a sync handed out: it goes at once.
       if (config_.sync == SyncMode::kRefresh) unreported_evictions_.push_back(unique_keys[i]);
       std::memcpy(rows_out + size_t(i) * dim, fresh, sizeof(float) * dim);
@@ -100,7 +102,7 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
     index_.Insert(unique_keys[i], static_cast<uint32_t>(slot));
     std::memcpy(State(slot), fresh, sizeof(float) * width_);
     std::memset(PendingDelta(slot), 0, sizeof(float) * width_);
-    entries_[slot].server_clock = entries_[slot].local_clock = clocks[answer[i]];
+    entries_[slot].server_clock = entries_[slot].local_clock = clock;
     ++misses;
   }
   for (int64_t i = 0; i < u; ++i) {
@@ -149,7 +151,14 @@ Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_
     }
   }
   if (training) {
-    FillForTraining(unique_keys, u, slots, answer, states, clocks, rows_out);
+    std::vector<const float*> fresh(u, nullptr);
+    std::vector<int64_t> fresh_clocks(u, 0);
+    for (int64_t i = 0; i < u; ++i) {
+      if (answer[i] < 0) continue;
+      fresh[i] = states + size_t(answer[i]) * width_;
+      fresh_clocks[i] = clocks[answer[i]];
+    }
+    FillForTraining(unique_keys, u, slots, fresh, fresh_clocks, rows_out);
   } else {
     uint64_t hits = 0, misses = 0, refreshes = 0;
     for (int64_t i = 0; i < u; ++i) {

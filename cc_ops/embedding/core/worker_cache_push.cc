@@ -74,8 +74,11 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
     outbox_.Add(keys[i], delta.data(), width_, 1, passing_.clocks[p]);
   }
   passing_.Clear();
-  *due = outbox_;
-  due->evicted = static_cast<int64_t>(outbox_.size());
+  // Under kRefresh the pushes wait for the next exchange, which takes the
+  // outbox and these entries as they are then.
+  const bool hold = config_.sync == SyncMode::kRefresh;
+  *due = hold ? Pushes() : outbox_;
+  due->evicted = hold ? 0 : static_cast<int64_t>(outbox_.size());
   for (int64_t i = 0; i < n; ++i) {
     if (i + kPrefetchAhead < n) PrefetchSlot(static_cast<int32_t>(slots[i + kPrefetchAhead]));
     if (slots[i] < 0) continue;
@@ -89,8 +92,12 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
     ++entries_[slot].local_clock;
     if ((write_staleness >= 0 && PendingCount(slot) > write_staleness) ||
         PendingCount(slot) >= kMaxUpdatesPerPush) {
-      due->Add(entries_[slot].key, PendingDelta(slot), width_, PendingCount(slot),
-               entries_[slot].server_clock);
+      if (hold) {
+        due_keys_.push_back(entries_[slot].key);
+      } else {
+        due->Add(entries_[slot].key, PendingDelta(slot), width_, PendingCount(slot),
+                 entries_[slot].server_clock);
+      }
     }
   }
   ++counters_.steps;
@@ -99,17 +106,35 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
 
 Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* counts,
                             const float* states, const int64_t* clocks, int64_t answered) {
+  const int64_t evicted = n - answered;
+  std::vector<const float*> rows(n, nullptr);
+  for (int64_t i = evicted; i < n && states != nullptr; ++i) {
+    rows[i] = states + size_t(i - evicted) * width_;
+  }
+  std::vector<int64_t> row_clocks(n, 0);
+  if (clocks != nullptr) std::copy(clocks, clocks + answered, row_clocks.begin() + evicted);
   std::lock_guard<std::mutex> lock(mu_);
+  HET_RETURN_IF_ERROR(AckLocked(keys, n, counts, rows, row_clocks.data()));
+  counters_.bytes_sent += wire::PushRequest(n, width_, /*delta=*/true, config_.num_shards);
+  if (states != nullptr) counters_.bytes_received += wire::PushAnswer(answered, width_);
+  return Status::Ok();
+}
+
+Status WorkerCache::AckLocked(const int64_t* keys, int64_t n, const int64_t* counts,
+                              const std::vector<const float*>& states, const int64_t* clocks) {
   KeyIndex in_outbox(outbox_.size());
   for (size_t i = 0; i < outbox_.size(); ++i) in_outbox.Insert(outbox_.keys[i], uint32_t(i));
   std::vector<uint8_t> delivered(outbox_.size(), 0);
-  const int64_t evicted = n - answered;
+  const bool with_states = std::any_of(states.begin(), states.end(),
+                                       [](const float* s) { return s != nullptr; });
+  int64_t answered = 0;
+  for (int64_t i = 0; i < n; ++i) answered += states[i] != nullptr;
   for (int64_t i = 0; i < n; ++i) {
     const uint32_t o = in_outbox.Find(keys[i]);
-    if (states != nullptr && (o != KeyIndex::kAbsent) != (i < evicted)) {
+    if (with_states && (o != KeyIndex::kAbsent) != (states[i] == nullptr)) {
       return Status::InvalidArgument(
           Name() +
-          ": a push acknowledgement needs a state for each key still cached, after the "
+          ": a push acknowledgement needs a state for each key still cached, and none for the "
           "evicted ones; got " +
           std::to_string(answered) + " states for " + std::to_string(n) + " keys");
     }
@@ -134,9 +159,9 @@ Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* count
     }
     const uint32_t slot = index_.Find(keys[i]);
     std::memset(PendingDelta(slot), 0, sizeof(float) * width_);
-    if (states != nullptr) {
-      std::memcpy(State(slot), states + size_t(i - evicted) * width_, sizeof(float) * width_);
-      entries_[slot].server_clock = entries_[slot].local_clock = clocks[i - evicted];
+    if (states[i] != nullptr) {
+      std::memcpy(State(slot), states[i], sizeof(float) * width_);
+      entries_[slot].server_clock = entries_[slot].local_clock = clocks[i];
     } else {
       entries_[slot].server_clock = entries_[slot].local_clock;
     }
@@ -144,8 +169,6 @@ Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* count
   outbox_.Remove(delivered, width_);
   counters_.rows_pushed += n;
   counters_.updates_pushed += updates;
-  counters_.bytes_sent += wire::PushRequest(n, width_, /*delta=*/true, config_.num_shards);
-  if (states != nullptr) counters_.bytes_received += wire::PushAnswer(answered, width_);
   return Status::Ok();
 }
 

@@ -1,16 +1,49 @@
-// The cache's side of the sync in which a hit costs no bytes
-// (SyncMode::kRefresh): only misses and evictions go out; the shards send
-// back the missing rows and the fresh states of this worker's copies that
-// went past the read bound.
+// The cache's side of the exchange in which a hit costs no bytes
+// (SyncMode::kRefresh): only pushes, evictions and misses go out, one
+// request to each shard a step; the shards send back the pushed rows, the
+// missing rows and the fresh states of this worker's copies that went past
+// the read bound.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
-#include "cc_ops/embedding/core/wire_sizes.h"
+#include "cc_ops/common/hashing.h"
+#include "cc_ops/embedding/core/exchange_wire.h"
 #include "cc_ops/embedding/core/worker_cache.h"
 
 namespace het {
 
-Status WorkerCache::BeginSync(const int64_t* ids, int64_t n, SyncPlan* plan) {
+void WorkerCache::CollectPushes(std::vector<Pushes>* by_shard) {
+  const int shards = static_cast<int>(config_.num_shards);
+  by_shard->resize(shards);
+  for (Pushes& p : *by_shard) {
+    p.keys.clear();
+    p.deltas.clear();
+    p.counts.clear();
+    p.base_clocks.clear();
+    p.evicted = 0;
+  }
+  // The outbox leads each shard's part: its rows want no state back.
+  for (size_t i = 0; i < outbox_.size(); ++i) {
+    Pushes& p = (*by_shard)[ShardOf(outbox_.keys[i], shards)];
+    p.Add(outbox_.keys[i], outbox_.deltas.data() + i * width_, width_, outbox_.counts[i],
+          outbox_.base_clocks[i]);
+    ++p.evicted;
+  }
+  // An entry goes once, and not beside an outbox row of the same key (a
+  // copy evicted and fetched again): it waits for the next exchange.
+  KeyIndex queued(outbox_.size() + due_keys_.size());
+  for (int64_t key : outbox_.keys) queued.Insert(key, 0);
+  for (int64_t key : due_keys_) {
+    const int32_t slot = SlotOf(key);
+    if (slot < 0 || PendingCount(slot) == 0 || queued.Find(key) != KeyIndex::kAbsent) continue;
+    queued.Insert(key, 0);
+    (*by_shard)[ShardOf(key, shards)].Add(key, PendingDelta(slot), width_, PendingCount(slot),
+                                          entries_[slot].server_clock);
+  }
+}
+
+Status WorkerCache::BeginExchange(const int64_t* ids, int64_t n, ExchangePlan* plan) {
   std::lock_guard<std::mutex> lock(mu_);
   if (config_.sync != SyncMode::kRefresh) {
     return Status::FailedPrecondition(Name() +
@@ -18,49 +51,103 @@ Status WorkerCache::BeginSync(const int64_t* ids, int64_t n, SyncPlan* plan) {
                                       "it cannot sync by refresh");
   }
   HET_RETURN_IF_ERROR(BeginLookup(ids, n, &plan->unique_keys, &plan->inverse));
-  plan->misses.clear();
-  for (size_t i = 0; i < plan->unique_keys.size(); ++i) {
-    if (prepared_slots_[i] < 0) plan->misses.push_back(plan->unique_keys[i]);
+  const int shards = static_cast<int>(config_.num_shards);
+  CollectPushes(&sent_);
+  // The shards refuse a non-finite delta; with several, each must be
+  // refused here, before any of them merges its part.
+  for (const Pushes& p : sent_) {
+    for (size_t i = 0; i < p.deltas.size(); ++i) {
+      if (!std::isfinite(p.deltas[i])) {
+        return Status::InvalidArgument(Name() + ": non-finite state delta for id " +
+                                       std::to_string(p.keys[i / width_]) +
+                                       "; nothing was sent");
+      }
+    }
   }
-  // Evictions stay listed until a sync that reported them completes, so a
-  // failed exchange reports them again.
-  plan->evicted = unreported_evictions_;
-  evictions_in_flight_ = unreported_evictions_.size();
-  plan->sender = Sender{config_.worker_id, generation_};
   plan->read_staleness = BoundInForce(config_.read_staleness);
-  counters_.bytes_sent +=
-      wire::SyncRequest(plan->misses.size() + plan->evicted.size(), config_.num_shards);
+  std::vector<wire::ExchangeRequest> requests(shards);
+  for (int s = 0; s < shards; ++s) {
+    wire::ExchangeRequest& r = requests[s];
+    r.sender = Sender{config_.worker_id, generation_};
+    r.read_staleness = plan->read_staleness;
+    r.learning_rate = last_learning_rate_;
+    r.width = width_;
+    const Pushes& p = sent_[s];
+    r.push_keys = p.keys;
+    r.push_counts = p.counts;
+    r.push_base_clocks = p.base_clocks;
+    r.push_unanswered = p.evicted;
+    r.push_deltas = {p.deltas.data(), static_cast<int64_t>(p.keys.size())};
+  }
+  for (size_t i = 0; i < plan->unique_keys.size(); ++i) {
+    const int64_t key = plan->unique_keys[i];
+    if (prepared_slots_[i] < 0) requests[ShardOf(key, shards)].misses.push_back(key);
+  }
+  // Evictions stay listed until an exchange that reported them completes.
+  for (int64_t key : unreported_evictions_) requests[ShardOf(key, shards)].evicted.push_back(key);
+  evictions_in_flight_ = unreported_evictions_.size();
+  plan->requests.resize(shards);
+  for (int s = 0; s < shards; ++s) {
+    wire::EncodeRequest(requests[s], &plan->requests[s]);
+    counters_.bytes_sent += plan->requests[s].size();
+  }
   return Status::Ok();
 }
 
-Status WorkerCache::EndSync(const int64_t* unique_keys, int64_t u, const SyncAnswer& a,
-                            float* rows_out) {
-  HET_RETURN_IF_ERROR(CheckReturnedClocks(a.miss_clocks, a.misses));
-  HET_RETURN_IF_ERROR(CheckReturnedClocks(a.refresh_clocks, a.refreshes));
+Status WorkerCache::EndExchange(const int64_t* unique_keys, int64_t u,
+                                const uint8_t* const* answers, const size_t* sizes,
+                                int64_t shards, float* rows_out) {
+  if (shards != config_.num_shards) {
+    return Status::InvalidArgument(Name() + ": answers from " + std::to_string(shards) +
+                                   " shards, but the table has " +
+                                   std::to_string(config_.num_shards));
+  }
+  std::vector<wire::ExchangeAnswer> a(shards);
+  for (int64_t s = 0; s < shards; ++s) {
+    a[s].width = width_;
+    HET_RETURN_IF_ERROR(wire::DecodeAnswer(config_.table_name, answers[s], sizes[s], &a[s]));
+    HET_RETURN_IF_ERROR(CheckReturnedClocks(a[s].push_clocks.data(), a[s].push_clocks.size()));
+    HET_RETURN_IF_ERROR(CheckReturnedClocks(a[s].miss_clocks.data(), a[s].miss_clocks.size()));
+    HET_RETURN_IF_ERROR(
+        CheckReturnedClocks(a[s].refresh_clocks.data(), a[s].refresh_clocks.size()));
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (config_.sync != SyncMode::kRefresh) {
     return Status::FailedPrecondition(Name() + ": this cache checks its keys (sync='check')");
   }
   std::vector<int32_t> slots;
   HET_RETURN_IF_ERROR(BatchSlots(unique_keys, u, &slots));
-  // The answer holds one state per key not cached, in the batch's order.
-  std::vector<int32_t> answer(u, -1);
-  int64_t missing = 0;
+  // Each shard answers its misses in the batch's order.
+  std::vector<const float*> fresh(u, nullptr);
+  std::vector<int64_t> fresh_clocks(u, 0);
+  std::vector<int64_t> next(shards, 0);
   for (int64_t i = 0; i < u; ++i) {
-    if (slots[i] < 0) answer[i] = static_cast<int32_t>(missing++);
+    if (slots[i] >= 0) continue;
+    const int s = ShardOf(unique_keys[i], static_cast<int>(shards));
+    const int64_t j = next[s]++;
+    if (j >= a[s].miss_states.rows) break;
+    fresh[i] = a[s].miss_states.data + size_t(j) * width_;
+    fresh_clocks[i] = a[s].miss_clocks[j];
   }
-  if (missing != a.misses) {
-    return Status::InvalidArgument(Name() + ": " + std::to_string(a.misses) +
-                                   " rows returned for the " + std::to_string(missing) +
-                                   " ids not cached; run one lookup at a time per cache");
+  const bool pushed = sent_.size() == size_t(shards);  // a BeginExchange made them
+  for (int64_t s = 0; s < shards; ++s) {
+    if (next[s] != a[s].miss_states.rows) {
+      return Status::InvalidArgument(Name() + ": shard " + std::to_string(s) + " returned " +
+                                     std::to_string(a[s].miss_states.rows) + " rows for " +
+                                     std::to_string(next[s]) +
+                                     " ids not cached; run one lookup at a time per cache");
+    }
+    const int64_t answered =
+        pushed ? static_cast<int64_t>(sent_[s].size()) - sent_[s].evicted : 0;
+    if (a[s].push_states.rows != answered) {
+      return Status::InvalidArgument(Name() + ": shard " + std::to_string(s) + " answered " +
+                                     std::to_string(a[s].push_states.rows) + " pushed rows of " +
+                                     std::to_string(answered));
+    }
   }
-  const bool first_sync = epochs_.empty();
-  if (a.shards != config_.num_shards) {
-    return Status::InvalidArgument(Name() + ": an answer from " + std::to_string(a.shards) +
-                                   " shards, but the table has " +
-                                   std::to_string(config_.num_shards));
-  }
-  const bool same_shards = first_sync || std::equal(epochs_.begin(), epochs_.end(), a.epochs);
+  const bool first_exchange = epochs_.empty();
+  bool same_shards = true;
+  for (int64_t s = 0; s < shards && !first_exchange; ++s) same_shards &= epochs_[s] == a[s].epoch;
   if (!same_shards) {
     // The shard no longer knows which copies this cache holds, so it could
     // never tell the cache they went stale: the copies must go. This call
@@ -72,22 +159,47 @@ Status WorkerCache::EndSync(const int64_t* unique_keys, int64_t u, const SyncAns
                            "lookup (its pending updates belonged to the old table), run "
                            "the step again");
   }
-  if (first_sync) epochs_.assign(a.epochs, a.epochs + a.shards);
-  uint64_t refreshed = 0;
-  for (int64_t r = 0; r < a.refreshes; ++r) {
-    const uint32_t slot = index_.Find(a.refresh_keys[r]);
-    if (slot == KeyIndex::kAbsent) continue;  // evicted after the shard queued it
-    Refresh(static_cast<int32_t>(slot), a.refresh_states + size_t(r) * width_, a.refresh_clocks[r]);
-    ++refreshed;
+  // The pushes delivered, in the order the shards merged them.
+  std::vector<int64_t> keys, counts, clocks;
+  std::vector<const float*> states;
+  for (int64_t s = 0; s < shards && pushed; ++s) {
+    const Pushes& p = sent_[s];
+    keys.insert(keys.end(), p.keys.begin(), p.keys.end());
+    counts.insert(counts.end(), p.counts.begin(), p.counts.end());
+    for (size_t i = 0; i < p.size(); ++i) {
+      const int64_t answered = static_cast<int64_t>(i) - p.evicted;
+      states.push_back(answered < 0 ? nullptr
+                                    : a[s].push_states.data + size_t(answered) * width_);
+      clocks.push_back(answered < 0 ? 0 : a[s].push_clocks[answered]);
+    }
   }
-  FillForTraining(unique_keys, u, slots, answer, a.miss_states, a.miss_clocks, rows_out);
+  HET_RETURN_IF_ERROR(AckLocked(keys.data(), keys.size(), counts.data(), states, clocks.data()));
+  if (first_exchange) {
+    epochs_.resize(shards);
+    for (int64_t s = 0; s < shards; ++s) epochs_[s] = a[s].epoch;
+  }
+  sent_.clear();
+  due_keys_.clear();
+  uint64_t refreshed = 0, refreshes = 0, missing = 0;
+  for (const wire::ExchangeAnswer& answer : a) {
+    for (size_t r = 0; r < answer.refresh_keys.size(); ++r) {
+      const uint32_t slot = index_.Find(answer.refresh_keys[r]);
+      if (slot == KeyIndex::kAbsent) continue;  // evicted after the shard queued it
+      Refresh(static_cast<int32_t>(slot), answer.refresh_states.data + r * width_,
+              answer.refresh_clocks[r]);
+      ++refreshed;
+    }
+    refreshes += answer.refresh_keys.size();
+    missing += answer.miss_clocks.size();
+  }
+  FillForTraining(unique_keys, u, slots, fresh, fresh_clocks, rows_out);
   counters_.stale_refreshes += refreshed;
   counters_.evictions_reported += evictions_in_flight_;
   unreported_evictions_.erase(unreported_evictions_.begin(),
                               unreported_evictions_.begin() + evictions_in_flight_);
   evictions_in_flight_ = 0;
-  counters_.rows_pulled += a.misses + a.refreshes;
-  counters_.bytes_received += wire::SyncAnswer(a.misses, a.refreshes, width_, config_.num_shards);
+  counters_.rows_pulled += missing + refreshes;
+  for (int64_t s = 0; s < shards; ++s) counters_.bytes_received += sizes[s];
   return Status::Ok();
 }
 

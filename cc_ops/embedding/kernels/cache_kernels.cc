@@ -126,51 +126,47 @@ class HetCachePrepareOp : public CacheKernel {
   }
 };
 
-class HetCacheBeginSyncOp : public CacheKernel {
+class HetCacheBeginExchangeOp : public CacheKernel {
  public:
   using CacheKernel::CacheKernel;
   void Run(OpKernelContext* ctx, WorkerCache& cache) override {
     const Tensor& ids = ctx->input(1);
-    SyncPlan plan;
+    OP_REQUIRES(ctx, ctx->num_outputs() == 2 + cache.config().num_shards,
+                tensorflow::errors::InvalidArgument(
+                    TableLabel(cache.table_name()), ": the op asks for ", ctx->num_outputs() - 2,
+                    " shards' requests, but the table has ", cache.config().num_shards));
+    ExchangePlan plan;
     OP_REQUIRES_OK(ctx,
-                   ToTf(cache.BeginSync(ids.flat<int64_t>().data(), ids.NumElements(), &plan)));
+                   ToTf(cache.BeginExchange(ids.flat<int64_t>().data(), ids.NumElements(), &plan)));
     OP_REQUIRES_OK(ctx, OutputUnique(ctx, ids, plan.unique_keys, plan.inverse));
-    OP_REQUIRES_OK(ctx, OutputVector(ctx, 2, plan.misses));
-    OP_REQUIRES_OK(ctx, OutputVector(ctx, 3, plan.evicted));
-    OP_REQUIRES_OK(ctx, OutputSender(ctx, 4, plan.sender));
-    OP_REQUIRES_OK(ctx, OutputScalar(ctx, 6, plan.read_staleness));
+    for (size_t s = 0; s < plan.requests.size(); ++s) {
+      OP_REQUIRES_OK(ctx, OutputVector(ctx, 2 + s, plan.requests[s]));
+    }
   }
 };
 
-class HetCacheEndSyncOp : public CacheKernel {
+class HetCacheEndExchangeOp : public CacheKernel {
  public:
   using CacheKernel::CacheKernel;
   void Run(OpKernelContext* ctx, WorkerCache& cache) override {
     const std::string& name = cache.config().table_name;
     const Tensor& keys = ctx->input(1);
     const int64_t u = keys.NumElements();
-    const int64_t m = ctx->input(3).NumElements();
-    const int64_t r = ctx->input(4).NumElements();
     OP_REQUIRES_OK(ctx, CheckVector(name, "unique keys", keys));
-    OP_REQUIRES_OK(ctx, CheckShape(name, "missing states", ctx->input(2), m, cache.width()));
-    OP_REQUIRES_OK(ctx, CheckShape(name, "missing clocks", ctx->input(3), m, 0));
-    OP_REQUIRES_OK(ctx, CheckVector(name, "refreshed keys", ctx->input(4)));
-    OP_REQUIRES_OK(ctx, CheckShape(name, "refreshed states", ctx->input(5), r, cache.width()));
-    OP_REQUIRES_OK(ctx, CheckShape(name, "refreshed clocks", ctx->input(6), r, 0));
-    OP_REQUIRES_OK(ctx, CheckVector(name, "shard epochs", ctx->input(7)));
-    SyncAnswer answer{ctx->input(2).flat<float>().data(),
-                      ctx->input(3).flat<int64_t>().data(),
-                      m,
-                      ctx->input(4).flat<int64_t>().data(),
-                      ctx->input(5).flat<float>().data(),
-                      ctx->input(6).flat<int64_t>().data(),
-                      r,
-                      ctx->input(7).flat<int64_t>().data(),
-                      ctx->input(7).NumElements()};
+    const int shards = ctx->num_inputs() - 2;
+    std::vector<std::vector<uint8_t>> scratch(shards);
+    std::vector<const uint8_t*> answers(shards);
+    std::vector<size_t> sizes(shards);
+    for (int s = 0; s < shards; ++s) {
+      const Tensor& answer = ctx->input(2 + s);
+      OP_REQUIRES_OK(ctx, CheckVector(name, "exchange answer", answer));
+      answers[s] = AlignedBytes(answer, &scratch[s]);
+      sizes[s] = answer.NumElements();
+    }
     Tensor* rows = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({u, dim_}), &rows));
-    OP_REQUIRES_OK(ctx, ToTf(cache.EndSync(keys.flat<int64_t>().data(), u, answer,
-                                           rows->flat<float>().data())));
+    OP_REQUIRES_OK(ctx, ToTf(cache.EndExchange(keys.flat<int64_t>().data(), u, answers.data(),
+                                               sizes.data(), shards, rows->flat<float>().data())));
     WarnOnceOfPassThrough(cache);
   }
 };
@@ -293,8 +289,8 @@ class HetCacheStatsOp : public CacheKernel {
 
 HET_CPU_KERNEL("HetCache", HetCacheOp);
 HET_CPU_KERNEL("HetCachePrepare", HetCachePrepareOp);
-HET_CPU_KERNEL("HetCacheBeginSync", HetCacheBeginSyncOp);
-HET_CPU_KERNEL("HetCacheEndSync", HetCacheEndSyncOp);
+HET_CPU_KERNEL("HetCacheBeginExchange", HetCacheBeginExchangeOp);
+HET_CPU_KERNEL("HetCacheEndExchange", HetCacheEndExchangeOp);
 HET_CPU_KERNEL("HetCacheComplete", HetCacheCompleteOp);
 HET_CPU_KERNEL("HetCacheAccumulate", HetCacheAccumulateOp);
 HET_CPU_KERNEL("HetCacheAckPush", HetCacheAckPushOp);

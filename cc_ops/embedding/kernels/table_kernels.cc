@@ -138,37 +138,18 @@ tensorflow::Status ReadSender(OpKernelContext* ctx, const std::string& table, in
 
 }  // namespace
 
-class HetTableSyncOp : public TableKernel {
+class HetTableExchangeOp : public TableKernel {
  public:
-  explicit HetTableSyncOp(OpKernelConstruction* ctx) : TableKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_slots", &num_slots_));
-  }
+  using TableKernel::TableKernel;
   void Run(OpKernelContext* ctx, TableShard& table) override {
-    const std::string& name = table.config().name;
-    OP_REQUIRES_OK(ctx, CheckNumSlots(table, num_slots_, false));
-    Sender sender;
-    OP_REQUIRES_OK(ctx, ReadSender(ctx, name, 1, &sender));
-    const Tensor& misses = ctx->input(3);
-    const Tensor& evicted = ctx->input(4);
-    OP_REQUIRES_OK(ctx, CheckVector(name, "missing keys", misses));
-    OP_REQUIRES_OK(ctx, CheckVector(name, "evicted keys", evicted));
-    int64_t read_staleness;
-    OP_REQUIRES_OK(ctx, ReadScalar(name, "read_staleness", ctx->input(5), &read_staleness));
-    SyncedRows rows;
-    OP_REQUIRES_OK(ctx, ToTf(table.Sync(sender, misses.flat<int64_t>().data(), misses.NumElements(),
-                                        evicted.flat<int64_t>().data(), evicted.NumElements(),
-                                        read_staleness, &rows)));
-    const int64_t width = table.state_width();
-    OP_REQUIRES_OK(ctx, OutputVector(ctx, 0, rows.miss_states, width));
-    OP_REQUIRES_OK(ctx, OutputVector(ctx, 1, rows.miss_clocks));
-    OP_REQUIRES_OK(ctx, OutputVector(ctx, 2, rows.refresh_keys));
-    OP_REQUIRES_OK(ctx, OutputVector(ctx, 3, rows.refresh_states, width));
-    OP_REQUIRES_OK(ctx, OutputVector(ctx, 4, rows.refresh_clocks));
-    OP_REQUIRES_OK(ctx, OutputScalar(ctx, 5, table.epoch()));
+    const Tensor& request = ctx->input(1);
+    OP_REQUIRES_OK(ctx, CheckVector(table.config().name, "exchange request", request));
+    std::vector<uint8_t> aligned;
+    const uint8_t* bytes = AlignedBytes(request, &aligned);
+    std::vector<uint8_t> answer;
+    OP_REQUIRES_OK(ctx, ToTf(table.Exchange(bytes, request.NumElements(), &answer)));
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 0, answer));
   }
-
- private:
-  int64_t num_slots_ = 0;
 };
 
 class HetTablePushDeltasOp : public TableKernel {
@@ -330,7 +311,7 @@ class HetTableStatsOp : public TableKernel {
 HET_CPU_KERNEL("HetTableShard", HetTableShardOp);
 HET_CPU_KERNEL("HetTableGather", HetTableGatherOp);
 HET_CPU_KERNEL("HetTablePull", HetTablePullOp);
-HET_CPU_KERNEL("HetTableSync", HetTableSyncOp);
+HET_CPU_KERNEL("HetTableExchange", HetTableExchangeOp);
 HET_CPU_KERNEL("HetTablePush", HetTablePushOp);
 HET_CPU_KERNEL("HetTablePushDeltas", HetTablePushDeltasOp);
 HET_CPU_KERNEL("HetTableExport", HetTableExportOp);

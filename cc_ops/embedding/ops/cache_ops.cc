@@ -69,9 +69,10 @@ rows with LRU, LFU or LFU-opt eviction and HET's per-row clocks. Negative
 staleness bounds are unbounded. With staleness_ramp > 0 the bounds in force
 are at most the cache's training steps / staleness_ramp. The optimizer attrs
 must be the table's: the cache takes its local steps with them. `sync` is how
-training lookups sync, 'refresh' (HetCacheBeginSync, HetTableSync and
-HetCacheEndSync; hits cost no bytes) or 'check' (HetCachePrepare, HetTablePull
-and HetCacheComplete; every key goes with its clock, as in HET).
+training lookups sync, 'refresh' (HetCacheBeginExchange, HetTableExchange and
+HetCacheEndExchange, one request to each shard a step that also carries the
+pushes; hits cost no bytes) or 'check' (HetCachePrepare, HetTablePull and
+HetCacheComplete; every key goes with its clock, as in HET).
 `num_shards` is the table's.
 )doc");
 
@@ -95,51 +96,40 @@ the local clock of each key's cached copy (-1 if none) and the read bound in
 force, to send to the table shards' HetTablePull.
 )doc");
 
-REGISTER_OP("HetCacheBeginSync")
+REGISTER_OP("HetCacheBeginExchange")
     .Input("cache: resource")
     .Input("ids: int64")
     .Output("unique_keys: int64")
     .Output("inverse: int32")
-    .Output("misses: int64")
-    .Output("evicted: int64")
-    .Output("worker: int64")
-    .Output("generation: int64")
-    .Output("read_staleness: int64")
+    .Output("requests: num_shards * uint8")
+    .Attr("num_shards: int >= 1")
     .SetShapeFn([](InferenceContext* c) {
       c->set_output(0, c->Vector(c->UnknownDim()));
       c->set_output(1, c->input(1));
-      c->set_output(2, c->Vector(c->UnknownDim()));
-      c->set_output(3, c->Vector(c->UnknownDim()));
-      c->set_output(4, c->Scalar());
-      c->set_output(5, c->Scalar());
-      c->set_output(6, c->Scalar());
+      for (int s = 2; s < c->num_outputs(); ++s) c->set_output(s, c->Vector(c->UnknownDim()));
       return tensorflow::OkStatus();
     })
     .Doc(R"doc(
 First half of a training lookup of a cache with sync 'refresh': the batch's
-unique keys and where each id went, the keys not cached and those evicted
-since the last completed sync, the cache's worker id and generation, and the
-read bound in force, to send to the table shards' HetTableSync.
+unique keys, where each id went, and one request for each table shard's
+HetTableExchange. A request carries the pushes the last HetCacheAccumulate
+made due, the evictions since the last completed exchange and the keys not
+cached, as bytes.
 )doc");
 
-REGISTER_OP("HetCacheEndSync")
+REGISTER_OP("HetCacheEndExchange")
     .Input("cache: resource")
     .Input("unique_keys: int64")
-    .Input("miss_states: float")
-    .Input("miss_clocks: int64")
-    .Input("refresh_keys: int64")
-    .Input("refresh_states: float")
-    .Input("refresh_clocks: int64")
-    .Input("epochs: int64")
+    .Input("answers: num_shards * uint8")
     .Output("rows: float")
+    .Attr("num_shards: int >= 1")
     .Attr("dim: int >= 1")
     .SetShapeFn(RowPerKeyShape)
     .Doc(R"doc(
-Second half of a training lookup with sync 'refresh': takes the shards'
-answers (the misses' states in the order HetCacheBeginSync gave them, the
-refreshed copies' states, each shard's epoch) and gives the rows of all
-unique keys. Fails with Aborted, after clearing the cache, when a shard's
-epoch changed: it lost its record of the cache's copies.
+Second half of a training lookup with sync 'refresh': takes each shard's
+answer (in shard order) and gives the rows of all unique keys. Fails with
+Aborted, changing nothing, when a shard's epoch changed: it lost its record of
+the cache's copies, and the next lookup clears the cache.
 )doc");
 
 REGISTER_OP("HetCacheComplete")
@@ -166,10 +156,11 @@ REGISTER_OP("HetCacheAccumulate")
     .Input("learning_rate: float")
     .HET_PUSH_LIST()
     .Doc(R"doc(
-Takes one local step of the table's optimizer per (unique, cached) key and
-returns the pushes that are now due, as state deltas with their update counts
-and the server clocks they started from: rows past the write bound and rows
-evicted with pending updates.
+Takes one local step of the table's optimizer per (unique, cached) key and,
+with sync 'check', returns the pushes that are now due, as state deltas with
+their update counts and the server clocks they started from: rows past the
+write bound and rows evicted with pending updates. With sync 'refresh' it
+returns none: they go with the next HetCacheBeginExchange.
 )doc");
 
 REGISTER_OP("HetCacheAckPush")

@@ -88,47 +88,28 @@ num_slots 0 each row is its dim values; with the table's number of slots it
 is the row's whole state, values then slots, for a training cache.
 )doc");
 
-REGISTER_OP("HetTableSync")
+REGISTER_OP("HetTableExchange")
     .Input("table: resource")
-    .Input("worker: int64")
-    .Input("generation: int64")
-    .Input("misses: int64")
-    .Input("evicted: int64")
-    .Input("read_staleness: int64")
-    .Output("miss_states: float")
-    .Output("miss_clocks: int64")
-    .Output("refresh_keys: int64")
-    .Output("refresh_states: float")
-    .Output("refresh_clocks: int64")
-    .Output("epoch: int64")
+    .Input("request: uint8")
+    .Output("answer: uint8")
     .Attr("dim: int >= 1")
-    .Attr("num_slots: int >= 0")
     .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle misses, unused;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 0, &unused));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 0, &unused));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 1, &misses));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(4), 1, &unused));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(5), 0, &unused));
-      DimensionHandle width;
-      TF_RETURN_IF_ERROR(StateWidthAttr(c, &width));
-      DimensionHandle r = c->UnknownDim();
-      c->set_output(0, c->Matrix(c->Dim(misses, 0), width));
-      c->set_output(1, c->Vector(c->Dim(misses, 0)));
-      c->set_output(2, c->Vector(r));
-      c->set_output(3, c->Matrix(r, width));
-      c->set_output(4, c->Vector(r));
-      c->set_output(5, c->Scalar());
+      ShapeHandle unused;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &unused));
+      c->set_output(0, c->Vector(c->UnknownDim()));
       return tensorflow::OkStatus();
     })
     .Doc(R"doc(
-The sync in which a hit costs no bytes. A worker cache (named by `worker`
-and `generation`; a new generation starts a new record) sends only the keys
-it does not hold and those it evicted since its last sync. Returns the
-misses' whole states (values then slots) and clocks in request order, the
-fresh states and clocks of the worker's copies that other writers moved past
-`read_staleness` since it took them, and the shard's epoch, which changes
-when the shard is made or cleared.
+A worker cache's exchange with this shard, one a training step (sync
+'refresh'), in which a hit costs no bytes. The request (HetCacheBeginExchange)
+names the cache's worker and generation (a new generation starts a new
+record) and carries its pushes due, the keys it evicted since its last
+exchange and the keys it does not hold. The shard merges the pushes, then
+answers with the pushed rows, the misses' whole states (values then slots)
+and clocks in request order, the fresh states and clocks of the worker's
+copies that other writers moved past its read bound since it took them, and
+the shard's epoch, which changes when the shard is made or cleared. A
+malformed or refused request changes nothing.
 )doc");
 
 REGISTER_OP("HetTablePushDeltas")

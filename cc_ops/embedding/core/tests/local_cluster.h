@@ -1,6 +1,7 @@
 // Drives worker caches against in-process table shards the way the TF ops
-// do across devices: prepare, pull per shard, complete; accumulate, push per
-// shard, acknowledge. Used by the tests to check the sync rules end to end.
+// do across devices: by check, prepare, pull per shard, complete and
+// accumulate, push per shard, acknowledge; by refresh, one exchange per
+// shard a step and a local accumulate. Used by the tests to check the sync rules end to end.
 #ifndef HET_TF_EMBEDDING_CORE_TESTS_LOCAL_CLUSTER_H_
 #define HET_TF_EMBEDDING_CORE_TESTS_LOCAL_CLUSTER_H_
 
@@ -70,11 +71,11 @@ class LocalCluster {
   het::Status Lookup(het::WorkerCache& cache, const std::vector<int64_t>& ids, bool training,
                      het::LookupPlan* plan, std::vector<float>* unique_rows) {
     if (training && cache.config().sync == het::SyncMode::kRefresh) {
-      het::SyncPlan sync;
-      HET_RETURN_IF_ERROR(Sync(cache, ids, &sync, unique_rows));
-      plan->unique_keys = sync.unique_keys;
-      plan->inverse = sync.inverse;
-      plan->read_staleness = sync.read_staleness;
+      het::ExchangePlan exchange;
+      HET_RETURN_IF_ERROR(Exchange(cache, ids, &exchange, unique_rows));
+      plan->unique_keys = exchange.unique_keys;
+      plan->inverse = exchange.inverse;
+      plan->read_staleness = exchange.read_staleness;
       return het::Status::Ok();
     }
     HET_RETURN_IF_ERROR(cache.Prepare(ids.data(), ids.size(), plan));
@@ -99,55 +100,25 @@ class LocalCluster {
                           rows.data(), clocks.data(), training, unique_rows->data());
   }
 
-  // A training lookup by refresh: every shard gets its part of the misses
-  // and evictions, and answers with its misses' states and its refreshes.
-  het::Status Sync(het::WorkerCache& cache, const std::vector<int64_t>& ids, het::SyncPlan* plan,
-                   std::vector<float>* unique_rows,
-                   std::vector<het::SyncedRows>* answers = nullptr) {
-    HET_RETURN_IF_ERROR(cache.BeginSync(ids.data(), ids.size(), plan));
+  // A training lookup by refresh: one exchange with every shard, which
+  // also carries the pushes the last update made due.
+  het::Status Exchange(het::WorkerCache& cache, const std::vector<int64_t>& ids,
+                       het::ExchangePlan* plan, std::vector<float>* unique_rows) {
+    HET_RETURN_IF_ERROR(cache.BeginExchange(ids.data(), ids.size(), plan));
     const int n = num_shards();
-    std::vector<std::vector<int64_t>> misses(n), evicted(n);
-    std::vector<std::vector<size_t>> origin(n);
-    for (size_t i = 0; i < plan->misses.size(); ++i) {
-      const int s = het::ShardOf(plan->misses[i], n);
-      misses[s].push_back(plan->misses[i]);
-      origin[s].push_back(i);
-    }
-    for (int64_t key : plan->evicted) evicted[het::ShardOf(key, n)].push_back(key);
-    const int width = cache.width();
-    std::vector<float> miss_states(plan->misses.size() * width);
-    std::vector<int64_t> miss_clocks(plan->misses.size()), refresh_keys, refresh_clocks, epochs;
-    std::vector<float> refresh_states;
+    std::vector<std::vector<uint8_t>> answers(n);
+    std::vector<const uint8_t*> data(n);
+    std::vector<size_t> sizes(n);
     for (int s = 0; s < n; ++s) {
-      het::SyncedRows rows;
-      HET_RETURN_IF_ERROR(shards_[s]->Sync(plan->sender, misses[s].data(), misses[s].size(),
-                                           evicted[s].data(), evicted[s].size(),
-                                           plan->read_staleness, &rows));
-      for (size_t j = 0; j < origin[s].size(); ++j) {
-        std::copy(rows.miss_states.begin() + j * width, rows.miss_states.begin() + (j + 1) * width,
-                  miss_states.begin() + origin[s][j] * width);
-        miss_clocks[origin[s][j]] = rows.miss_clocks[j];
-      }
-      refresh_keys.insert(refresh_keys.end(), rows.refresh_keys.begin(), rows.refresh_keys.end());
-      refresh_states.insert(refresh_states.end(), rows.refresh_states.begin(),
-                            rows.refresh_states.end());
-      refresh_clocks.insert(refresh_clocks.end(), rows.refresh_clocks.begin(),
-                            rows.refresh_clocks.end());
-      epochs.push_back(shards_[s]->epoch());
-      if (answers) answers->push_back(rows);
+      HET_RETURN_IF_ERROR(
+          shards_[s]->Exchange(plan->requests[s].data(), plan->requests[s].size(), &answers[s]));
+      data[s] = answers[s].data();
+      sizes[s] = answers[s].size();
     }
-    het::SyncAnswer answer{miss_states.data(),
-                           miss_clocks.data(),
-                           static_cast<int64_t>(miss_clocks.size()),
-                           refresh_keys.data(),
-                           refresh_states.data(),
-                           refresh_clocks.data(),
-                           static_cast<int64_t>(refresh_keys.size()),
-                           epochs.data(),
-                           n};
     const int64_t u = plan->unique_keys.size();
     unique_rows->assign(u * dim_, 0.0f);
-    return cache.EndSync(plan->unique_keys.data(), u, answer, unique_rows->data());
+    return cache.EndExchange(plan->unique_keys.data(), u, data.data(), sizes.data(), n,
+                             unique_rows->data());
   }
 
   het::Status Update(het::WorkerCache& cache, const std::vector<int64_t>& unique_keys,

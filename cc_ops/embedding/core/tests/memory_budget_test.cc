@@ -52,6 +52,7 @@ HET_TEST(UnboundedWriteStalenessPushesAtTheMostAPushCarries) {
   c.capacity = 4;
   c.read_staleness = -1;
   c.write_staleness = -1;
+  c.sync = het::SyncMode::kCheck;  // Accumulate hands over what is due
   std::unique_ptr<het::WorkerCache> cache;
   EXPECT_OK(het::WorkerCache::Create(c, &cache));
   const int64_t key = 7;

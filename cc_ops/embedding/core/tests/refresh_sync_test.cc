@@ -62,12 +62,19 @@ HET_TEST(HitsCostNoBytes) {
   for (int s = 0; s < shards; ++s) checked_after += cluster.shard(s).Counters().keys_checked;
   EXPECT_EQ(after.hits - before.hits, 25u);
   EXPECT_EQ(checked_after, checked_before);  // no key reached a shard
-  // Only each request's sender and bound went out, and each shard's epoch
-  // came back.
-  EXPECT_EQ(after.bytes_sent - before.bytes_sent, 5 * het::wire::SyncRequest(0, shards));
-  EXPECT_EQ(after.bytes_received - before.bytes_received,
-            5 * het::wire::SyncAnswer(0, 0, dim, shards));
-  EXPECT_EQ(het::wire::SyncRequest(0, shards), 48u);
+  // Only each request's header, sender, settings and six empty sections
+  // went out (68 bytes), and each shard's epoch and seven empty sections
+  // came back (44 bytes).
+  EXPECT_EQ(after.bytes_sent - before.bytes_sent, 5u * shards * 68);
+  EXPECT_EQ(after.bytes_received - before.bytes_received, 5u * shards * 44);
+  // The shards counted the same bytes.
+  uint64_t received = 0, sent = 0;
+  for (int s = 0; s < shards; ++s) {
+    received += cluster.shard(s).Counters().bytes_received;
+    sent += cluster.shard(s).Counters().bytes_sent;
+  }
+  EXPECT_EQ(received, after.bytes_sent);
+  EXPECT_EQ(sent, after.bytes_received);
 }
 
 // The shard counts the updates other writers made since the copy; the
@@ -85,7 +92,8 @@ HET_TEST(ACopyIsRefreshedOnceOtherWritersPassTheReadBound) {
   EXPECT_OK(cluster.Update(*a, ids, {1.0f, 1.0f}, 0.5f));  // a: -0.5, pending
   for (int i = 1; i <= 4; ++i) {
     EXPECT_OK(cluster.Lookup(*b, ids, true, &plan, &row_b));
-    EXPECT_OK(cluster.Update(*b, ids, {1.0f, 1.0f}, 0.25f));  // server: -0.25 each
+    EXPECT_OK(cluster.Update(*b, ids, {1.0f, 1.0f}, 0.25f));  // server: -0.25 each,
+    EXPECT_OK(cluster.Flush(*b, 0.25f));  // delivered now rather than with b's next exchange
     EXPECT_OK(cluster.Lookup(*a, ids, true, &plan, &row_a));
     // Refreshed once b's updates since a's copy exceed 2: after the third.
     EXPECT_EQ(a->Counters().stale_refreshes, i < 3 ? 0u : 1u);

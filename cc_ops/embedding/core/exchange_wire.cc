@@ -1,0 +1,235 @@
+#include "cc_ops/embedding/core/exchange_wire.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "cc_ops/embedding/core/key_checks.h"
+
+namespace het {
+namespace wire {
+namespace {
+
+constexpr uint32_t kRequestMagic = 0x31515848;  // "HXQ1"
+constexpr uint32_t kAnswerMagic = 0x31415848;   // "HXA1"
+// A column's count word: the count, and this bit when its values are 8
+// bytes wide rather than 4-byte offsets from the smallest.
+constexpr uint32_t kWideBit = 0x80000000u;
+constexpr uint64_t kMaxCount = kWideBit - 1;
+
+class Writer {
+ public:
+  explicit Writer(std::vector<uint8_t>* out) : out_(out) { out_->clear(); }
+
+  template <typename T>
+  void Scalar(const T& value) {
+    Append(&value, sizeof(T));
+  }
+  void Ints(const std::vector<int64_t>& v) {
+    const uint32_t n = static_cast<uint32_t>(v.size());
+    if (n == 0) {
+      Scalar(n);
+      return;
+    }
+    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    const int64_t base = *lo;
+    const bool wide = static_cast<uint64_t>(*hi) - static_cast<uint64_t>(base) > 0xffffffffULL;
+    Scalar(n | (wide ? kWideBit : 0));
+    Scalar(base);
+    if (wide) {
+      Append(v.data(), sizeof(int64_t) * n);
+      return;
+    }
+    const size_t at = out_->size();
+    out_->resize(at + sizeof(uint32_t) * n);
+    uint8_t* p = out_->data() + at;
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint32_t offset =
+          static_cast<uint32_t>(static_cast<uint64_t>(v[i]) - static_cast<uint64_t>(base));
+      std::memcpy(p + sizeof(uint32_t) * i, &offset, sizeof(uint32_t));
+    }
+  }
+  void RowsOf(const Rows& rows, int32_t width) {
+    Scalar(static_cast<uint32_t>(rows.rows));
+    Append(rows.data, sizeof(float) * size_t(rows.rows) * width);
+  }
+
+ private:
+  void Append(const void* data, size_t n) {
+    if (n == 0) return;
+    const size_t at = out_->size();
+    out_->resize(at + n);
+    std::memcpy(out_->data() + at, data, n);
+  }
+  std::vector<uint8_t>* out_;
+};
+
+class Reader {
+ public:
+  Reader(const std::string& table, const char* what, const uint8_t* data, size_t size)
+      : table_(table), what_(what), data_(data), size_(size) {}
+
+  template <typename T>
+  void Scalar(T& value) {
+    if (!Have(sizeof(T), "a field")) return;
+    std::memcpy(&value, data_ + at_, sizeof(T));
+    at_ += sizeof(T);
+  }
+  void Ints(std::vector<int64_t>& v) {
+    uint32_t word = 0;
+    Scalar(word);
+    v.clear();
+    if (!ok() || word == 0) return;
+    const bool wide = (word & kWideBit) != 0;
+    const uint32_t n = word & ~kWideBit;
+    int64_t base = 0;
+    Scalar(base);
+    const size_t bytes = size_t(n) * (wide ? sizeof(int64_t) : sizeof(uint32_t));
+    if (!ok() || !Have(bytes, "a column")) return;
+    v.resize(n);
+    const uint8_t* p = data_ + at_;
+    if (wide) {
+      std::memcpy(v.data(), p, bytes);
+    } else {
+      for (uint32_t i = 0; i < n; ++i) {
+        uint32_t offset;
+        std::memcpy(&offset, p + sizeof(uint32_t) * i, sizeof(uint32_t));
+        v[i] = static_cast<int64_t>(static_cast<uint64_t>(base) + offset);
+      }
+    }
+    at_ += bytes;
+  }
+  void RowsOf(Rows& rows, int32_t width) {
+    uint32_t n = 0;
+    Scalar(n);
+    const size_t bytes = sizeof(float) * size_t(n) * size_t(width);
+    if (!ok() || n > kMaxCount || !Have(bytes, "rows")) return;
+    rows.data = reinterpret_cast<const float*>(data_ + at_);
+    rows.rows = n;
+    at_ += bytes;
+  }
+  // Every byte read, the header right, and the lengths consistent.
+  Status Finish() {
+    if (ok() && at_ != size_) Fail(std::to_string(size_ - at_) + " bytes left over");
+    return status_;
+  }
+  void Check(bool condition, const std::string& problem) {
+    if (ok() && !condition) Fail(problem);
+  }
+  bool ok() const { return status_.ok(); }
+
+ private:
+  bool Have(size_t n, const char* what) {
+    if (!ok()) return false;
+    if (n <= size_ - at_) return true;
+    Fail(std::string(what) + " runs past its end");
+    return false;
+  }
+  void Fail(const std::string& problem) {
+    status_ = Status::InvalidArgument(TableLabel(table_) + ": malformed exchange " + what_ +
+                                      " (" + std::to_string(size_) + " bytes): " + problem);
+  }
+  const std::string& table_;
+  const char* what_;
+  const uint8_t* data_;
+  size_t size_;
+  size_t at_ = 0;
+  Status status_ = Status::Ok();
+};
+
+// A message's fields in order, for the writer and the reader alike: the
+// one definition of the layout.
+template <typename Io, typename Request>
+void RequestFields(Io& io, Request& r) {
+  io.Scalar(r.sender.worker);
+  io.Scalar(r.sender.generation);
+  io.Scalar(r.read_staleness);
+  io.Scalar(r.learning_rate);
+  io.Scalar(r.push_unanswered);
+  io.Ints(r.misses);
+  io.Ints(r.evicted);
+  io.Ints(r.push_keys);
+  io.Ints(r.push_counts);
+  io.Ints(r.push_base_clocks);
+  io.RowsOf(r.push_deltas, r.width);
+}
+
+template <typename Io, typename Answer>
+void AnswerFields(Io& io, Answer& a) {
+  io.Scalar(a.epoch);
+  io.RowsOf(a.push_states, a.width);
+  io.Ints(a.push_clocks);
+  io.RowsOf(a.miss_states, a.width);
+  io.Ints(a.miss_clocks);
+  io.Ints(a.refresh_keys);
+  io.RowsOf(a.refresh_states, a.width);
+  io.Ints(a.refresh_clocks);
+}
+
+// The header: magic and the state width, which the receiver checks
+// against its table before reading any row.
+template <typename Io>
+void Header(Io& io, uint32_t& magic, int32_t& width) {
+  io.Scalar(magic);
+  io.Scalar(width);
+}
+
+}  // namespace
+
+void EncodeRequest(const ExchangeRequest& request, std::vector<uint8_t>* out) {
+  Writer writer(out);
+  uint32_t magic = kRequestMagic;
+  int32_t width = request.width;
+  Header(writer, magic, width);
+  RequestFields(writer, request);
+}
+
+void EncodeAnswer(const ExchangeAnswer& answer, std::vector<uint8_t>* out) {
+  Writer writer(out);
+  uint32_t magic = kAnswerMagic;
+  int32_t width = answer.width;
+  Header(writer, magic, width);
+  AnswerFields(writer, answer);
+}
+
+Status DecodeRequest(const std::string& table, const uint8_t* data, size_t size,
+                     ExchangeRequest* r) {
+  Reader reader(table, "request", data, size);
+  uint32_t magic = 0;
+  const int32_t expected = r->width;
+  Header(reader, magic, r->width);
+  reader.Check(magic == kRequestMagic, "not an exchange request");
+  reader.Check(r->width == expected, "rows of " + std::to_string(r->width) +
+                                         " floats, but this table's states have " +
+                                         std::to_string(expected));
+  if (reader.ok()) RequestFields(reader, *r);
+  const size_t n = r->push_keys.size();
+  reader.Check(r->push_counts.size() == n && r->push_base_clocks.size() == n &&
+                   r->push_deltas.rows == static_cast<int64_t>(n),
+               "a push's keys, counts, base clocks and deltas differ in number");
+  reader.Check(r->push_unanswered >= 0 && r->push_unanswered <= static_cast<int64_t>(n),
+               std::to_string(r->push_unanswered) + " unanswered rows in a push of " +
+                   std::to_string(n));
+  return reader.Finish();
+}
+
+Status DecodeAnswer(const std::string& table, const uint8_t* data, size_t size,
+                    ExchangeAnswer* a) {
+  Reader reader(table, "answer", data, size);
+  uint32_t magic = 0;
+  const int32_t expected = a->width;
+  Header(reader, magic, a->width);
+  reader.Check(magic == kAnswerMagic, "not an exchange answer");
+  reader.Check(a->width == expected, "rows of " + std::to_string(a->width) +
+                                         " floats, but this cache's states have " +
+                                         std::to_string(expected));
+  if (reader.ok()) AnswerFields(reader, *a);
+  reader.Check(a->push_states.rows == static_cast<int64_t>(a->push_clocks.size()) &&
+                   a->miss_states.rows == static_cast<int64_t>(a->miss_clocks.size()) &&
+                   a->refresh_states.rows == static_cast<int64_t>(a->refresh_keys.size()) &&
+                   a->refresh_clocks.size() == a->refresh_keys.size(),
+               "rows and clocks differ in number");
+  return reader.Finish();
+}
+
+}  // namespace wire
+}  // namespace het

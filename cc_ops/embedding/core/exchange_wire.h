@@ -1,0 +1,72 @@
+// The messages of a training step's exchange under sync="refresh": one
+// request from a worker's cache to each table shard and one answer back,
+// each a single byte string (a uint8 tensor between devices). A step's
+// pushes, evictions and misses travel together, so the exchange is one
+// transfer each way per shard, and the bytes counted are the bytes sent.
+//
+// Layout: little-endian (both ends run the same build), every section
+// 4-byte aligned so that rows are read in place. An integer column holds
+// its smallest value and 4-byte offsets from it when every value lies
+// within 2^32 of that (keys of a vocabulary below 2^32, clocks, counts),
+// 8-byte values otherwise. Decoding checks every length against the
+// message and the table: a malformed message is refused, never read past.
+#ifndef HET_TF_EMBEDDING_CORE_EXCHANGE_WIRE_H_
+#define HET_TF_EMBEDDING_CORE_EXCHANGE_WIRE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cc_ops/common/status.h"
+#include "cc_ops/embedding/core/copy_records.h"
+
+namespace het {
+namespace wire {
+
+// Rows of `width` floats: borrowed from the writer's memory when encoding,
+// pointing into the message when decoded.
+struct Rows {
+  const float* data = nullptr;
+  int64_t rows = 0;
+};
+
+struct ExchangeRequest {
+  Sender sender;
+  int64_t read_staleness = 0;  // the read bound in force
+  float learning_rate = 0.0f;  // of the pushes
+  int32_t width = 0;           // floats of a row's state, checked by the shard
+  std::vector<int64_t> misses;   // unique keys not cached, in the batch's order
+  std::vector<int64_t> evicted;  // copies dropped since the last completed exchange
+  // The pushes due: the first `push_unanswered` rows were evicted and want
+  // no state back.
+  std::vector<int64_t> push_keys, push_counts, push_base_clocks;
+  int64_t push_unanswered = 0;
+  Rows push_deltas;
+};
+
+struct ExchangeAnswer {
+  int64_t epoch = 0;  // the shard's (TableShard::epoch)
+  int32_t width = 0;
+  Rows push_states;  // each answered push's row after the merge, in order
+  std::vector<int64_t> push_clocks;
+  Rows miss_states;  // in the request's order
+  std::vector<int64_t> miss_clocks;
+  std::vector<int64_t> refresh_keys;  // the sender's copies past its read bound
+  Rows refresh_states;
+  std::vector<int64_t> refresh_clocks;
+};
+
+void EncodeRequest(const ExchangeRequest& request, std::vector<uint8_t>* out);
+void EncodeAnswer(const ExchangeAnswer& answer, std::vector<uint8_t>* out);
+// `table` names the table in errors. The decoded rows point into `data`,
+// which must outlive them and be 4-byte aligned.
+Status DecodeRequest(const std::string& table, const uint8_t* data, size_t size,
+                     ExchangeRequest* out);
+Status DecodeAnswer(const std::string& table, const uint8_t* data, size_t size,
+                    ExchangeAnswer* out);
+
+}  // namespace wire
+}  // namespace het
+
+#endif  // HET_TF_EMBEDDING_CORE_EXCHANGE_WIRE_H_
