@@ -125,8 +125,8 @@ class Reader {
     return false;
   }
   void Fail(const std::string& problem) {
-    status_ = Status::InvalidArgument(TableLabel(table_) + ": malformed exchange " + what_ +
-                                      " (" + std::to_string(size_) + " bytes): " + problem);
+    status_ = Status::InvalidArgument(TableLabel(table_) + ": malformed exchange " + what_ + " (" +
+                                      std::to_string(size_) + " bytes): " + problem);
   }
   const std::string& table_;
   const char* what_;
@@ -206,14 +206,13 @@ Status DecodeRequest(const std::string& table, const uint8_t* data, size_t size,
   reader.Check(r->push_counts.size() == n && r->push_base_clocks.size() == n &&
                    r->push_deltas.rows == static_cast<int64_t>(n),
                "a push's keys, counts, base clocks and deltas differ in number");
-  reader.Check(r->push_unanswered >= 0 && r->push_unanswered <= static_cast<int64_t>(n),
-               std::to_string(r->push_unanswered) + " unanswered rows in a push of " +
-                   std::to_string(n));
+  reader.Check(
+      r->push_unanswered >= 0 && r->push_unanswered <= static_cast<int64_t>(n),
+      std::to_string(r->push_unanswered) + " unanswered rows in a push of " + std::to_string(n));
   return reader.Finish();
 }
 
-Status DecodeAnswer(const std::string& table, const uint8_t* data, size_t size,
-                    ExchangeAnswer* a) {
+Status DecodeAnswer(const std::string& table, const uint8_t* data, size_t size, ExchangeAnswer* a) {
   Reader reader(table, "answer", data, size);
   uint32_t magic = 0;
   const int32_t expected = a->width;

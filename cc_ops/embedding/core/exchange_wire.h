@@ -33,9 +33,9 @@ struct Rows {
 
 struct ExchangeRequest {
   Sender sender;
-  int64_t read_staleness = 0;  // the read bound in force
-  float learning_rate = 0.0f;  // of the pushes
-  int32_t width = 0;           // floats of a row's state, checked by the shard
+  int64_t read_staleness = 0;    // the read bound in force
+  float learning_rate = 0.0f;    // of the pushes
+  int32_t width = 0;             // floats of a row's state, checked by the shard
   std::vector<int64_t> misses;   // unique keys not cached, in the batch's order
   std::vector<int64_t> evicted;  // copies dropped since the last completed exchange
   // The pushes due: the first `push_unanswered` rows were evicted and want

@@ -189,14 +189,13 @@ Status TableShard::Push(const int64_t* keys, const float* grads, const int64_t* 
   const int dim = config_.dim;
   HET_RETURN_IF_ERROR(CheckPush(keys, grads, dim, counts, n, learning_rate, "gradient"));
   std::vector<float> mean(dim);
-  HET_RETURN_IF_ERROR(ApplyToRows(
-      keys, counts, n, dim, Sender(), 0, values, clocks, [&](int32_t i, char* p) {
+  HET_RETURN_IF_ERROR(
+      ApplyToRows(keys, counts, n, dim, Sender(), 0, values, clocks, [&](int32_t i, char* p) {
         ApplyUpdates(config_.optimizer, learning_rate, grads + int64_t{i} * dim, counts[i], dim,
                      Values(p), Slots(p),
                      NeedsStepCount(config_.optimizer.kind) ? Step(p) : nullptr, &mean);
       }));
-  bytes_received_.fetch_add(wire::PushRequest(n, dim, /*delta=*/false),
-                            std::memory_order_relaxed);
+  bytes_received_.fetch_add(wire::PushRequest(n, dim, /*delta=*/false), std::memory_order_relaxed);
   if (values != nullptr) {
     bytes_sent_.fetch_add(wire::PushAnswer(n, dim), std::memory_order_relaxed);
   }
@@ -212,8 +211,7 @@ Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const in
   HET_RETURN_IF_ERROR(CheckDeltaPush(keys, deltas, base_clocks, n));
   HET_RETURN_IF_ERROR(MergeDeltas(keys, deltas, counts, base_clocks, n, learning_rate, states,
                                   clocks, sender, unanswered));
-  bytes_received_.fetch_add(wire::PushRequest(n, width, /*delta=*/true),
-                            std::memory_order_relaxed);
+  bytes_received_.fetch_add(wire::PushRequest(n, width, /*delta=*/true), std::memory_order_relaxed);
   if (states != nullptr) {
     bytes_sent_.fetch_add(wire::PushAnswer(n - unanswered, width), std::memory_order_relaxed);
   }
@@ -226,16 +224,15 @@ Status TableShard::MergeDeltas(const int64_t* keys, const float* deltas, const i
                                int64_t unanswered) {
   const int width = state_width();
   const OptimizerKind kind = config_.optimizer.kind;
-  return ApplyToRows(keys, counts, n, width, sender, unanswered, states, clocks,
-                     [&](int32_t i, char* p) {
-                       // A clock behind the cache's copy (the table was restored since)
-                       // counts as no other writer.
-                       const float share =
-                           ConcurrentShare(kind, counts[i], *Clock(p) - base_clocks[i]);
-                       ApplyDelta(config_.optimizer, learning_rate, deltas + int64_t{i} * width,
-                                  counts[i], config_.dim, Values(p), Slots(p),
-                                  NeedsStepCount(kind) ? Step(p) : nullptr, share);
-                     });
+  return ApplyToRows(
+      keys, counts, n, width, sender, unanswered, states, clocks, [&](int32_t i, char* p) {
+        // A clock behind the cache's copy (the table was restored since)
+        // counts as no other writer.
+        const float share = ConcurrentShare(kind, counts[i], *Clock(p) - base_clocks[i]);
+        ApplyDelta(config_.optimizer, learning_rate, deltas + int64_t{i} * width, counts[i],
+                   config_.dim, Values(p), Slots(p), NeedsStepCount(kind) ? Step(p) : nullptr,
+                   share);
+      });
 }
 
 int64_t TableShard::Size() const {

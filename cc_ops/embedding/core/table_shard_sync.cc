@@ -5,8 +5,8 @@
 #include <array>
 #include <cstring>
 
-#include "cc_ops/embedding/core/table_shard.h"
 #include "cc_ops/embedding/core/exchange_wire.h"
+#include "cc_ops/embedding/core/table_shard.h"
 
 namespace het {
 
@@ -26,8 +26,8 @@ Status TableShard::Exchange(const uint8_t* request, size_t size, std::vector<uin
   if (pushes > 0) {
     HET_RETURN_IF_ERROR(CheckPush(r.push_keys.data(), r.push_deltas.data, r.width,
                                   r.push_counts.data(), pushes, r.learning_rate, "delta"));
-    HET_RETURN_IF_ERROR(CheckDeltaPush(r.push_keys.data(), r.push_deltas.data,
-                                       r.push_base_clocks.data(), pushes));
+    HET_RETURN_IF_ERROR(
+        CheckDeltaPush(r.push_keys.data(), r.push_deltas.data, r.push_base_clocks.data(), pushes));
   }
   // The misses' new rows are held for the read half before the pushes
   // change anything, which reserve their own: once the pushes are merged,

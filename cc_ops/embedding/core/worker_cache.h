@@ -81,10 +81,10 @@ struct LookupPlan {
 
 // A training lookup's first half under SyncMode::kRefresh.
 struct ExchangePlan {
-  std::vector<int64_t> unique_keys;             // in order of first appearance
-  std::vector<int32_t> inverse;                 // ids[i] == unique_keys[inverse[i]]
-  std::vector<std::vector<uint8_t>> requests;   // one for each shard
-  int64_t read_staleness = 0;                   // the read bound in force, as sent
+  std::vector<int64_t> unique_keys;            // in order of first appearance
+  std::vector<int32_t> inverse;                // ids[i] == unique_keys[inverse[i]]
+  std::vector<std::vector<uint8_t>> requests;  // one for each shard
+  int64_t read_staleness = 0;                  // the read bound in force, as sent
 };
 
 // Outputs of this type are replaced, not appended to.

@@ -125,8 +125,8 @@ Status WorkerCache::AckLocked(const int64_t* keys, int64_t n, const int64_t* cou
   KeyIndex in_outbox(outbox_.size());
   for (size_t i = 0; i < outbox_.size(); ++i) in_outbox.Insert(outbox_.keys[i], uint32_t(i));
   std::vector<uint8_t> delivered(outbox_.size(), 0);
-  const bool with_states = std::any_of(states.begin(), states.end(),
-                                       [](const float* s) { return s != nullptr; });
+  const bool with_states =
+      std::any_of(states.begin(), states.end(), [](const float* s) { return s != nullptr; });
   int64_t answered = 0;
   for (int64_t i = 0; i < n; ++i) answered += states[i] != nullptr;
   for (int64_t i = 0; i < n; ++i) {

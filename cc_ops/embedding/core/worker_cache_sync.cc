@@ -59,8 +59,7 @@ Status WorkerCache::BeginExchange(const int64_t* ids, int64_t n, ExchangePlan* p
     for (size_t i = 0; i < p.deltas.size(); ++i) {
       if (!std::isfinite(p.deltas[i])) {
         return Status::InvalidArgument(Name() + ": non-finite state delta for id " +
-                                       std::to_string(p.keys[i / width_]) +
-                                       "; nothing was sent");
+                                       std::to_string(p.keys[i / width_]) + "; nothing was sent");
       }
     }
   }
@@ -95,8 +94,8 @@ Status WorkerCache::BeginExchange(const int64_t* ids, int64_t n, ExchangePlan* p
 }
 
 Status WorkerCache::EndExchange(const int64_t* unique_keys, int64_t u,
-                                const uint8_t* const* answers, const size_t* sizes,
-                                int64_t shards, float* rows_out) {
+                                const uint8_t* const* answers, const size_t* sizes, int64_t shards,
+                                float* rows_out) {
   if (shards != config_.num_shards) {
     return Status::InvalidArgument(Name() + ": answers from " + std::to_string(shards) +
                                    " shards, but the table has " +
@@ -137,8 +136,7 @@ Status WorkerCache::EndExchange(const int64_t* unique_keys, int64_t u,
                                      std::to_string(next[s]) +
                                      " ids not cached; run one lookup at a time per cache");
     }
-    const int64_t answered =
-        pushed ? static_cast<int64_t>(sent_[s].size()) - sent_[s].evicted : 0;
+    const int64_t answered = pushed ? static_cast<int64_t>(sent_[s].size()) - sent_[s].evicted : 0;
     if (a[s].push_states.rows != answered) {
       return Status::InvalidArgument(Name() + ": shard " + std::to_string(s) + " answered " +
                                      std::to_string(a[s].push_states.rows) + " pushed rows of " +
@@ -168,8 +166,7 @@ Status WorkerCache::EndExchange(const int64_t* unique_keys, int64_t u,
     counts.insert(counts.end(), p.counts.begin(), p.counts.end());
     for (size_t i = 0; i < p.size(); ++i) {
       const int64_t answered = static_cast<int64_t>(i) - p.evicted;
-      states.push_back(answered < 0 ? nullptr
-                                    : a[s].push_states.data + size_t(answered) * width_);
+      states.push_back(answered < 0 ? nullptr : a[s].push_states.data + size_t(answered) * width_);
       clocks.push_back(answered < 0 ? 0 : a[s].push_clocks[answered]);
     }
   }

@@ -1,11 +1,12 @@
 // The exchange's messages: what they carry comes back exactly, in 4-byte
 // columns where values fit and 8-byte ones where not; malformed bytes are
 // refused without being read past; and a refused exchange changes nothing.
+#include "cc_ops/embedding/core/exchange_wire.h"
+
 #include <random>
 #include <vector>
 
 #include "cc_ops/common/tests/harness.h"
-#include "cc_ops/embedding/core/exchange_wire.h"
 #include "cc_ops/embedding/core/table_shard.h"
 
 namespace {

@@ -256,7 +256,7 @@ HET_TEST(RefreshKeepsTheWorkersOwnPendingUpdates) {
   for (int i = 0; i < 3; ++i) {
     EXPECT_OK(cluster.Lookup(*b, ids, true, &plan, &row_b));
     EXPECT_OK(cluster.Update(*b, ids, {2.0f, 2.0f}, 0.125f));  // server: -0.25 each,
-    EXPECT_OK(cluster.Flush(*b, 0.125f));                       // delivered now
+    EXPECT_OK(cluster.Flush(*b, 0.125f));                      // delivered now
     EXPECT_OK(cluster.Lookup(*a, ids, true, &plan, &row_a));
     EXPECT_EQ(a->Counters().stale_refreshes, i < 2 ? 0u : 1u);
   }
