@@ -18,7 +18,13 @@ constexpr uint64_t kMaxCount = kWideBit - 1;
 
 class Writer {
  public:
-  explicit Writer(std::vector<uint8_t>* out) : out_(out) { out_->clear(); }
+  // Starts the message with its header: the magic, and the state width,
+  // which the receiver checks against its table before reading any row.
+  Writer(std::vector<uint8_t>* out, uint32_t magic, int32_t width) : out_(out) {
+    out_->clear();
+    Scalar(magic);
+    Scalar(width);
+  }
 
   template <typename T>
   void Scalar(const T& value) {
@@ -165,42 +171,34 @@ void AnswerFields(Io& io, Answer& a) {
   io.Ints(a.refresh_clocks);
 }
 
-// The header: magic and the state width, which the receiver checks
-// against its table before reading any row.
-template <typename Io>
-void Header(Io& io, uint32_t& magic, int32_t& width) {
-  io.Scalar(magic);
-  io.Scalar(width);
+// Reads the header; the magic must be `magic` and the width the
+// receiving `side`'s own, `width`.
+void ReadHeader(Reader& reader, uint32_t magic, const char* side, int32_t width) {
+  uint32_t got_magic = 0;
+  int32_t got_width = 0;
+  reader.Scalar(got_magic);
+  reader.Scalar(got_width);
+  reader.Check(got_magic == magic, "not an exchange message of this kind");
+  reader.Check(got_width == width, "rows of " + std::to_string(got_width) + " floats, but this " +
+                                       side + "'s states have " + std::to_string(width));
 }
 
 }  // namespace
 
 void EncodeRequest(const ExchangeRequest& request, std::vector<uint8_t>* out) {
-  Writer writer(out);
-  uint32_t magic = kRequestMagic;
-  int32_t width = request.width;
-  Header(writer, magic, width);
+  Writer writer(out, kRequestMagic, request.width);
   RequestFields(writer, request);
 }
 
 void EncodeAnswer(const ExchangeAnswer& answer, std::vector<uint8_t>* out) {
-  Writer writer(out);
-  uint32_t magic = kAnswerMagic;
-  int32_t width = answer.width;
-  Header(writer, magic, width);
+  Writer writer(out, kAnswerMagic, answer.width);
   AnswerFields(writer, answer);
 }
 
 Status DecodeRequest(const std::string& table, const uint8_t* data, size_t size,
                      ExchangeRequest* r) {
   Reader reader(table, "request", data, size);
-  uint32_t magic = 0;
-  const int32_t expected = r->width;
-  Header(reader, magic, r->width);
-  reader.Check(magic == kRequestMagic, "not an exchange request");
-  reader.Check(r->width == expected, "rows of " + std::to_string(r->width) +
-                                         " floats, but this table's states have " +
-                                         std::to_string(expected));
+  ReadHeader(reader, kRequestMagic, "table", r->width);
   if (reader.ok()) RequestFields(reader, *r);
   const size_t n = r->push_keys.size();
   reader.Check(r->push_counts.size() == n && r->push_base_clocks.size() == n &&
@@ -214,13 +212,7 @@ Status DecodeRequest(const std::string& table, const uint8_t* data, size_t size,
 
 Status DecodeAnswer(const std::string& table, const uint8_t* data, size_t size, ExchangeAnswer* a) {
   Reader reader(table, "answer", data, size);
-  uint32_t magic = 0;
-  const int32_t expected = a->width;
-  Header(reader, magic, a->width);
-  reader.Check(magic == kAnswerMagic, "not an exchange answer");
-  reader.Check(a->width == expected, "rows of " + std::to_string(a->width) +
-                                         " floats, but this cache's states have " +
-                                         std::to_string(expected));
+  ReadHeader(reader, kAnswerMagic, "cache", a->width);
   if (reader.ok()) AnswerFields(reader, *a);
   reader.Check(a->push_states.rows == static_cast<int64_t>(a->push_clocks.size()) &&
                    a->miss_states.rows == static_cast<int64_t>(a->miss_clocks.size()) &&

@@ -195,10 +195,7 @@ Status TableShard::Push(const int64_t* keys, const float* grads, const int64_t* 
                      Values(p), Slots(p),
                      NeedsStepCount(config_.optimizer.kind) ? Step(p) : nullptr, &mean);
       }));
-  bytes_received_.fetch_add(wire::PushRequest(n, dim, /*delta=*/false), std::memory_order_relaxed);
-  if (values != nullptr) {
-    bytes_sent_.fetch_add(wire::PushAnswer(n, dim), std::memory_order_relaxed);
-  }
+  CountPushBytes(n, dim, /*delta=*/false, values != nullptr ? n : 0);
   return Status::Ok();
 }
 
@@ -211,11 +208,13 @@ Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const in
   HET_RETURN_IF_ERROR(CheckDeltaPush(keys, deltas, base_clocks, n));
   HET_RETURN_IF_ERROR(MergeDeltas(keys, deltas, counts, base_clocks, n, learning_rate, states,
                                   clocks, sender, unanswered));
-  bytes_received_.fetch_add(wire::PushRequest(n, width, /*delta=*/true), std::memory_order_relaxed);
-  if (states != nullptr) {
-    bytes_sent_.fetch_add(wire::PushAnswer(n - unanswered, width), std::memory_order_relaxed);
-  }
+  CountPushBytes(n, width, /*delta=*/true, states != nullptr ? n - unanswered : 0);
   return Status::Ok();
+}
+
+void TableShard::CountPushBytes(int64_t n, int width, bool delta, int64_t answered) {
+  bytes_received_.fetch_add(wire::PushRequest(n, width, delta), std::memory_order_relaxed);
+  bytes_sent_.fetch_add(wire::PushAnswer(answered, width), std::memory_order_relaxed);
 }
 
 Status TableShard::MergeDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,

@@ -219,6 +219,8 @@ class TableShard {
   Status ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width,
                      const Sender& sender, int64_t unanswered, float* out, int64_t* clocks,
                      Apply apply);
+  // A push's bytes as the op's tensors carry them, `answered` rows back.
+  void CountPushBytes(int64_t n, int width, bool delta, int64_t answered);
   // PushDeltas' merge, after its checks.
   Status MergeDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
                      const int64_t* base_clocks, int64_t n, float learning_rate, float* states,
