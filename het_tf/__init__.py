@@ -10,6 +10,7 @@ from het_tf import _op_library
 from het_tf._op_library import OpLibraryError
 from het_tf.keras_layers import HetEmbedding
 from het_tf.keras_layers.export import export_saved_model
+from het_tf.keras_layers.lookahead import lookahead
 from het_tf.runtime.cache import WorkerCache, lookup_without_cache, push_without_cache
 from het_tf.runtime.config import CacheConfig, OptimizerConfig, TableConfig
 from het_tf.runtime.table import ShardedTable
@@ -21,6 +22,6 @@ ops = _op_library.load()
 
 __all__ = [
     "CacheConfig", "HetEmbedding", "OpLibraryError", "OptimizerConfig", "ShardedTable",
-    "TableConfig", "WorkerCache", "export_saved_model", "lookup_without_cache", "ops",
+    "TableConfig", "WorkerCache", "export_saved_model", "lookahead", "lookup_without_cache", "ops",
     "push_without_cache",
 ]

@@ -13,6 +13,15 @@ def _combine(combiner, summed, counts):
     return summed
 
 
+def lookup_ids(inputs):
+    """The ids embed_and_combine looks up, in the order it looks them up."""
+    if isinstance(inputs, tf.RaggedTensor):
+        return inputs.flat_values
+    if isinstance(inputs, tf.SparseTensor):
+        return inputs.values
+    return tf.convert_to_tensor(inputs)
+
+
 def embed_and_combine(inputs, embed, combiner, output_dim, owner):
     """embed(flat or dense ids) -> vectors, then per row the combiner's
     reduction (None: one vector per id, dense inputs only)."""

@@ -124,6 +124,7 @@ class HetEmbedding(tf_keras.layers.Layer):
         self._table = None
         self._cache = None
         self._serving_lookup = None  # see set_serving_lookup
+        self._lookahead = False  # see het_tf.lookahead
         self.supports_masking = False
 
     # ----- settings -----
@@ -195,10 +196,15 @@ class HetEmbedding(tf_keras.layers.Layer):
             return self._serving_lookup(self._table.check_ids(ids))
         table, cache, dim, owner = self._table, self._cache, self.output_dim, self._owner
 
+        lookahead = self.lookahead_active and training
+        prefetched = []
+
         @tf.custom_gradient
         def lookup(anchor):
             if cache is not None:
-                rows, unique, inverse = cache.lookup(ids, training)
+                rows, unique, inverse = cache.lookup(ids, training, lookahead=lookahead)
+                if lookahead:
+                    prefetched.append(cache.prefetch(ids, rows))
             else:
                 rows, unique, inverse = lookup_without_cache(table, ids)
             out = tf.gather(rows, inverse)
@@ -213,7 +219,7 @@ class HetEmbedding(tf_keras.layers.Layer):
                     tf.reshape(dy, [-1, dim]), tf.reshape(inverse, [-1]), tf.size(unique))
                 lr = self._current_learning_rate()
                 if cache is not None:
-                    update = cache.apply_gradients(unique, unique_grads, lr)
+                    update = cache.apply_gradients(unique, unique_grads, lr, after=prefetched)
                 else:
                     update = push_without_cache(table, unique, unique_grads, lr)
                 with tf.control_dependencies(tf.nest.flatten(update)):
@@ -263,6 +269,17 @@ class HetEmbedding(tf_keras.layers.Layer):
         update (after build). It is not a dense weight: hybrid mode's
         allreduce leaves it out."""
         return self._anchor
+
+    @property
+    def lookahead_active(self):
+        """True once het_tf.lookahead feeds this layer's cache the next
+        batch's ids: training steps then prefetch them (sync "refresh")."""
+        return self._lookahead and self._cache is not None and self._cache.config.sync == "refresh"
+
+    def enable_lookahead(self, enabled=True):
+        """Training steps traced from now on prefetch the batch that
+        het_tf.lookahead staged (it calls this; see docs/consistency.md)."""
+        self._lookahead = bool(enabled)
 
     def set_serving_lookup(self, lookup):
         """Serve from `lookup` (a callable from int64 ids to rows made of

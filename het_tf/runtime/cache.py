@@ -95,14 +95,16 @@ class WorkerCache:
 
         return self._on_every_worker(one)
 
-    def lookup(self, ids, training):
+    def lookup(self, ids, training, lookahead=False):
         """Rows of int64 `ids` (any shape) plus the batch's unique keys and
         the inverse map, for the gradient step. Training syncs as the
         config says; evaluation checks every key, so that it changes
-        nothing."""
+        nothing. With `lookahead` (sync "refresh", training) the step's own
+        exchange asks only for ids not cached: the step's `prefetch` carries
+        its updates."""
         ids = self.table.check_ids(ids)
         if training and self.config.sync == "refresh":
-            return self._lookup_by_refresh(ids)
+            return self._lookup_by_refresh(ids, carry_updates=not lookahead)
         with self._placed(self.device):
             unique, inverse, clocks, read_staleness = self._ops.het_cache_prepare(
                 self.handle(), ids)
@@ -114,24 +116,44 @@ class WorkerCache:
                                                 row_clocks, dim=self.dim, training=training)
         return rows, unique, inverse
 
-    def _lookup_by_refresh(self, ids):
+    def _lookup_by_refresh(self, ids, carry_updates):
         """One exchange with each shard: out go the pushes the last update
         made due, the evictions since the last exchange and the keys not
         cached; back come the pushed rows, the missing rows and the fresh
         states of this worker's copies that went past the read bound."""
         with self._placed(self.device):
             unique, inverse, requests = self._ops.het_cache_begin_exchange(
-                self.handle(), ids, num_shards=self.table.num_shards)
+                self.handle(), ids, num_shards=self.table.num_shards,
+                carry_updates=carry_updates)
         answers = self.table.exchange(requests)
         with self._placed(self.device):
             rows = self._ops.het_cache_end_exchange(self.handle(), unique, answers, dim=self.dim)
         return rows, unique, inverse
 
-    def apply_gradients(self, unique_keys, unique_grads, learning_rate):
-        """One local optimizer step per unique key. By check, pushes
-        whatever is due now; by refresh, what is due goes with the next
-        exchange, so the step sends nothing."""
+    def stage(self, ids):
+        """The lookahead's input side, run by the input pipeline on the
+        worker that will train on the batch: stages the ids a training
+        lookup will take soon (see het_tf.lookahead)."""
         with self._placed(self.device):
+            return self._ops.het_cache_stage(self.handle(), self.table.check_ids(ids))
+
+    def prefetch(self, ids, lookup_rows):
+        """The lookahead's exchange in a training step whose lookup of
+        `ids` gave `lookup_rows`: the batch staged after `ids` comes into
+        the cache, and the step's pushes and evictions go out, while the
+        step computes. Returns the op to run the step's update after."""
+        with tf.control_dependencies([lookup_rows]), self._placed(self.device):
+            unique, requests = self._ops.het_cache_begin_prefetch(
+                self.handle(), self.table.check_ids(ids), num_shards=self.table.num_shards)
+        answers = self.table.exchange(requests)
+        with self._placed(self.device):
+            return self._ops.het_cache_end_prefetch(self.handle(), unique, answers)
+
+    def apply_gradients(self, unique_keys, unique_grads, learning_rate, after=()):
+        """One local optimizer step per unique key, after the ops `after`.
+        By check, pushes whatever is due now; by refresh, what is due goes
+        with the next exchange, so the step sends nothing."""
+        with tf.control_dependencies(list(after)), self._placed(self.device):
             pushes = self._ops.het_cache_accumulate(
                 self.handle(), unique_keys, unique_grads, tf.cast(learning_rate, tf.float32),
                 dim=self.dim)

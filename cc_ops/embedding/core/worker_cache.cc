@@ -100,7 +100,15 @@ size_t WorkerCache::MemoryBytes() const {
   return sizeof(*this) + index_.MemoryBytes() + entries_.capacity() * sizeof(Entry) +
          rows_.capacity() * sizeof(float) + free_slots_.capacity() * sizeof(int32_t) +
          (prepared_.capacity() + unreported_evictions_.capacity()) * sizeof(int64_t) +
-         prepared_slots_.capacity() * sizeof(int32_t) + first_seen_.MemoryBytes();
+         prepared_slots_.capacity() * sizeof(int32_t) + first_seen_.MemoryBytes() +
+         fetched_ahead_.MemoryBytes() + StagedBytes();
+}
+
+size_t WorkerCache::StagedBytes() const {
+  std::lock_guard<std::mutex> lock(staged_mu_);
+  size_t bytes = 0;
+  for (const StagedBatch& b : staged_) bytes += sizeof(b) + b.ids.capacity() * sizeof(int64_t);
+  return bytes;
 }
 
 int64_t WorkerCache::BoundInForce(int64_t configured) const {
@@ -119,13 +127,11 @@ CacheCounters WorkerCache::Counters() const {
   return counters_;
 }
 
-Status WorkerCache::BeginLookup(const int64_t* ids, int64_t n, std::vector<int64_t>* unique_keys,
-                                std::vector<int32_t>* inverse) {
-  HET_RETURN_IF_ERROR(CheckKeys(config_.table_name, config_.vocabulary_size, ids, n));
-  if (old_timeline_) ClearLocked();
+void WorkerCache::Deduplicate(const int64_t* ids, int64_t n, std::vector<int64_t>* unique_keys,
+                              std::vector<int32_t>* inverse, std::vector<int32_t>* slots) {
   unique_keys->clear();
-  inverse->resize(n);
-  prepared_slots_.clear();
+  slots->clear();
+  if (inverse != nullptr) inverse->resize(n);
   // One pass deduplicates and finds each unique key's slot. The scratch
   // index is sized for the last batch's unique keys, not for every id: a
   // batch repeats most of its ids, and an index of all of them would not
@@ -140,13 +146,19 @@ Status WorkerCache::BeginLookup(const int64_t* ids, int64_t n, std::vector<int64
     const uint32_t u = first_seen_.Insert(ids[i], next);
     if (u == next) {
       unique_keys->push_back(ids[i]);
-      prepared_slots_.push_back(SlotOf(ids[i]));
+      slots->push_back(SlotOf(ids[i]));
     }
-    (*inverse)[i] = static_cast<int32_t>(u);
+    if (inverse != nullptr) (*inverse)[i] = static_cast<int32_t>(u);
   }
-  const int64_t u = static_cast<int64_t>(unique_keys->size());
+}
+
+Status WorkerCache::BeginLookup(const int64_t* ids, int64_t n, std::vector<int64_t>* unique_keys,
+                                std::vector<int32_t>* inverse) {
+  HET_RETURN_IF_ERROR(CheckKeys(config_.table_name, config_.vocabulary_size, ids, n));
+  if (old_timeline_) ClearLocked();
+  Deduplicate(ids, n, unique_keys, inverse, &prepared_slots_);
   counters_.lookups += n;
-  counters_.unique_keys += u;
+  counters_.unique_keys += unique_keys->size();
   prepared_ = *unique_keys;
   return Status::Ok();
 }
@@ -236,6 +248,8 @@ void WorkerCache::ClearLocked() {
   passing_.Clear();
   prepared_.clear();
   prepared_slots_.clear();
+  fetched_ahead_.Clear();
+  updates_in_flight_ = false;
   generation_ = DrawId();
 }
 

@@ -15,6 +15,12 @@
 //   past the read bound (copy_records.h); EndExchange takes the answers. A
 //   hit costs no bytes, and a step's pushes ride with the next step's
 //   request.
+//   With a lookahead, the input pipeline stages each batch's ids before the
+//   step before it runs (Stage). A step's exchange then splits in two: its
+//   own (BeginExchange with carry_updates false: only the ids not cached,
+//   normally none) and a prefetch for the next batch (BeginPrefetch,
+//   EndPrefetch) that carries the pushes and evictions and inserts the next
+//   batch's missing rows, while the step computes.
 // - kCheck, HET's: Prepare (every unique key goes with its clock), the
 //   shards' Pull, then Complete (only missing or stale rows come back); an
 //   update runs as Accumulate (local step, pushes due by the write bound),
@@ -26,6 +32,7 @@
 #define HET_TF_EMBEDDING_CORE_WORKER_CACHE_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -117,7 +124,9 @@ struct CacheCounters {
   uint64_t updates_pushed = 0;
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
-  uint64_t steps = 0;  // training updates (Accumulate calls)
+  uint64_t steps = 0;          // training updates (Accumulate calls)
+  uint64_t prefetched = 0;     // rows a prefetch inserted
+  uint64_t prefetch_hits = 0;  // unique keys served by a row the last prefetch inserted
 };
 
 class WorkerCache {
@@ -146,7 +155,10 @@ class WorkerCache {
   // writes each shard's request. The pushes it carries stay pending, and
   // the evictions it reports listed, until EndExchange takes the answers,
   // so a failed exchange sends them again.
-  Status BeginExchange(const int64_t* ids, int64_t n, ExchangePlan* plan);
+  // With carry_updates false the request carries only the keys not cached:
+  // a prefetch later in the step carries the pushes and evictions.
+  Status BeginExchange(const int64_t* ids, int64_t n, ExchangePlan* plan,
+                       bool carry_updates = true);
   // Takes the shards' answers (answers[s], sizes[s] bytes, 4-byte aligned)
   // to the last BeginExchange of `unique_keys`: the pushes' rows, then the
   // fresh states of copies past the read bound (their pending deltas
@@ -157,6 +169,26 @@ class WorkerCache {
   // changing nothing, and the next lookup clears the cache first.
   Status EndExchange(const int64_t* unique_keys, int64_t u, const uint8_t* const* answers,
                      const size_t* sizes, int64_t shards, float* rows_out);
+
+  // The input pipeline's lookahead: the ids of a batch that a training step
+  // will look up soon, in the order the steps take them. A bounded number
+  // is kept (the oldest go first); they are checked here, where a bad id
+  // names the pipeline that sent it.
+  Status Stage(const int64_t* ids, int64_t n);
+
+  // The prefetch of a step whose lookup (BeginExchange, EndExchange) of
+  // `current` ids is done: finds the batch staged after `current` (none if
+  // `current` was not staged, or nothing was staged after it) and writes
+  // each shard's request: the pushes due, the evictions since the last
+  // exchange and that batch's keys not cached. plan->inverse stays empty.
+  Status BeginPrefetch(const int64_t* current, int64_t n, ExchangePlan* plan);
+  // Takes the shards' answers to the last BeginPrefetch of `unique_keys`:
+  // acknowledges the pushes, refreshes stale copies and inserts the missing
+  // rows, never in place of a row of the step's own batch, whose update
+  // comes next. Rows with no room are dropped (and reported as evicted);
+  // the next lookup fetches them.
+  Status EndPrefetch(const int64_t* unique_keys, int64_t u, const uint8_t* const* answers,
+                     const size_t* sizes, int64_t shards);
 
   // Takes the shards' answer for plan.unique_keys (clocks at distinct
   // `positions`, with full states in training and bare rows out of it) and
@@ -237,8 +269,10 @@ class WorkerCache {
   Status AckLocked(const int64_t* keys, int64_t n, const int64_t* counts,
                    const std::vector<const float*>& states, const int64_t* clocks);
   // The pushes the next exchange carries, by shard: the outbox first (no
-  // state back), then the entries the last Accumulate made due.
-  void CollectPushes(std::vector<Pushes>* by_shard);
+  // state back), then the entries the last Accumulate made due; or, given
+  // the misses of a lookup that leaves the updates to a prefetch, only
+  // their outbox rows.
+  void CollectPushes(const KeyIndex* misses, std::vector<Pushes>* by_shard);
   // Every lookup's start: checks the ids, empties the cache first if a
   // shard's epoch changed (EndSync), and gives the unique keys in order of
   // first appearance and where each id went, remembered as prepared with
@@ -256,6 +290,25 @@ class WorkerCache {
                        const std::vector<const float*>& fresh,
                        const std::vector<int64_t>& fresh_clocks, float* rows_out);
   void ClearLocked();
+  size_t StagedBytes() const;
+  // Deduplicates n ids into unique_keys (in order of first appearance),
+  // with each id's place in inverse (if not null) and each unique key's slot
+  // (-1 if not cached).
+  void Deduplicate(const int64_t* ids, int64_t n, std::vector<int64_t>* unique_keys,
+                   std::vector<int32_t>* inverse, std::vector<int32_t>* slots);
+  // The requests of an exchange: the pushes due and the evictions if
+  // carry_updates, and the keys with no slot.
+  Status WriteRequests(const std::vector<int64_t>& keys, const std::vector<int32_t>& slots,
+                       bool carry_updates, ExchangePlan* plan);
+  // What every exchange's answers do, for the keys it asked about (slots:
+  // theirs, -1 for the misses): checks them, acknowledges the pushes and
+  // refreshes stale copies; fresh[i] and fresh_clocks[i] receive key i's
+  // missing row. Changes nothing unless every check passes.
+  Status TakeAnswers(const int64_t* keys, int64_t u, const std::vector<int32_t>& slots,
+                     const uint8_t* const* answers, const size_t* sizes, int64_t shards,
+                     std::vector<const float*>* fresh, std::vector<int64_t>* fresh_clocks);
+  // A free or evicted slot takes a row fetched at the shard's clock.
+  void InsertRow(int32_t slot, int64_t key, const float* state, int64_t clock);
 
   const CacheConfig config_;
   const int width_;
@@ -278,6 +331,7 @@ class WorkerCache {
   size_t evictions_in_flight_ = 0;             // of those, sent by the last BeginExchange
   std::vector<int64_t> due_keys_;              // kRefresh: made due by Accumulate, not yet sent
   std::vector<Pushes> sent_;                   // kRefresh: the last request's pushes, by shard
+  bool updates_in_flight_ = false;             // the last request carried the updates
   std::vector<int64_t> epochs_;                // each shard's, from the last exchange
   bool old_timeline_ = false;                  // a shard's epoch changed: clear first
   // Rows the last training lookup passed through, until the step's
@@ -295,7 +349,17 @@ class WorkerCache {
   bool warned_pass_through_ = false;
   std::vector<int64_t> prepared_;        // the unique keys of the last lookup
   std::vector<int32_t> prepared_slots_;  // their slots, -1 if not cached
-  KeyIndex first_seen_;                  // BeginLookup's scratch
+  KeyIndex first_seen_;                  // Deduplicate's scratch
+  // Keys the last prefetch inserted, until the next training lookup.
+  KeyIndex fetched_ahead_;
+  // The lookahead's staged batches (Stage), oldest first. The input
+  // pipeline stages from its own threads while steps run: a lock of its own.
+  struct StagedBatch {
+    uint64_t fingerprint = 0;
+    std::vector<int64_t> ids;
+  };
+  mutable std::mutex staged_mu_;
+  std::deque<StagedBatch> staged_;
   // FTRL's refresh recomputes a row from its slots with it; an entry has
   // pending updates only after an Accumulate has set it.
   float last_learning_rate_ = 0.0f;

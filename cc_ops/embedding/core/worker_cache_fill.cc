@@ -67,12 +67,17 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
     if (slots[i] >= 0 && order_.attached(slots[i])) order_.Detach(slots[i]);
   }
   std::vector<bool> inserted(u, false);
-  uint64_t hits = 0, misses = 0, refreshes = 0;
+  uint64_t hits = 0, misses = 0, refreshes = 0, hits_fetched_ahead = 0;
   passing_.Clear();
+  const bool prefetched = fetched_ahead_.size() > 0;
   for (int64_t i = 0; i < u; ++i) {
     const float* fresh = fresh_states[i];
     if (fresh == nullptr) {
-      ++hits;
+      if (prefetched && fetched_ahead_.Find(unique_keys[i]) != KeyIndex::kAbsent) {
+        ++hits_fetched_ahead;
+      } else {
+        ++hits;
+      }
       continue;
     }
     if (i + kPrefetchAhead < u) PrefetchSlot(slots[i + kPrefetchAhead]);
@@ -98,11 +103,7 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
     }
     slots[i] = slot;
     inserted[i] = true;
-    entries_[slot].key = unique_keys[i];
-    index_.Insert(unique_keys[i], static_cast<uint32_t>(slot));
-    std::memcpy(State(slot), fresh, sizeof(float) * width_);
-    std::memset(PendingDelta(slot), 0, sizeof(float) * width_);
-    entries_[slot].server_clock = entries_[slot].local_clock = clock;
+    InsertRow(slot, unique_keys[i], fresh, clock);
     ++misses;
   }
   for (int64_t i = 0; i < u; ++i) {
@@ -114,10 +115,20 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
     std::memcpy(rows_out + size_t(i) * dim, State(slot), sizeof(float) * dim);
   }
   counters_.hits += hits;
+  counters_.prefetch_hits += hits_fetched_ahead;
   counters_.misses += misses;
   counters_.stale_refreshes += refreshes;
   counters_.passed_through += passing_.clocks.size();
+  if (prefetched) fetched_ahead_.Clear();
   RememberBatch(unique_keys, u, slots);
+}
+
+void WorkerCache::InsertRow(int32_t slot, int64_t key, const float* state, int64_t clock) {
+  entries_[slot].key = key;
+  index_.Insert(key, static_cast<uint32_t>(slot));
+  std::memcpy(State(slot), state, sizeof(float) * width_);
+  std::memset(PendingDelta(slot), 0, sizeof(float) * width_);
+  entries_[slot].server_clock = entries_[slot].local_clock = clock;
 }
 
 Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_t* positions,

@@ -13,23 +13,18 @@
 
 namespace het {
 
-void WorkerCache::CollectPushes(std::vector<Pushes>* by_shard) {
+void WorkerCache::CollectPushes(const KeyIndex* misses, std::vector<Pushes>* by_shard) {
   const int shards = static_cast<int>(config_.num_shards);
-  by_shard->resize(shards);
-  for (Pushes& p : *by_shard) {
-    p.keys.clear();
-    p.deltas.clear();
-    p.counts.clear();
-    p.base_clocks.clear();
-    p.evicted = 0;
-  }
+  by_shard->assign(shards, Pushes());
   // The outbox leads each shard's part: its rows want no state back.
   for (size_t i = 0; i < outbox_.size(); ++i) {
+    if (misses != nullptr && misses->Find(outbox_.keys[i]) == KeyIndex::kAbsent) continue;
     Pushes& p = (*by_shard)[ShardOf(outbox_.keys[i], shards)];
     p.Add(outbox_.keys[i], outbox_.deltas.data() + i * width_, width_, outbox_.counts[i],
           outbox_.base_clocks[i]);
     ++p.evicted;
   }
+  if (misses != nullptr) return;
   // An entry goes once, and not beside an outbox row of the same key (a
   // copy evicted and fetched again): it waits for the next exchange.
   KeyIndex queued(outbox_.size() + due_keys_.size());
@@ -43,16 +38,28 @@ void WorkerCache::CollectPushes(std::vector<Pushes>* by_shard) {
   }
 }
 
-Status WorkerCache::BeginExchange(const int64_t* ids, int64_t n, ExchangePlan* plan) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (config_.sync != SyncMode::kRefresh) {
-    return Status::FailedPrecondition(Name() +
-                                      ": this cache checks its keys (sync='check'); "
-                                      "it cannot sync by refresh");
-  }
-  HET_RETURN_IF_ERROR(BeginLookup(ids, n, &plan->unique_keys, &plan->inverse));
+Status WorkerCache::WriteRequests(const std::vector<int64_t>& keys,
+                                  const std::vector<int32_t>& slots, bool carry_updates,
+                                  ExchangePlan* plan) {
   const int shards = static_cast<int>(config_.num_shards);
-  CollectPushes(&sent_);
+  if (carry_updates) {
+    CollectPushes(nullptr, &sent_);
+    evictions_in_flight_ = unreported_evictions_.size();
+  } else {
+    // Even so, what concerns a missing key goes first: its evicted or
+    // passed-through updates, or the shard would answer with a row that
+    // lacks them, and the report of its old copy's eviction, or a later
+    // report would drop the record of the copy fetched now.
+    KeyIndex misses;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (slots[i] < 0) misses.Insert(keys[i], 0);
+    }
+    CollectPushes(&misses, &sent_);
+    const auto reported = std::stable_partition(
+        unreported_evictions_.begin(), unreported_evictions_.end(),
+        [&misses](int64_t key) { return misses.Find(key) != KeyIndex::kAbsent; });
+    evictions_in_flight_ = reported - unreported_evictions_.begin();
+  }
   // The shards refuse a non-finite delta; with several, each must be
   // refused here, before any of them merges its part.
   for (const Pushes& p : sent_) {
@@ -63,6 +70,7 @@ Status WorkerCache::BeginExchange(const int64_t* ids, int64_t n, ExchangePlan* p
       }
     }
   }
+  updates_in_flight_ = carry_updates;
   plan->read_staleness = BoundInForce(config_.read_staleness);
   std::vector<wire::ExchangeRequest> requests(shards);
   for (int s = 0; s < shards; ++s) {
@@ -78,13 +86,14 @@ Status WorkerCache::BeginExchange(const int64_t* ids, int64_t n, ExchangePlan* p
     r.push_unanswered = p.evicted;
     r.push_deltas = {p.deltas.data(), static_cast<int64_t>(p.keys.size())};
   }
-  for (size_t i = 0; i < plan->unique_keys.size(); ++i) {
-    const int64_t key = plan->unique_keys[i];
-    if (prepared_slots_[i] < 0) requests[ShardOf(key, shards)].misses.push_back(key);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (slots[i] < 0) requests[ShardOf(keys[i], shards)].misses.push_back(keys[i]);
   }
   // Evictions stay listed until an exchange that reported them completes.
-  for (int64_t key : unreported_evictions_) requests[ShardOf(key, shards)].evicted.push_back(key);
-  evictions_in_flight_ = unreported_evictions_.size();
+  for (size_t i = 0; i < evictions_in_flight_; ++i) {
+    const int64_t key = unreported_evictions_[i];
+    requests[ShardOf(key, shards)].evicted.push_back(key);
+  }
   plan->requests.resize(shards);
   for (int s = 0; s < shards; ++s) {
     wire::EncodeRequest(requests[s], &plan->requests[s]);
@@ -93,13 +102,29 @@ Status WorkerCache::BeginExchange(const int64_t* ids, int64_t n, ExchangePlan* p
   return Status::Ok();
 }
 
-Status WorkerCache::EndExchange(const int64_t* unique_keys, int64_t u,
+Status WorkerCache::BeginExchange(const int64_t* ids, int64_t n, ExchangePlan* plan,
+                                  bool carry_updates) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (config_.sync != SyncMode::kRefresh) {
+    return Status::FailedPrecondition(Name() +
+                                      ": this cache checks its keys (sync='check'); "
+                                      "it cannot sync by refresh");
+  }
+  HET_RETURN_IF_ERROR(BeginLookup(ids, n, &plan->unique_keys, &plan->inverse));
+  return WriteRequests(plan->unique_keys, prepared_slots_, carry_updates, plan);
+}
+
+Status WorkerCache::TakeAnswers(const int64_t* keys, int64_t u, const std::vector<int32_t>& slots,
                                 const uint8_t* const* answers, const size_t* sizes, int64_t shards,
-                                float* rows_out) {
+                                std::vector<const float*>* fresh,
+                                std::vector<int64_t>* fresh_clocks) {
   if (shards != config_.num_shards) {
     return Status::InvalidArgument(Name() + ": answers from " + std::to_string(shards) +
                                    " shards, but the table has " +
                                    std::to_string(config_.num_shards));
+  }
+  if (config_.sync != SyncMode::kRefresh) {
+    return Status::FailedPrecondition(Name() + ": this cache checks its keys (sync='check')");
   }
   std::vector<wire::ExchangeAnswer> a(shards);
   for (int64_t s = 0; s < shards; ++s) {
@@ -110,23 +135,17 @@ Status WorkerCache::EndExchange(const int64_t* unique_keys, int64_t u,
     HET_RETURN_IF_ERROR(
         CheckReturnedClocks(a[s].refresh_clocks.data(), a[s].refresh_clocks.size()));
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (config_.sync != SyncMode::kRefresh) {
-    return Status::FailedPrecondition(Name() + ": this cache checks its keys (sync='check')");
-  }
-  std::vector<int32_t> slots;
-  HET_RETURN_IF_ERROR(BatchSlots(unique_keys, u, &slots));
   // Each shard answers its misses in the batch's order.
-  std::vector<const float*> fresh(u, nullptr);
-  std::vector<int64_t> fresh_clocks(u, 0);
+  fresh->assign(u, nullptr);
+  fresh_clocks->assign(u, 0);
   std::vector<int64_t> next(shards, 0);
   for (int64_t i = 0; i < u; ++i) {
     if (slots[i] >= 0) continue;
-    const int s = ShardOf(unique_keys[i], static_cast<int>(shards));
+    const int s = ShardOf(keys[i], static_cast<int>(shards));
     const int64_t j = next[s]++;
     if (j >= a[s].miss_states.rows) break;
-    fresh[i] = a[s].miss_states.data + size_t(j) * width_;
-    fresh_clocks[i] = a[s].miss_clocks[j];
+    (*fresh)[i] = a[s].miss_states.data + size_t(j) * width_;
+    (*fresh_clocks)[i] = a[s].miss_clocks[j];
   }
   const bool pushed = sent_.size() == size_t(shards);  // a BeginExchange made them
   for (int64_t s = 0; s < shards; ++s) {
@@ -158,11 +177,11 @@ Status WorkerCache::EndExchange(const int64_t* unique_keys, int64_t u,
                            "the step again");
   }
   // The pushes delivered, in the order the shards merged them.
-  std::vector<int64_t> keys, counts, clocks;
+  std::vector<int64_t> push_keys, counts, clocks;
   std::vector<const float*> states;
   for (int64_t s = 0; s < shards && pushed; ++s) {
     const Pushes& p = sent_[s];
-    keys.insert(keys.end(), p.keys.begin(), p.keys.end());
+    push_keys.insert(push_keys.end(), p.keys.begin(), p.keys.end());
     counts.insert(counts.end(), p.counts.begin(), p.counts.end());
     for (size_t i = 0; i < p.size(); ++i) {
       const int64_t answered = static_cast<int64_t>(i) - p.evicted;
@@ -170,13 +189,16 @@ Status WorkerCache::EndExchange(const int64_t* unique_keys, int64_t u,
       clocks.push_back(answered < 0 ? 0 : a[s].push_clocks[answered]);
     }
   }
-  HET_RETURN_IF_ERROR(AckLocked(keys.data(), keys.size(), counts.data(), states, clocks.data()));
+  HET_RETURN_IF_ERROR(
+      AckLocked(push_keys.data(), push_keys.size(), counts.data(), states, clocks.data()));
   if (first_exchange) {
     epochs_.resize(shards);
     for (int64_t s = 0; s < shards; ++s) epochs_[s] = a[s].epoch;
   }
   sent_.clear();
-  due_keys_.clear();
+  // A lookup that left the updates to its step's prefetch leaves them due.
+  if (updates_in_flight_) due_keys_.clear();
+  updates_in_flight_ = false;
   uint64_t refreshed = 0, refreshes = 0, missing = 0;
   for (const wire::ExchangeAnswer& answer : a) {
     for (size_t r = 0; r < answer.refresh_keys.size(); ++r) {
@@ -189,7 +211,6 @@ Status WorkerCache::EndExchange(const int64_t* unique_keys, int64_t u,
     refreshes += answer.refresh_keys.size();
     missing += answer.miss_clocks.size();
   }
-  FillForTraining(unique_keys, u, slots, fresh, fresh_clocks, rows_out);
   counters_.stale_refreshes += refreshed;
   counters_.evictions_reported += evictions_in_flight_;
   unreported_evictions_.erase(unreported_evictions_.begin(),
@@ -197,6 +218,20 @@ Status WorkerCache::EndExchange(const int64_t* unique_keys, int64_t u,
   evictions_in_flight_ = 0;
   counters_.rows_pulled += missing + refreshes;
   for (int64_t s = 0; s < shards; ++s) counters_.bytes_received += sizes[s];
+  return Status::Ok();
+}
+
+Status WorkerCache::EndExchange(const int64_t* unique_keys, int64_t u,
+                                const uint8_t* const* answers, const size_t* sizes, int64_t shards,
+                                float* rows_out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int32_t> slots;
+  HET_RETURN_IF_ERROR(BatchSlots(unique_keys, u, &slots));
+  std::vector<const float*> fresh;
+  std::vector<int64_t> fresh_clocks;
+  HET_RETURN_IF_ERROR(
+      TakeAnswers(unique_keys, u, slots, answers, sizes, shards, &fresh, &fresh_clocks));
+  FillForTraining(unique_keys, u, slots, fresh, fresh_clocks, rows_out);
   return Status::Ok();
 }
 

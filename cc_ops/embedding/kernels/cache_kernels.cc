@@ -126,48 +126,116 @@ class HetCachePrepareOp : public CacheKernel {
   }
 };
 
+// A list output of one request per shard, after `first` other outputs.
+tensorflow::Status CheckRequestOutputs(OpKernelContext* ctx, const WorkerCache& cache, int first) {
+  if (ctx->num_outputs() == first + cache.config().num_shards) return tensorflow::OkStatus();
+  return tensorflow::errors::InvalidArgument(
+      TableLabel(cache.table_name()), ": the op asks for ", ctx->num_outputs() - first,
+      " shards' requests, but the table has ", cache.config().num_shards);
+}
+
+tensorflow::Status OutputRequests(OpKernelContext* ctx, const ExchangePlan& plan, int first) {
+  for (size_t s = 0; s < plan.requests.size(); ++s) {
+    TF_RETURN_IF_ERROR(OutputVector(ctx, first + s, plan.requests[s]));
+  }
+  return tensorflow::OkStatus();
+}
+
+// Inputs 1 on of an exchange's second half: the unique keys it asked
+// about, then each shard's answer, 4-byte aligned (copied into scratch if
+// they are not).
+struct ExchangeAnswers {
+  std::vector<std::vector<uint8_t>> scratch;
+  std::vector<const uint8_t*> data;
+  std::vector<size_t> sizes;
+  int shards() const { return static_cast<int>(data.size()); }
+};
+
+tensorflow::Status ReadAnswers(OpKernelContext* ctx, const WorkerCache& cache,
+                               ExchangeAnswers* out) {
+  const std::string& name = cache.config().table_name;
+  TF_RETURN_IF_ERROR(CheckVector(name, "unique keys", ctx->input(1)));
+  const int shards = ctx->num_inputs() - 2;
+  out->scratch.resize(shards);
+  out->data.resize(shards);
+  out->sizes.resize(shards);
+  for (int s = 0; s < shards; ++s) {
+    const Tensor& answer = ctx->input(2 + s);
+    TF_RETURN_IF_ERROR(CheckVector(name, "exchange answer", answer));
+    out->data[s] = AlignedBytes(answer, &out->scratch[s]);
+    out->sizes[s] = answer.NumElements();
+  }
+  return tensorflow::OkStatus();
+}
+
 class HetCacheBeginExchangeOp : public CacheKernel {
  public:
-  using CacheKernel::CacheKernel;
+  explicit HetCacheBeginExchangeOp(OpKernelConstruction* ctx) : CacheKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("carry_updates", &carry_updates_));
+  }
   void Run(OpKernelContext* ctx, WorkerCache& cache) override {
     const Tensor& ids = ctx->input(1);
-    OP_REQUIRES(ctx, ctx->num_outputs() == 2 + cache.config().num_shards,
-                tensorflow::errors::InvalidArgument(
-                    TableLabel(cache.table_name()), ": the op asks for ", ctx->num_outputs() - 2,
-                    " shards' requests, but the table has ", cache.config().num_shards));
+    OP_REQUIRES_OK(ctx, CheckRequestOutputs(ctx, cache, 2));
     ExchangePlan plan;
-    OP_REQUIRES_OK(ctx,
-                   ToTf(cache.BeginExchange(ids.flat<int64_t>().data(), ids.NumElements(), &plan)));
+    OP_REQUIRES_OK(ctx, ToTf(cache.BeginExchange(ids.flat<int64_t>().data(), ids.NumElements(),
+                                                 &plan, carry_updates_)));
     OP_REQUIRES_OK(ctx, OutputUnique(ctx, ids, plan.unique_keys, plan.inverse));
-    for (size_t s = 0; s < plan.requests.size(); ++s) {
-      OP_REQUIRES_OK(ctx, OutputVector(ctx, 2 + s, plan.requests[s]));
-    }
+    OP_REQUIRES_OK(ctx, OutputRequests(ctx, plan, 2));
   }
+
+ private:
+  bool carry_updates_ = true;
 };
 
 class HetCacheEndExchangeOp : public CacheKernel {
  public:
   using CacheKernel::CacheKernel;
   void Run(OpKernelContext* ctx, WorkerCache& cache) override {
-    const std::string& name = cache.config().table_name;
+    ExchangeAnswers a;
+    OP_REQUIRES_OK(ctx, ReadAnswers(ctx, cache, &a));
     const Tensor& keys = ctx->input(1);
     const int64_t u = keys.NumElements();
-    OP_REQUIRES_OK(ctx, CheckVector(name, "unique keys", keys));
-    const int shards = ctx->num_inputs() - 2;
-    std::vector<std::vector<uint8_t>> scratch(shards);
-    std::vector<const uint8_t*> answers(shards);
-    std::vector<size_t> sizes(shards);
-    for (int s = 0; s < shards; ++s) {
-      const Tensor& answer = ctx->input(2 + s);
-      OP_REQUIRES_OK(ctx, CheckVector(name, "exchange answer", answer));
-      answers[s] = AlignedBytes(answer, &scratch[s]);
-      sizes[s] = answer.NumElements();
-    }
     Tensor* rows = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({u, dim_}), &rows));
-    OP_REQUIRES_OK(ctx, ToTf(cache.EndExchange(keys.flat<int64_t>().data(), u, answers.data(),
-                                               sizes.data(), shards, rows->flat<float>().data())));
+    OP_REQUIRES_OK(
+        ctx, ToTf(cache.EndExchange(keys.flat<int64_t>().data(), u, a.data.data(), a.sizes.data(),
+                                    a.shards(), rows->flat<float>().data())));
     WarnOnceOfPassThrough(cache);
+  }
+};
+
+class HetCacheStageOp : public CacheKernel {
+ public:
+  using CacheKernel::CacheKernel;
+  void Run(OpKernelContext* ctx, WorkerCache& cache) override {
+    const Tensor& ids = ctx->input(1);
+    OP_REQUIRES_OK(ctx, ToTf(cache.Stage(ids.flat<int64_t>().data(), ids.NumElements())));
+  }
+};
+
+class HetCacheBeginPrefetchOp : public CacheKernel {
+ public:
+  using CacheKernel::CacheKernel;
+  void Run(OpKernelContext* ctx, WorkerCache& cache) override {
+    const Tensor& ids = ctx->input(1);
+    OP_REQUIRES_OK(ctx, CheckRequestOutputs(ctx, cache, 1));
+    ExchangePlan plan;
+    OP_REQUIRES_OK(ctx,
+                   ToTf(cache.BeginPrefetch(ids.flat<int64_t>().data(), ids.NumElements(), &plan)));
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 0, plan.unique_keys));
+    OP_REQUIRES_OK(ctx, OutputRequests(ctx, plan, 1));
+  }
+};
+
+class HetCacheEndPrefetchOp : public CacheKernel {
+ public:
+  using CacheKernel::CacheKernel;
+  void Run(OpKernelContext* ctx, WorkerCache& cache) override {
+    ExchangeAnswers a;
+    OP_REQUIRES_OK(ctx, ReadAnswers(ctx, cache, &a));
+    const Tensor& keys = ctx->input(1);
+    OP_REQUIRES_OK(ctx, ToTf(cache.EndPrefetch(keys.flat<int64_t>().data(), keys.NumElements(),
+                                               a.data.data(), a.sizes.data(), a.shards())));
   }
 };
 
@@ -283,6 +351,8 @@ class HetCacheStatsOp : public CacheKernel {
                                              {"bytes_sent", int64_t(c.bytes_sent)},
                                              {"bytes_received", int64_t(c.bytes_received)},
                                              {"steps", int64_t(c.steps)},
+                                             {"prefetched", int64_t(c.prefetched)},
+                                             {"prefetch_hits", int64_t(c.prefetch_hits)},
                                          }));
   }
 };
@@ -291,6 +361,9 @@ HET_CPU_KERNEL("HetCache", HetCacheOp);
 HET_CPU_KERNEL("HetCachePrepare", HetCachePrepareOp);
 HET_CPU_KERNEL("HetCacheBeginExchange", HetCacheBeginExchangeOp);
 HET_CPU_KERNEL("HetCacheEndExchange", HetCacheEndExchangeOp);
+HET_CPU_KERNEL("HetCacheStage", HetCacheStageOp);
+HET_CPU_KERNEL("HetCacheBeginPrefetch", HetCacheBeginPrefetchOp);
+HET_CPU_KERNEL("HetCacheEndPrefetch", HetCacheEndPrefetchOp);
 HET_CPU_KERNEL("HetCacheComplete", HetCacheCompleteOp);
 HET_CPU_KERNEL("HetCacheAccumulate", HetCacheAccumulateOp);
 HET_CPU_KERNEL("HetCacheAckPush", HetCacheAckPushOp);

@@ -103,6 +103,7 @@ REGISTER_OP("HetCacheBeginExchange")
     .Output("inverse: int32")
     .Output("requests: num_shards * uint8")
     .Attr("num_shards: int >= 1")
+    .Attr("carry_updates: bool = true")
     .SetShapeFn([](InferenceContext* c) {
       c->set_output(0, c->Vector(c->UnknownDim()));
       c->set_output(1, c->input(1));
@@ -114,7 +115,48 @@ First half of a training lookup of a cache with sync 'refresh': the batch's
 unique keys, where each id went, and one request for each table shard's
 HetTableExchange. A request carries the pushes the last HetCacheAccumulate
 made due, the evictions since the last completed exchange and the keys not
-cached, as bytes.
+cached, as bytes. With carry_updates false only the keys not cached go: the
+step's HetCacheBeginPrefetch carries the rest.
+)doc");
+
+REGISTER_OP("HetCacheStage")
+    .Input("cache: resource")
+    .Input("ids: int64")
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc(R"doc(
+The lookahead's input side: stages the ids of a batch that a training step
+will look up soon (any shape, flattened), in the order the steps will take
+them. The input pipeline runs it before it hands over the batch before.
+)doc");
+
+REGISTER_OP("HetCacheBeginPrefetch")
+    .Input("cache: resource")
+    .Input("ids: int64")
+    .Output("unique_keys: int64")
+    .Output("requests: num_shards * uint8")
+    .Attr("num_shards: int >= 1")
+    .SetShapeFn([](InferenceContext* c) {
+      for (int s = 0; s < c->num_outputs(); ++s) c->set_output(s, c->Vector(c->UnknownDim()));
+      return tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+The prefetch of a training step whose lookup of `ids` is done: the unique
+keys of the batch staged after `ids` (none if there is none) and one request
+for each shard's HetTableExchange with the pushes due, the evictions and that
+batch's keys not cached.
+)doc");
+
+REGISTER_OP("HetCacheEndPrefetch")
+    .Input("cache: resource")
+    .Input("unique_keys: int64")
+    .Input("answers: num_shards * uint8")
+    .Attr("num_shards: int >= 1")
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc(R"doc(
+Takes each shard's answer to HetCacheBeginPrefetch (in shard order): the
+pushed rows, stale copies' fresh states, and the next batch's missing rows,
+inserted without evicting the step's own batch. Run the step's
+HetCacheAccumulate after it.
 )doc");
 
 REGISTER_OP("HetCacheEndExchange")

@@ -19,6 +19,8 @@ CONFIGURATIONS = (
      ["--mode", "ps", "--staleness", "100"]),
     ("het-s100-check", "HetEmbedding, 10% LFU cache, staleness 100, HET's per-key check",
      ["--mode", "ps", "--staleness", "100", "--sync", "check"]),
+    ("het-s100-lookahead", "HetEmbedding, 10% LFU cache, staleness 100, lookahead prefetch",
+     ["--mode", "ps", "--staleness", "100", "--lookahead"]),
     ("het-auto", "HetEmbedding, 10% LFU cache, staleness auto (the default)",
      ["--mode", "ps", "--staleness", "auto"]),
     ("hybrid-nocache", "HetEmbedding, cache off, hybrid mode",
@@ -27,6 +29,8 @@ CONFIGURATIONS = (
      ["--mode", "hybrid", "--staleness", "100"]),
     ("hybrid-s100-check", "HetEmbedding, 10% LFU cache, staleness 100, per-key check, hybrid",
      ["--mode", "hybrid", "--staleness", "100", "--sync", "check"]),
+    ("hybrid-s100-lookahead", "HetEmbedding, 10% LFU cache, staleness 100, lookahead, hybrid",
+     ["--mode", "hybrid", "--staleness", "100", "--lookahead"]),
 )
 # The staleness sweep for AUC: s10 and s100 come from the configurations above.
 STALENESS_SWEEP = (("het-s0", "0"), ("het-s10", "10"), ("het-s100", "100"),

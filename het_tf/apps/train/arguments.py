@@ -78,6 +78,10 @@ def add_arguments(p):
                    help="how cached lookups meet the shards: 'refresh' (only misses travel; "
                    "the shards send fresh rows of copies past the bound) or 'check' (HET's: "
                    "every id with its clock)")
+    p.add_argument("--lookahead", action=argparse.BooleanOptionalAction, default=False,
+                   help="the input pipeline stages each batch's ids a step ahead, and each "
+                   "training step prefetches the next batch's rows while it computes "
+                   "(het_tf.lookahead; sync 'refresh' only)")
     p.add_argument("--samples", type=_positive, default=1_000_000,
                    help="training samples, all workers together")
     p.add_argument("--eval-samples", type=int, default=100_000,
@@ -127,6 +131,9 @@ def check(args):
     if args.link and args.mode == "local":
         raise ValueError("--link shapes the local cluster that ps or hybrid mode starts by "
                          "itself; local mode has none")
+    if args.lookahead and (args.sync != "refresh" or args.embedding != "het"):
+        raise ValueError("--lookahead prefetches into HetEmbedding caches that sync by "
+                         "refresh: it needs --embedding het and --sync refresh")
     if args.samples < args.batch_size:
         raise ValueError(f"--samples ({args.samples}) is less than one batch "
                          f"({args.batch_size})")

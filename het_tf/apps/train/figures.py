@@ -68,12 +68,12 @@ def embedding_figures(model, ranks=1):
     layers = het_embedding_layers(model)
     if not layers:
         return {}
-    totals = {"hits": 0, "unique_keys": 0, "table_rows": 0}
+    totals = {"hits": 0, "unique_keys": 0, "table_rows": 0, "prefetch_hits": 0}
     traffic, per_sample = 0, 0.0
     for layer in layers:
         stats = layer.het_stats()
-        totals["hits"] += stats.get("cache_hits", 0)
-        totals["unique_keys"] += stats.get("cache_unique_keys", 0)
+        for counter in ("hits", "unique_keys", "prefetch_hits"):
+            totals[counter] += stats.get(f"cache_{counter}", 0)
         totals["table_rows"] += stats["table_rows"]
         samples = max(stats["samples"], 1) * (1 if "cache_hits" in stats else ranks)
         traffic += stats["embedding_bytes"]
@@ -82,6 +82,8 @@ def embedding_figures(model, ranks=1):
                "embedding_bytes_per_sample": per_sample}
     if totals["unique_keys"]:
         figures["cache_hit_rate"] = hit_rate(totals)
+        # Misses the lookahead fetched before their step (het_tf.lookahead).
+        figures["prefetch_hit_rate"] = totals["prefetch_hits"] / totals["unique_keys"]
     return figures
 
 

@@ -12,6 +12,7 @@ from het_tf import hybrid
 from het_tf.apps import launch
 from het_tf.distribute import horovod, server
 from het_tf.keras_layers.het_embedding import het_embedding_layers
+from het_tf.keras_layers.lookahead import lookahead
 
 
 class LocalMode:
@@ -47,9 +48,14 @@ class LocalMode:
     def distribute(self, model):
         """Runs after the model is built, before it is compiled."""
 
-    def pipelines(self, inputs):
-        """(training input, held-out input, timeline input) of this worker."""
-        return inputs.train(self.rank, self.size), inputs.held_out(), inputs.timeline()
+    def pipelines(self, inputs, lookahead_model=None):
+        """(training input, held-out input, timeline input) of this worker;
+        with lookahead_model, training batches stage their ids a step ahead
+        in its caches (het_tf.lookahead)."""
+        train = inputs.train(self.rank, self.size)
+        if lookahead_model is not None:
+            train = lookahead(train, lookahead_model)
+        return train, inputs.held_out(), inputs.timeline()
 
     def worker_devices(self):
         """Where the data readers ran, for their counters."""
@@ -111,12 +117,16 @@ class PsMode(LocalMode):
     def compile_options(self):
         return {"pss_evaluation_shards": 0}
 
-    def pipelines(self, inputs):
-        def per_worker(pipeline):
-            return tf_keras.utils.experimental.DatasetCreator(
-                lambda ctx: pipeline(ctx.input_pipeline_id, ctx.num_input_pipelines))
+    def pipelines(self, inputs, lookahead_model=None):
+        def per_worker(pipeline, model=None):
+            def make(ctx):
+                data = pipeline(ctx.input_pipeline_id, ctx.num_input_pipelines)
+                # Made on each worker: the ids go to that worker's caches.
+                return data if model is None else lookahead(data, model)
 
-        return (per_worker(inputs.train), per_worker(inputs.held_out),
+            return tf_keras.utils.experimental.DatasetCreator(make)
+
+        return (per_worker(inputs.train, lookahead_model), per_worker(inputs.held_out),
                 per_worker(inputs.timeline))
 
     def worker_devices(self):

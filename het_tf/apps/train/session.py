@@ -69,7 +69,8 @@ def train(args, mode):
     epochs, steps_per_epoch = _schedule(args, mode.batches_per_step)
     model = _build_and_compile(args, inputs, mode)
     throughput = figures.Throughput(args.batch_size * steps_per_epoch)
-    train_input, eval_input, timeline_input = mode.pipelines(inputs)
+    train_input, eval_input, timeline_input = mode.pipelines(
+        inputs, model if args.lookahead else None)
     num_workers, rank = mode.num_workers, mode.rank
     if rank == 0:
         print(f"het-tf train: {args.model} on {args.data} in {args.mode} mode "

@@ -102,23 +102,29 @@ class LocalCluster {
 
   // A training lookup by refresh: one exchange with every shard, which
   // also carries the pushes the last update made due.
+  // With carry_updates false, a Prefetch later in the step carries the
+  // pushes and evictions (the lookahead's step).
   het::Status Exchange(het::WorkerCache& cache, const std::vector<int64_t>& ids,
-                       het::ExchangePlan* plan, std::vector<float>* unique_rows) {
-    HET_RETURN_IF_ERROR(cache.BeginExchange(ids.data(), ids.size(), plan));
-    const int n = num_shards();
-    std::vector<std::vector<uint8_t>> answers(n);
-    std::vector<const uint8_t*> data(n);
-    std::vector<size_t> sizes(n);
-    for (int s = 0; s < n; ++s) {
-      HET_RETURN_IF_ERROR(
-          shards_[s]->Exchange(plan->requests[s].data(), plan->requests[s].size(), &answers[s]));
-      data[s] = answers[s].data();
-      sizes[s] = answers[s].size();
-    }
+                       het::ExchangePlan* plan, std::vector<float>* unique_rows,
+                       bool carry_updates = true) {
+    HET_RETURN_IF_ERROR(cache.BeginExchange(ids.data(), ids.size(), plan, carry_updates));
+    Answers answers;
+    HET_RETURN_IF_ERROR(Serve(*plan, &answers));
     const int64_t u = plan->unique_keys.size();
     unique_rows->assign(u * dim_, 0.0f);
-    return cache.EndExchange(plan->unique_keys.data(), u, data.data(), sizes.data(), n,
-                             unique_rows->data());
+    return cache.EndExchange(plan->unique_keys.data(), u, answers.data.data(), answers.sizes.data(),
+                             num_shards(), unique_rows->data());
+  }
+
+  // The lookahead's half of a step whose lookup of `current` is done: the
+  // batch staged after it comes in, with the pushes due.
+  het::Status Prefetch(het::WorkerCache& cache, const std::vector<int64_t>& current,
+                       het::ExchangePlan* plan) {
+    HET_RETURN_IF_ERROR(cache.BeginPrefetch(current.data(), current.size(), plan));
+    Answers answers;
+    HET_RETURN_IF_ERROR(Serve(*plan, &answers));
+    return cache.EndPrefetch(plan->unique_keys.data(), plan->unique_keys.size(),
+                             answers.data.data(), answers.sizes.data(), num_shards());
   }
 
   het::Status Update(het::WorkerCache& cache, const std::vector<int64_t>& unique_keys,
@@ -152,6 +158,27 @@ class LocalCluster {
     }
     return cache.AckPush(p.keys.data(), p.size(), p.counts.data(), states.data(), clocks.data(),
                          answered);
+  }
+
+  struct Answers {
+    std::vector<std::vector<uint8_t>> bytes;
+    std::vector<const uint8_t*> data;
+    std::vector<size_t> sizes;
+  };
+
+  // Each shard answers its request.
+  het::Status Serve(const het::ExchangePlan& plan, Answers* out) {
+    const int n = num_shards();
+    out->bytes.resize(n);
+    out->data.resize(n);
+    out->sizes.resize(n);
+    for (int s = 0; s < n; ++s) {
+      HET_RETURN_IF_ERROR(
+          shards_[s]->Exchange(plan.requests[s].data(), plan.requests[s].size(), &out->bytes[s]));
+      out->data[s] = out->bytes[s].data();
+      out->sizes[s] = out->bytes[s].size();
+    }
+    return het::Status::Ok();
   }
 
   int dim_;

@@ -1,0 +1,142 @@
+// The lookahead (sync="refresh" with staged batches): the prefetch brings
+// the next batch in and carries the step's pushes, the step's own exchange
+// then asks for nothing, and no read or update differs from the path
+// without a cache.
+#include <map>
+#include <random>
+#include <vector>
+
+#include "cc_ops/common/tests/harness.h"
+#include "cc_ops/embedding/core/tests/local_cluster.h"
+
+namespace {
+
+using het_test::LocalCluster;
+
+het::TableConfig SgdTable(int dim) {
+  het::TableConfig c;
+  c.name = "emb";
+  c.dim = dim;
+  c.optimizer.kind = het::OptimizerKind::kSGD;
+  return c;
+}
+
+std::unique_ptr<het::WorkerCache> SyncCache(int dim, int64_t capacity, int shards) {
+  het::CacheConfig c;
+  c.table_name = "emb";
+  c.dim = dim;
+  c.capacity = capacity;
+  c.read_staleness = 0;
+  c.write_staleness = 0;
+  c.num_shards = shards;
+  std::unique_ptr<het::WorkerCache> cache;
+  if (!het::WorkerCache::Create(c, &cache).ok()) std::abort();
+  return cache;
+}
+
+std::vector<std::vector<int64_t>> Batches(int steps, int ids_per_batch, int64_t keys,
+                                          uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<int64_t>> batches(steps);
+  for (auto& b : batches) {
+    for (int i = 0; i < ids_per_batch; ++i) b.push_back(static_cast<int64_t>(rng() % keys));
+  }
+  return batches;
+}
+
+}  // namespace
+
+// With both bounds 0 and one worker, every row read and the final table
+// equal the no-cache path's bit for bit, with the cache roomy, tight (the
+// prefetch drops rows that do not fit beside the step's batch) and smaller
+// than a batch (rows pass through); a staged batch that no step takes
+// wastes a prefetch and changes nothing. With room for everything, every
+// step after the first asks the shards for nothing of its own.
+HET_TEST(TheLookaheadReadsAndWritesAsTheNoCachePath) {
+  for (int64_t capacity : {100, 36, 20}) {
+    const int dim = 2, shards = 2, steps = 30;
+    LocalCluster cached(SgdTable(dim), shards), direct(SgdTable(dim), shards);
+    auto cache = SyncCache(dim, capacity, shards);
+    const auto batches = Batches(steps, 24, 50, 11);
+    EXPECT_OK(cache->Stage(batches[0].data(), batches[0].size()));
+    for (int t = 0; t < steps; ++t) {
+      if (t == 7) {
+        const std::vector<int64_t> junk = {40, 41, 42, 43};
+        EXPECT_OK(cache->Stage(junk.data(), junk.size()));
+      }
+      if (t + 1 < steps) EXPECT_OK(cache->Stage(batches[t + 1].data(), batches[t + 1].size()));
+      het::ExchangePlan plan, ahead;
+      std::vector<float> rows, expected;
+      EXPECT_OK(cached.Exchange(*cache, batches[t], &plan, &rows, /*carry_updates=*/false));
+      if (capacity == 100 && t > 0 && t != 8) {
+        // Only the header, sender, settings and empty sections went out.
+        for (const auto& request : plan.requests) EXPECT_EQ(request.size(), 68u);
+      }
+      EXPECT_OK(cached.Prefetch(*cache, batches[t], &ahead));
+      EXPECT_OK(direct.GatherRows(plan.unique_keys, &expected));
+      EXPECT_TRUE(rows == expected);
+      if (rows != expected) std::fprintf(stderr, "capacity %d step %d\n", int(capacity), t);
+      std::vector<float> grads(rows.size());
+      for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.01f * float((i + t) % 7) - 0.02f;
+      EXPECT_OK(cached.Update(*cache, plan.unique_keys, grads, 0.5f));
+      EXPECT_OK(direct.PushGradients(plan.unique_keys, grads, 0.5f));
+    }
+    const het::CacheCounters c = cache->Counters();
+    EXPECT_TRUE(c.prefetched > 0u);
+    EXPECT_TRUE(c.prefetch_hits > 0u);
+    EXPECT_TRUE(c.prefetch_hits <= c.prefetched);
+    EXPECT_EQ(c.hits + c.misses + c.prefetch_hits, c.unique_keys);
+    if (capacity == 20) EXPECT_TRUE(c.passed_through > 0u);
+    if (capacity == 100) EXPECT_TRUE(c.misses < 60u);  // the first batch's, the junk's follower
+    EXPECT_OK(cached.Flush(*cache, 0.5f));
+    uint64_t applied = 0;
+    for (int s = 0; s < shards; ++s) applied += cached.shard(s).Counters().updates_applied;
+    EXPECT_EQ(applied, cache->Counters().updates_pushed);
+    std::map<int64_t, int64_t> a_clocks, b_clocks;
+    EXPECT_TRUE(cached.Contents(&a_clocks) == direct.Contents(&b_clocks));
+    EXPECT_TRUE(a_clocks == b_clocks);
+    // The shards' records hold only what the cache holds.
+    het::ExchangePlan plan;
+    std::vector<float> rows;
+    EXPECT_OK(cached.Exchange(*cache, {}, &plan, &rows));
+    uint64_t copies = 0;
+    for (int s = 0; s < shards; ++s) copies += cached.shard(s).Records().copies;
+    EXPECT_EQ(copies, static_cast<uint64_t>(cache->size()));
+  }
+}
+
+// A step whose batch was never staged prefetches nothing; the staged
+// batches are bounded, and a bad staged id is refused naming the table.
+HET_TEST(StagingIsBoundedAndChecked) {
+  const int dim = 2, shards = 1;
+  LocalCluster cluster(SgdTable(dim), shards);
+  het::CacheConfig c;
+  c.table_name = "emb";
+  c.dim = dim;
+  c.capacity = 10;
+  c.vocabulary_size = 100;
+  c.num_shards = shards;
+  std::unique_ptr<het::WorkerCache> cache;
+  EXPECT_OK(het::WorkerCache::Create(c, &cache));
+  const std::vector<int64_t> bad = {3, 100};
+  const het::Status refused = cache->Stage(bad.data(), bad.size());
+  EXPECT_TRUE(!refused.ok());
+  EXPECT_TRUE(refused.message().find("emb") != std::string::npos);
+  const size_t empty = cache->MemoryBytes();
+  for (int i = 0; i < 1000; ++i) {
+    const std::vector<int64_t> batch = {i % 100, (i + 1) % 100};
+    EXPECT_OK(cache->Stage(batch.data(), batch.size()));
+  }
+  EXPECT_TRUE(cache->MemoryBytes() < empty + 64 * 1024);
+  const std::vector<int64_t> unstaged = {5, 6, 7};
+  het::ExchangePlan plan;
+  EXPECT_OK(cluster.Prefetch(*cache, unstaged, &plan));
+  EXPECT_TRUE(plan.unique_keys.empty());
+  const std::vector<int64_t> before_last = {98, 99}, last = {99, 0};
+  EXPECT_OK(cluster.Prefetch(*cache, before_last, &plan));
+  EXPECT_TRUE(plan.unique_keys == last);
+  EXPECT_OK(cluster.Prefetch(*cache, last, &plan));
+  EXPECT_TRUE(plan.unique_keys.empty());                    // nothing staged after the last
+  EXPECT_OK(cluster.Prefetch(*cache, before_last, &plan));  // dropped with the ones before
+  EXPECT_TRUE(plan.unique_keys.empty());
+}

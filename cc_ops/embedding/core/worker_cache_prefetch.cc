@@ -1,0 +1,119 @@
+// The lookahead: the input pipeline stages each batch's ids before the
+// step before it runs, and that step's prefetch exchange brings the batch's
+// missing rows in while the step computes, carrying the step's pushes and
+// evictions with it. The next step's own exchange then asks for nothing
+// (docs/consistency.md, "The lookahead").
+#include <algorithm>
+
+#include "cc_ops/common/hashing.h"
+#include "cc_ops/embedding/core/key_checks.h"
+#include "cc_ops/embedding/core/worker_cache.h"
+
+namespace het {
+namespace {
+
+// Staged batches kept: enough for a pipeline that runs well ahead of the
+// steps; a step finds its batch among them by fingerprint.
+constexpr size_t kMaxStaged = 64;
+
+uint64_t Fingerprint(const int64_t* ids, int64_t n) {
+  uint64_t h = Mix64(static_cast<uint64_t>(n));
+  for (int64_t i = 0; i < n; ++i) h = Mix64(h ^ static_cast<uint64_t>(ids[i]));
+  return h;
+}
+
+}  // namespace
+
+Status WorkerCache::Stage(const int64_t* ids, int64_t n) {
+  HET_RETURN_IF_ERROR(CheckKeys(config_.table_name, config_.vocabulary_size, ids, n));
+  StagedBatch batch{Fingerprint(ids, n), std::vector<int64_t>(ids, ids + n)};
+  std::lock_guard<std::mutex> lock(staged_mu_);
+  if (staged_.size() == kMaxStaged) staged_.pop_front();
+  staged_.push_back(std::move(batch));
+  return Status::Ok();
+}
+
+Status WorkerCache::BeginPrefetch(const int64_t* current, int64_t n, ExchangePlan* plan) {
+  // The batch after `current`. Batches before it were staged for steps
+  // that are done (or never ran); `current` itself stays, to be found
+  // again if the step is retried.
+  std::vector<int64_t> next;
+  {
+    const uint64_t fingerprint = Fingerprint(current, n);
+    std::lock_guard<std::mutex> lock(staged_mu_);
+    const auto found =
+        std::find_if(staged_.begin(), staged_.end(),
+                     [fingerprint](const StagedBatch& b) { return b.fingerprint == fingerprint; });
+    if (found != staged_.end()) {
+      staged_.erase(staged_.begin(), found);
+      if (staged_.size() > 1) next = staged_[1].ids;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (config_.sync != SyncMode::kRefresh) {
+    return Status::FailedPrecondition(Name() +
+                                      ": this cache checks its keys (sync='check'); "
+                                      "it cannot prefetch");
+  }
+  plan->inverse.clear();
+  std::vector<int32_t> slots;
+  Deduplicate(next.data(), static_cast<int64_t>(next.size()), &plan->unique_keys, nullptr, &slots);
+  if (!passing_.clocks.empty()) {
+    // A row passing through this step gets its update only after this
+    // prefetch: fetched now it would lack it. The next lookup fetches it,
+    // behind its push.
+    size_t kept = 0;
+    for (size_t i = 0; i < plan->unique_keys.size(); ++i) {
+      if (passing_.index.Find(plan->unique_keys[i]) != KeyIndex::kAbsent) continue;
+      plan->unique_keys[kept] = plan->unique_keys[i];
+      slots[kept++] = slots[i];
+    }
+    plan->unique_keys.resize(kept);
+    slots.resize(kept);
+  }
+  return WriteRequests(plan->unique_keys, slots, /*carry_updates=*/true, plan);
+}
+
+Status WorkerCache::EndPrefetch(const int64_t* unique_keys, int64_t u,
+                                const uint8_t* const* answers, const size_t* sizes,
+                                int64_t shards) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int32_t> slots(u);
+  for (int64_t i = 0; i < u; ++i) slots[i] = SlotOf(unique_keys[i]);
+  std::vector<const float*> fresh;
+  std::vector<int64_t> fresh_clocks;
+  HET_RETURN_IF_ERROR(
+      TakeAnswers(unique_keys, u, slots, answers, sizes, shards, &fresh, &fresh_clocks));
+  // The step's own rows (its update comes next) and the next batch's cached
+  // rows leave the eviction order while the missing rows go in.
+  std::vector<int32_t> held;
+  for (const std::vector<int32_t>* batch : {&prepared_slots_, &slots}) {
+    for (int32_t slot : *batch) {
+      if (slot >= 0 && order_.attached(slot)) {
+        order_.Detach(slot);
+        held.push_back(slot);
+      }
+    }
+  }
+  std::vector<int32_t> inserted;
+  for (int64_t i = 0; i < u; ++i) {
+    if (fresh[i] == nullptr) continue;
+    const int32_t slot = TakeSlot();
+    if (slot == EvictionOrder::kNone) {
+      // No room beside the two batches: the next lookup fetches it. The
+      // shards recorded the copy they handed out, so it goes as evicted.
+      unreported_evictions_.push_back(unique_keys[i]);
+      continue;
+    }
+    InsertRow(slot, unique_keys[i], fresh[i], fresh_clocks[i]);
+    fetched_ahead_.Insert(unique_keys[i], 0);
+    inserted.push_back(slot);
+  }
+  for (int32_t slot : held) order_.Attach(slot, order_.touches(slot));
+  // Not touched yet: the lookup that uses them counts their first touch.
+  for (int32_t slot : inserted) order_.Attach(slot, 0);
+  counters_.prefetched += inserted.size();
+  return Status::Ok();
+}
+
+}  // namespace het

@@ -1,0 +1,113 @@
+"""het_tf.lookahead: the input pipeline hands each HetEmbedding cache the
+next batch's ids, so that a training step's exchange with the shards
+fetches the rows of the step after it while this step computes.
+
+    dataset = het_tf.lookahead(dataset, model)   # model built, before fit
+    model.fit(dataset, ...)
+
+The dataset's elements come out unchanged and in order. Before it hands
+over batch t, the pipeline runs the model's inputs of batch t + 1 up to each
+HetEmbedding layer and stages those ids in the layer's cache (on the worker
+that reads the dataset). Training step t then looks up batch t, whose rows
+the step before brought in, and beside its dense compute sends one
+prefetch request per shard: its pushes, its evictions and the rows batch
+t + 1 lacks. docs/consistency.md states what a read sees.
+
+A step whose batch was not staged (another dataset, or the first step)
+fetches its missing rows itself, as without the lookahead.
+"""
+import logging
+
+import tensorflow as tf
+import tf_keras
+
+from het_tf.keras_layers.combiners import lookup_ids
+from het_tf.keras_layers.het_embedding import het_embedding_layers
+
+_log = logging.getLogger("het_tf")
+
+
+def _layers_that_prefetch(model):
+    layers = [layer for layer in het_embedding_layers(model) if layer.built]
+    if not layers:
+        raise ValueError("het_tf.lookahead: the model has no built HetEmbedding layer; build "
+                         "the model (call it once, or give its Input shapes) first")
+    cached = [layer for layer in layers
+              if layer.cache is not None and layer.cache.config.sync == "refresh"]
+    for layer in layers:
+        if layer not in cached:
+            _log.info("het_tf.lookahead: HetEmbedding '%s' has no cache that syncs by refresh; "
+                      "it looks up as before", layer.name)
+    return cached
+
+
+def _ids_model(model, layers):
+    """The model's inputs to each layer's input: what the pipeline computes
+    of the next batch."""
+    if not getattr(model, "_is_graph_network", False):
+        raise ValueError("het_tf.lookahead needs a functional or Sequential tf_keras model: a "
+                         "subclassed model's inputs cannot be traced to its HetEmbedding layers")
+    outputs = []
+    for layer in layers:
+        if len(layer.inbound_nodes) != 1:
+            raise ValueError(f"het_tf.lookahead: HetEmbedding '{layer.name}' is called "
+                             f"{len(layer.inbound_nodes)} times in the model; the lookahead "
+                             "needs each layer called once per step")
+        outputs.append(layer.input)
+    return tf_keras.Model(model.inputs, outputs, name="het_lookahead_ids")
+
+
+def _placeholder(spec):
+    """A value of spec's type with every unknown dimension 0: the end marker."""
+    if not isinstance(spec, tf.TensorSpec):
+        raise ValueError(f"het_tf.lookahead needs dense tensors in the dataset's elements; got "
+                         f"{type(spec).__name__}")
+    return tf.zeros([0 if d is None else d for d in spec.shape.as_list()], spec.dtype)
+
+
+def lookahead(dataset, model):
+    """`dataset` (a tf.data.Dataset of model.fit's elements) with each
+    batch's HetEmbedding ids staged before the batch ahead of it is handed
+    over; see the module docstring. Also switches the model's HetEmbedding
+    layers that cache with sync "refresh" to prefetching training steps
+    (traced from here on)."""
+    if not isinstance(dataset, tf.data.Dataset):
+        raise ValueError(f"het_tf.lookahead takes a tf.data.Dataset, got "
+                         f"{type(dataset).__name__}")
+    layers = _layers_that_prefetch(model)
+    if not layers:
+        return dataset
+    ids_model = _ids_model(model, layers)
+    spec = dataset.element_spec
+    single = not isinstance(spec, tuple)
+    placeholder = tf.nest.map_structure(_placeholder, spec)
+
+    def stage(element):
+        x, _, _ = tf_keras.utils.unpack_x_y_sample_weight(element)
+        ids = ids_model(x, training=False)
+        ids = ids if isinstance(ids, (list, tuple)) else [ids]
+        return [layer.cache.stage(lookup_ids(i)) for layer, i in zip(layers, ids)]
+
+    def tag(*element):
+        return tf.constant(True), element[0] if single else element
+
+    # An end marker after the last element, so that the last one comes out.
+    tagged = dataset.map(tag).concatenate(
+        tf.data.Dataset.from_tensors((tf.constant(False), placeholder)))
+
+    def hand_over(previous, current):
+        # The element before `current` goes out once `current`'s ids are staged.
+        had_previous, previous_element = previous
+        is_element, element = current
+        staged = tf.cond(is_element, lambda: tf.group(stage(element)), tf.no_op)
+        with tf.control_dependencies([staged]):
+            out = tf.nest.map_structure(tf.identity, (had_previous, previous_element))
+        return (is_element, element), out
+
+    staged = tagged.scan((tf.constant(False), placeholder), hand_over)
+    out = staged.filter(lambda had_previous, _: had_previous).map(lambda _, element: element)
+    for layer in layers:
+        layer.enable_lookahead()
+    # A train function traced before would not prefetch.
+    model.train_function = None
+    return out.prefetch(1)
