@@ -82,6 +82,7 @@ fuzz: build
 soak: build
 	rm -rf $(CURDIR)/build/soak
 	$(PY) tools/fault_soak.py --out $(CURDIR)/build/soak
+	$(PY) tools/fault_soak.py --lookahead --out $(CURDIR)/build/soak/lookahead
 
 # The main job on the default data: WDL on synthetic Criteo-like data, in
 # ParameterServerStrategy mode on a local cluster (1 PS, 2 workers); then the

@@ -37,14 +37,18 @@ def parse_args():
     p.add_argument("--result-json")
     p.add_argument("--probe-ids", type=int, default=64,
                    help="rows 0..N-1 are reported in --result-json")
+    p.add_argument("--lookahead", action="store_true",
+                   help="each worker's pipeline stages the next batch's ids, and each step "
+                   "prefetches its rows while it computes (het_tf.lookahead)")
     return p.parse_args()
 
 
-def dataset_fn(args):
+def dataset_fn(args, lookahead_model=None):
     def make(context):
         # Each worker reads its own part of the data, as Horovod's ranks would.
         ids, labels = skewed_data(context.input_pipeline_id if context else 0, 8192, args.vocab)
-        return tf.data.Dataset.from_tensor_slices((ids, labels)).repeat().batch(args.batch_size)
+        data = tf.data.Dataset.from_tensor_slices((ids, labels)).repeat().batch(args.batch_size)
+        return data if lookahead_model is None else het_tf.lookahead(data, lookahead_model)
     return make
 
 
@@ -96,7 +100,8 @@ def main():
         on_epoch_end=lambda epoch, logs: manager.save())] if manager else []
     history = {}
     if args.epochs > 0:
-        history = model.fit(tf_keras.utils.experimental.DatasetCreator(dataset_fn(args)),
+        training = dataset_fn(args, model if args.lookahead else None)
+        history = model.fit(tf_keras.utils.experimental.DatasetCreator(training),
                             epochs=args.epochs, steps_per_epoch=args.steps_per_epoch, verbose=2,
                             callbacks=[HetMetricsCallback()] + save_each_epoch).history
     if args.evaluate_steps:

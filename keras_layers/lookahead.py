@@ -106,6 +106,11 @@ def lookahead(dataset, model):
 
     staged = tagged.scan((tf.constant(False), placeholder), hand_over)
     out = staged.filter(lambda had_previous, _: had_previous).map(lambda _, element: element)
+    # The filter hides the number of batches, which model.fit needs to know
+    # with steps_per_execution > 1: it is the dataset's own.
+    cardinality = tf.get_static_value(dataset.cardinality())
+    if cardinality is not None and cardinality != tf.data.UNKNOWN_CARDINALITY:
+        out = out.apply(tf.data.experimental.assert_cardinality(cardinality))
     for layer in layers:
         layer.enable_lookahead()
     # A train function traced before would not prefetch.

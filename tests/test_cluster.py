@@ -98,6 +98,24 @@ def test_training_shards_rows_caches_hits_and_counts_add_up(trained):
     assert result["pushed_during_evaluation"] == 0  # evaluation never pushes
 
 
+def test_the_lookahead_prefetches_on_every_worker_and_loses_no_update(tmp_path):
+    """Each worker's pipeline stages its next batch in that worker's cache:
+    the steps' own exchanges find the misses already fetched, and every
+    update still reaches the shards."""
+    code, result, log = run_training(tmp_path, "lookahead", ps=2,
+                                     extra=["--epochs", "2", "--lookahead"])
+    assert code == 0, log[-5000:]
+    stats = result["stats"]
+    assert stats["cache_prefetched"] > 0
+    # Most of what the cache lacked was there before its step asked.
+    assert stats["cache_prefetch_hits"] > 2 * stats["cache_misses"]
+    assert stats["cache_hits"] + stats["cache_misses"] + stats["cache_prefetch_hits"] == \
+        stats["cache_unique_keys"]
+    assert stats["cache_updates_pushed"] == stats["table_updates_applied"] == result["clock_sum"]
+    losses = result["losses"]
+    assert losses[-1] < losses[0]
+
+
 def test_a_sidecar_evaluator_task_evaluates_the_checkpoints(trained):
     tmp, _ = trained
     evaluations = json.loads((tmp / "train.json.evaluator").read_text())["evaluations"]

@@ -225,16 +225,30 @@ def build_call(draw, op, ctx):
                 np.array([draw(st.integers(0, 9)) for _ in keys], np.int64)], {}
     if op == "HetShardIndex":
         return [unique_keys(draw)], dict(num_shards=draw(st.integers(1, 4)))
-    if op in ("HetCachePrepare", "HetCacheBeginExchange"):
+    if op in ("HetCachePrepare", "HetCacheBeginExchange", "HetCacheStage",
+              "HetCacheBeginPrefetch"):
         shape = draw(st.lists(st.integers(1, 2), min_size=1, max_size=3))  # at most 8 ids
         ids = np.array(draw(st.lists(KEYS, min_size=int(np.prod(shape)),
                                      max_size=int(np.prod(shape)))), np.int64).reshape(shape)
-        return [ch, ids], ({} if op == "HetCachePrepare" else dict(num_shards=1))
+        if op == "HetCacheBeginPrefetch":
+            # The batch after ids, staged, so that there is one to prefetch.
+            OPS.het_cache_stage(ch, ids)
+            OPS.het_cache_stage(ch, unique_keys(draw))
+        attrs = {"HetCacheBeginExchange": dict(num_shards=1, carry_updates=draw(st.booleans())),
+                 "HetCacheBeginPrefetch": dict(num_shards=1)}.get(op, {})
+        return [ch, ids], attrs
     if op == "HetCacheEndExchange":
         unique, _inverse, request = OPS.het_cache_begin_exchange(ch, unique_keys(draw),
                                                                  num_shards=1)
         answer = OPS.het_table_exchange(th, request[0], dim=DIM)
         return [ch, unique, [answer]], dict(dim=DIM)
+    if op == "HetCacheEndPrefetch":
+        current = unique_keys(draw)
+        OPS.het_cache_stage(ch, current)
+        OPS.het_cache_stage(ch, unique_keys(draw))
+        unique, request = OPS.het_cache_begin_prefetch(ch, current, num_shards=1)
+        answer = OPS.het_table_exchange(th, request[0], dim=DIM)
+        return [ch, unique, [answer]], {}
     if op == "HetCacheComplete":
         training = draw(st.booleans())
         unique, _inverse, clocks, _bound = OPS.het_cache_prepare(ch, unique_keys(draw))
@@ -332,7 +346,7 @@ FUZZED_OPS = sorted(OP_DEFS)
 
 def test_every_op_is_fuzzed():
     """The fuzz below covers the library's whole op list, found at run time."""
-    assert len(FUZZED_OPS) == 28 and all(OP_DEFS[name] is not None for name in FUZZED_OPS)
+    assert len(FUZZED_OPS) == 31 and all(OP_DEFS[name] is not None for name in FUZZED_OPS)
 
 
 @pytest.mark.parametrize("op_name", FUZZED_OPS)

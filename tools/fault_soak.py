@@ -1,7 +1,7 @@
 """Fault soak: a 2-PS, 2-worker cluster trains while its workers are killed
 and restarted every few seconds; then the books are checked.
 
-    python tools/fault_soak.py --out build/soak
+    python tools/fault_soak.py --out build/soak [--lookahead]
 
 The chief runs examples/cluster_train.py with a checkpoint per epoch. A
 killer thread SIGKILLs one worker at a time (alternating), waits, and starts
@@ -73,6 +73,9 @@ def parse_args():
     p.add_argument("--timeout", type=float, default=1200.0,
                    help="seconds before the run is stopped and counted as failed")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lookahead", action="store_true",
+                   help="train with het_tf.lookahead: each worker's pipeline stages the next "
+                   "batch and each step prefetches it")
     return p.parse_args()
 
 
@@ -120,7 +123,8 @@ def main():
                                   args=(cluster, log, stop, args, events), daemon=True)
         killer.start()
         code = run_chief(cluster, ["--epochs", str(args.epochs), "--steps-per-epoch",
-                                   str(args.steps_per_epoch), "--checkpoint-dir", checkpoints],
+                                   str(args.steps_per_epoch), "--checkpoint-dir", checkpoints]
+                         + (["--lookahead"] if args.lookahead else []),
                          train_json, args.timeout)
         stop.set()
         killer.join(timeout=60)
