@@ -127,3 +127,15 @@ def test_a_layer_that_cannot_prefetch_looks_up_as_before(kwargs):
     dataset = tf.data.Dataset.from_tensor_slices(data(n=64)).batch(BATCH)
     assert het_tf.lookahead(dataset, model) is dataset
     assert not layer.lookahead_active
+
+
+def test_bad_staged_ids_fail_in_the_pipeline_naming_the_layer():
+    layer = HetEmbedding(VOCAB, DIM, cache_capacity=100, staleness=10, name="staged")
+    model = model_with(layer)
+    x, y = data(n=64)
+    x[40, 1] = VOCAB  # out of range, in the second batch
+    dataset = het_tf.lookahead(tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH), model)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="'staged'.*400"):
+        list(dataset)
+    with pytest.raises(ValueError, match="'staged'.*int32 or int64"):
+        layer.cache.stage(tf.constant([1.5]))

@@ -143,8 +143,10 @@ tensorflow::Status OutputRequests(OpKernelContext* ctx, const ExchangePlan& plan
 
 // Inputs 1 on of an exchange's second half: the unique keys it asked
 // about, then each shard's answer, 4-byte aligned (copied into scratch if
-// they are not).
+// they are not). The keys point into the input tensor.
 struct ExchangeAnswers {
+  const int64_t* keys = nullptr;
+  int64_t u = 0;
   std::vector<std::vector<uint8_t>> scratch;
   std::vector<const uint8_t*> data;
   std::vector<size_t> sizes;
@@ -154,7 +156,10 @@ struct ExchangeAnswers {
 tensorflow::Status ReadAnswers(OpKernelContext* ctx, const WorkerCache& cache,
                                ExchangeAnswers* out) {
   const std::string& name = cache.config().table_name;
-  TF_RETURN_IF_ERROR(CheckVector(name, "unique keys", ctx->input(1)));
+  const Tensor& keys = ctx->input(1);
+  TF_RETURN_IF_ERROR(CheckVector(name, "unique keys", keys));
+  out->keys = keys.flat<int64_t>().data();
+  out->u = keys.NumElements();
   const int shards = ctx->num_inputs() - 2;
   out->scratch.resize(shards);
   out->data.resize(shards);
@@ -193,13 +198,10 @@ class HetCacheEndExchangeOp : public CacheKernel {
   void Run(OpKernelContext* ctx, WorkerCache& cache) override {
     ExchangeAnswers a;
     OP_REQUIRES_OK(ctx, ReadAnswers(ctx, cache, &a));
-    const Tensor& keys = ctx->input(1);
-    const int64_t u = keys.NumElements();
     Tensor* rows = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({u, dim_}), &rows));
-    OP_REQUIRES_OK(
-        ctx, ToTf(cache.EndExchange(keys.flat<int64_t>().data(), u, a.data.data(), a.sizes.data(),
-                                    a.shards(), rows->flat<float>().data())));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({a.u, dim_}), &rows));
+    OP_REQUIRES_OK(ctx, ToTf(cache.EndExchange(a.keys, a.u, a.data.data(), a.sizes.data(),
+                                               a.shards(), rows->flat<float>().data())));
     WarnOnceOfPassThrough(cache);
   }
 };
@@ -233,9 +235,8 @@ class HetCacheEndPrefetchOp : public CacheKernel {
   void Run(OpKernelContext* ctx, WorkerCache& cache) override {
     ExchangeAnswers a;
     OP_REQUIRES_OK(ctx, ReadAnswers(ctx, cache, &a));
-    const Tensor& keys = ctx->input(1);
-    OP_REQUIRES_OK(ctx, ToTf(cache.EndPrefetch(keys.flat<int64_t>().data(), keys.NumElements(),
-                                               a.data.data(), a.sizes.data(), a.shards())));
+    OP_REQUIRES_OK(ctx,
+                   ToTf(cache.EndPrefetch(a.keys, a.u, a.data.data(), a.sizes.data(), a.shards())));
   }
 };
 

@@ -16,6 +16,31 @@
 
 namespace het_test {
 
+// A one-field SGD table named "emb".
+inline het::TableConfig SgdTable(int dim) {
+  het::TableConfig c;
+  c.name = "emb";
+  c.dim = dim;
+  c.optimizer.kind = het::OptimizerKind::kSGD;
+  return c;
+}
+
+// An LRU cache of SgdTable's table that syncs by refresh.
+inline std::unique_ptr<het::WorkerCache> RefreshCache(int dim, int64_t capacity, int64_t s_read,
+                                                      int64_t s_write, int shards) {
+  het::CacheConfig c;
+  c.table_name = "emb";
+  c.dim = dim;
+  c.capacity = capacity;
+  c.policy = het::CachePolicy::kLRU;
+  c.read_staleness = s_read;
+  c.write_staleness = s_write;
+  c.num_shards = shards;
+  std::unique_ptr<het::WorkerCache> cache;
+  if (!het::WorkerCache::Create(c, &cache).ok()) std::abort();
+  return cache;
+}
+
 class LocalCluster {
  public:
   LocalCluster(const het::TableConfig& table, int num_shards) : dim_(table.dim) {
@@ -133,6 +158,17 @@ class LocalCluster {
     HET_RETURN_IF_ERROR(
         cache.Accumulate(unique_keys.data(), unique_keys.size(), grads.data(), lr, &due));
     return PushAndAck(cache, due, lr);
+  }
+
+  // Flushes the cache; then true if every update it pushed was applied and
+  // this cluster's rows and clocks equal `direct`'s (a no-cache twin).
+  bool FlushedEquals(het::WorkerCache& cache, LocalCluster& direct, float lr) {
+    if (!Flush(cache, lr).ok()) return false;
+    uint64_t applied = 0;
+    for (auto& shard : shards_) applied += shard->Counters().updates_applied;
+    std::map<int64_t, int64_t> clocks, direct_clocks;
+    return applied == cache.Counters().updates_pushed &&
+           Contents(&clocks) == direct.Contents(&direct_clocks) && clocks == direct_clocks;
   }
 
   het::Status Flush(het::WorkerCache& cache, float lr) {

@@ -12,27 +12,8 @@
 namespace {
 
 using het_test::LocalCluster;
-
-het::TableConfig SgdTable(int dim) {
-  het::TableConfig c;
-  c.name = "emb";
-  c.dim = dim;
-  c.optimizer.kind = het::OptimizerKind::kSGD;
-  return c;
-}
-
-std::unique_ptr<het::WorkerCache> SyncCache(int dim, int64_t capacity, int shards) {
-  het::CacheConfig c;
-  c.table_name = "emb";
-  c.dim = dim;
-  c.capacity = capacity;
-  c.read_staleness = 0;
-  c.write_staleness = 0;
-  c.num_shards = shards;
-  std::unique_ptr<het::WorkerCache> cache;
-  if (!het::WorkerCache::Create(c, &cache).ok()) std::abort();
-  return cache;
-}
+using het_test::RefreshCache;
+using het_test::SgdTable;
 
 std::vector<std::vector<int64_t>> Batches(int steps, int ids_per_batch, int64_t keys,
                                           uint64_t seed) {
@@ -56,7 +37,7 @@ HET_TEST(TheLookaheadReadsAndWritesAsTheNoCachePath) {
   for (int64_t capacity : {100, 36, 20}) {
     const int dim = 2, shards = 2, steps = 30;
     LocalCluster cached(SgdTable(dim), shards), direct(SgdTable(dim), shards);
-    auto cache = SyncCache(dim, capacity, shards);
+    auto cache = RefreshCache(dim, capacity, 0, 0, shards);
     const auto batches = Batches(steps, 24, 50, 11);
     EXPECT_OK(cache->Stage(batches[0].data(), batches[0].size()));
     for (int t = 0; t < steps; ++t) {
@@ -88,13 +69,7 @@ HET_TEST(TheLookaheadReadsAndWritesAsTheNoCachePath) {
     EXPECT_EQ(c.hits + c.misses + c.prefetch_hits, c.unique_keys);
     if (capacity == 20) EXPECT_TRUE(c.passed_through > 0u);
     if (capacity == 100) EXPECT_TRUE(c.misses < 60u);  // the first batch's, the junk's follower
-    EXPECT_OK(cached.Flush(*cache, 0.5f));
-    uint64_t applied = 0;
-    for (int s = 0; s < shards; ++s) applied += cached.shard(s).Counters().updates_applied;
-    EXPECT_EQ(applied, cache->Counters().updates_pushed);
-    std::map<int64_t, int64_t> a_clocks, b_clocks;
-    EXPECT_TRUE(cached.Contents(&a_clocks) == direct.Contents(&b_clocks));
-    EXPECT_TRUE(a_clocks == b_clocks);
+    EXPECT_TRUE(cached.FlushedEquals(*cache, direct, 0.5f));
     // The shards' records hold only what the cache holds.
     het::ExchangePlan plan;
     std::vector<float> rows;
