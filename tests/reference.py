@@ -245,10 +245,12 @@ class RefCache:
         self.due = []  # sync="refresh": keys made due, pushed with the next exchange
         self.seq = 0
         self.lr = 0.0
+        self.batch = []  # the last training lookup's unique keys
+        self.staged = []  # [ids, taken] of the batches the lookahead staged
+        self.fetched_ahead = set()  # inserted by the last prefetch, until the next lookup
         self.counters = dict(lookups=0, unique_keys=0, hits=0, misses=0, stale_refreshes=0,
                              evictions=0, dirty_evictions=0, passed_through=0, rows_pulled=0,
-                             rows_pushed=0,
-                             updates_pushed=0)
+                             rows_pushed=0, updates_pushed=0, prefetched=0, prefetch_hits=0)
 
     def _bucket(self, touches):
         if self.policy == "lru":
@@ -267,7 +269,7 @@ class RefCache:
     def clear(self):
         """As after a restore: nothing cached or pending, a new generation."""
         self.entries, self.outbox, self.unreported, self.passing = {}, [], [], {}
-        self.due = []
+        self.due, self.batch, self.fetched_ahead = [], [], set()
         self.generation += 1
 
     def _refresh(self, e, fresh, clock):
@@ -292,23 +294,40 @@ class RefCache:
             behind = self.table.row(k)["clock"] - e["cs" if self.sync == "refresh" else "cc"]
             assert behind <= self.s_r, (k, behind, self.s_r)
 
-    def lookup(self, ids, training):
+    def _exchange(self, keys, pushes, evicted):
+        """One exchange: the pushes are merged first, then the shard
+        answers the sync; the refreshes are applied. Returns the misses'
+        (state, clock) by key."""
+        self._push_and_ack(pushes, self.lr)
+        misses = [k for k in keys if k not in self.entries]
+        fetched, refreshes = self.table.sync(self.worker, self.generation, misses, evicted,
+                                             self.s_r)
+        for k, state, clock in refreshes:
+            # A lookahead lookup reports only its misses' evictions, so a
+            # copy evicted since may be refreshed: it is dropped.
+            if k in self.entries:
+                self._refresh(self.entries[k], state, clock)
+        self.counters["rows_pulled"] += len(fetched) + len(refreshes)
+        return dict(zip(misses, fetched))
+
+    def lookup(self, ids, training, lookahead=False):
+        """lookahead: the step's prefetch carries the updates, so the
+        exchange carries only the misses' outbox rows and eviction reports."""
         unique = list(dict.fromkeys(ids))
         self.counters["lookups"] += len(ids)
         self.counters["unique_keys"] += len(unique)
         if training and self.sync == "refresh":
-            # One exchange: the pushes the last update made due are merged
-            # first, then the shard answers the sync.
-            self._push_and_ack(self._exchange_pushes(), self.lr)
-            self.due = []
-            misses = [k for k in unique if k not in self.entries]
-            evicted, self.unreported = self.unreported, []
-            fetched, refreshes = self.table.sync(self.worker, self.generation, misses, evicted,
-                                                 self.s_r)
-            for k, state, clock in refreshes:
-                self._refresh(self.entries[k], state, clock)
-            self.counters["rows_pulled"] += len(fetched) + len(refreshes)
-            answer = {unique.index(k): a for k, a in zip(misses, fetched)}
+            if lookahead:
+                wanted = {k for k in unique if k not in self.entries}
+                pushes = [p for p in self.outbox if p[0] in wanted]
+                evicted = [k for k in self.unreported if k in wanted]
+                self.unreported = [k for k in self.unreported if k not in wanted]
+            else:
+                pushes, self.due = self._exchange_pushes(), []
+                evicted, self.unreported = self.unreported, []
+            fetched = self._exchange(unique, pushes, evicted)
+            answer = {unique.index(k): a for k, a in fetched.items()}
+            self.batch = unique
             return unique, self._fill(unique, answer)
         clocks = [self.entries[k]["cc"] if k in self.entries else -1 for k in unique]
         answer = {i: (state, c) for i, state, c in self.table.pull(unique, clocks, self.s_r)}
@@ -342,7 +361,7 @@ class RefCache:
         out = {}
         for i, k in enumerate(unique):
             if i not in answer:
-                self.counters["hits"] += 1
+                self.counters["prefetch_hits" if k in self.fetched_ahead else "hits"] += 1
                 continue
             fresh, clock = answer[i]
             e = self.entries.get(k)
@@ -359,19 +378,11 @@ class RefCache:
                 self.counters["passed_through"] += 1
                 continue
             if len(self.entries) >= self.capacity:
-                victim = min(attached, key=lambda e: (self._bucket(e["touches"]), e["seq"]))
-                if victim["cc"] > victim["cs"]:
-                    self.outbox.append((victim["key"], victim["pd"],
-                                        victim["cc"] - victim["cs"], victim["cs"]))
-                    self.counters["dirty_evictions"] += 1
-                del self.entries[victim["key"]]
-                if self.sync == "refresh":
-                    self.unreported.append(victim["key"])
-                self.counters["evictions"] += 1
-            self.entries[k] = dict(key=k, state=fresh, cs=clock, cc=clock, pd=self._zeros(),
-                                   touches=0, attached=False)
+                self._evict(attached)
+            self._insert(k, fresh, clock)
             inserted.add(k)
             self.counters["misses"] += 1
+        self.fetched_ahead = set()
         self._check_bound([k for k in unique if k not in self.passing])
         for k in unique:
             if k in self.passing:
@@ -380,6 +391,70 @@ class RefCache:
             self._attach(e, 1 if k in inserted else e["touches"] + 1)
             out[k] = e["state"]["w"].copy()
         return [out[k] for k in unique]
+
+    def _evict(self, attached):
+        victim = min(attached, key=lambda e: (self._bucket(e["touches"]), e["seq"]))
+        if victim["cc"] > victim["cs"]:
+            self.outbox.append((victim["key"], victim["pd"], victim["cc"] - victim["cs"],
+                                victim["cs"]))
+            self.counters["dirty_evictions"] += 1
+        del self.entries[victim["key"]]
+        if self.sync == "refresh":
+            self.unreported.append(victim["key"])
+        self.counters["evictions"] += 1
+
+    def _insert(self, k, fresh, clock):
+        self.entries[k] = e = dict(key=k, state=fresh, cs=clock, cc=clock, pd=self._zeros(),
+                                   touches=0, attached=False)
+        return e
+
+    def stage(self, ids):
+        self.staged = self.staged[-63:] + [[list(ids), False]]
+
+    def _next_staged(self, current):
+        """The batch staged after `current`: found by content, after the
+        batch the last prefetch took; earlier ones are dropped."""
+        start = 1 if self.staged and self.staged[0][1] else 0
+        for i in range(start, len(self.staged)):
+            if self.staged[i][0] == list(current):
+                self.staged = self.staged[i:]
+                self.staged[0][1] = True
+                return self.staged[1][0] if len(self.staged) > 1 else []
+        return []
+
+    def prefetch(self, current_ids):
+        """The lookahead's exchange after a training lookup of current_ids
+        (sync="refresh"): the pushes due, every eviction, and the keys not
+        cached of the batch staged next (none of the rows passing through
+        this step). Their rows go in without evicting this batch's rows or
+        the next batch's cached ones; a row with no room is dropped and
+        reported evicted."""
+        next_ids = self._next_staged(current_ids)
+        upcoming = [k for k in dict.fromkeys(next_ids) if k not in self.passing]
+        pushes, self.due = self._exchange_pushes(), []
+        evicted, self.unreported = self.unreported, []
+        fetched = self._exchange(upcoming, pushes, evicted)
+        held = []
+        for k in self.batch + upcoming:
+            e = self.entries.get(k)
+            if e is not None and e["attached"]:
+                e["attached"] = False
+                held.append(e)
+        inserted = []
+        for k, (fresh, clock) in fetched.items():
+            attached = [e for e in self.entries.values() if e["attached"]]
+            if len(self.entries) >= self.capacity and not attached:
+                self.unreported.append(k)
+                continue
+            if len(self.entries) >= self.capacity:
+                self._evict(attached)
+            inserted.append(self._insert(k, fresh, clock))
+        for e in held:
+            self._attach(e, e["touches"])
+        for e in inserted:  # not touched until the lookup that uses them
+            self._attach(e, 0)
+        self.counters["prefetched"] += len(inserted)
+        self.fetched_ahead |= {e["key"] for e in inserted}
 
     def apply_gradients(self, keys, grads, lr):
         self.lr = lr  # FTRL's refreshes recompute rows with it
@@ -437,4 +512,5 @@ class RefCache:
             e = self.entries[k]
             e["pd"] = self._zeros()
             e["state"], e["cs"], e["cc"] = state, clock, clock
-        self.outbox = []
+        pushed = {k for k, *_ in due}
+        self.outbox = [p for p in self.outbox if p[0] not in pushed]

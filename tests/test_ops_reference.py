@@ -99,6 +99,72 @@ def test_cached_training_matches_reference(unique_name, batches, capacity, polic
     assert table_stats["rows"] == len(ref_table.rows)
 
 
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    batches=st.lists(st.lists(st.integers(-6, 40), min_size=1, max_size=12), min_size=1,
+                     max_size=12),
+    capacity=st.integers(6, 30),  # below 12, a batch may not fit: rows pass through
+    policy=st.sampled_from(["lru", "lfu", "lfu_opt"]),
+    read_staleness=st.sampled_from([0, 1, 3, -1]),
+    write_staleness=st.sampled_from([0, 2, 5, -1]),
+    shards=st.integers(1, 3),
+    workers=st.integers(1, 2),
+    optimizer=st.sampled_from(["sgd", "adagrad", "adam", "ftrl"]),
+    unstaged=st.sets(st.integers(0, 11), max_size=3),
+)
+def test_the_lookahead_matches_reference(unique_name, batches, capacity, policy, read_staleness,
+                                         write_staleness, shards, workers, optimizer, unstaged):
+    """With the lookahead each step's own exchange asks only for what the
+    last prefetch did not bring, and its prefetch carries the pushes: rows,
+    counters and the final table still match the NumPy model, which asserts
+    the read bound at every training read. Some batches are never staged
+    (their step fetches its misses itself)."""
+    dim = 3
+    config = het_tf.TableConfig(unique_name(), dim, seed=5,
+                                optimizer=het_tf.OptimizerConfig(optimizer))
+    table = het_tf.ShardedTable(config, [None] * shards)
+    cache_config = het_tf.CacheConfig(capacity, policy, read_staleness, write_staleness,
+                                      pin_threshold=3, sync="refresh")
+    caches = [het_tf.WorkerCache(table, cache_config) for _ in range(workers)]
+    ref_table = RefTable(dim, optimizer, seed=5)
+    ref_caches = [RefCache(ref_table, capacity, policy, read_staleness, write_staleness, 3,
+                           "refresh") for _ in range(workers)]
+    staged = [step not in unstaged for step in range(len(batches))]
+
+    def stage(step):
+        if step < len(batches) and staged[step]:
+            caches[step % workers].stage(tf.constant(batches[step], tf.int64))
+            ref_caches[step % workers].stage(batches[step])
+
+    for step in range(workers):
+        stage(step)
+    for step, batch in enumerate(batches):
+        w = step % workers
+        stage(step + workers)  # the pipeline runs a batch ahead of its worker's steps
+        ids = tf.constant(batch, tf.int64)
+        rows, unique, _ = caches[w].lookup(ids, True, lookahead=True)
+        caches[w].prefetch(ids, rows)
+        ref_unique, ref_rows = ref_caches[w].lookup(batch, True, lookahead=True)
+        ref_caches[w].prefetch(batch)
+        np.testing.assert_array_equal(rows.numpy(), np.stack(ref_rows))
+        grads = grads_for(rows.numpy(), step)
+        caches[w].apply_gradients(unique, tf.constant(grads), LR)
+        ref_caches[w].apply_gradients(ref_unique, grads, LR)
+
+    for cache, ref in zip(caches, ref_caches):
+        stats = cache.stats()
+        for name, value in ref.counters.items():
+            assert stats[name] == value, name
+        cache.flush(LR)
+        ref.flush(LR)
+    contents = export_all(table)
+    assert sorted(contents) == sorted(ref_table.rows)
+    for key, (values, clock) in contents.items():
+        np.testing.assert_array_equal(values, ref_table.rows[key]["w"])
+        assert clock == ref_table.rows[key]["clock"]
+    assert table.stats()["updates_applied"] == ref_table.updates_applied
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     batches=st.lists(st.lists(st.integers(0, 9), min_size=1, max_size=5), min_size=8,

@@ -357,6 +357,7 @@ class WorkerCache {
   struct StagedBatch {
     uint64_t fingerprint = 0;
     std::vector<int64_t> ids;
+    bool taken = false;  // a step looked it up and prefetched what follows
   };
   mutable std::mutex staged_mu_;
   std::deque<StagedBatch> staged_;

@@ -26,7 +26,7 @@ uint64_t Fingerprint(const int64_t* ids, int64_t n) {
 
 Status WorkerCache::Stage(const int64_t* ids, int64_t n) {
   HET_RETURN_IF_ERROR(CheckKeys(config_.table_name, config_.vocabulary_size, ids, n));
-  StagedBatch batch{Fingerprint(ids, n), std::vector<int64_t>(ids, ids + n)};
+  StagedBatch batch{Fingerprint(ids, n), std::vector<int64_t>(ids, ids + n), false};
   std::lock_guard<std::mutex> lock(staged_mu_);
   if (staged_.size() == kMaxStaged) staged_.pop_front();
   staged_.push_back(std::move(batch));
@@ -35,17 +35,21 @@ Status WorkerCache::Stage(const int64_t* ids, int64_t n) {
 
 Status WorkerCache::BeginPrefetch(const int64_t* current, int64_t n, ExchangePlan* plan) {
   // The batch after `current`. Batches before it were staged for steps
-  // that are done (or never ran); `current` itself stays, to be found
-  // again if the step is retried.
+  // that are done (or never ran). `current` stays at the front, marked
+  // taken: the next step's search starts after it, so that two equal
+  // batches in a row are told apart.
   std::vector<int64_t> next;
   {
     const uint64_t fingerprint = Fingerprint(current, n);
     std::lock_guard<std::mutex> lock(staged_mu_);
-    const auto found =
-        std::find_if(staged_.begin(), staged_.end(),
-                     [fingerprint](const StagedBatch& b) { return b.fingerprint == fingerprint; });
+    auto from = staged_.begin();
+    if (from != staged_.end() && from->taken) ++from;
+    const auto found = std::find_if(from, staged_.end(), [fingerprint](const StagedBatch& b) {
+      return b.fingerprint == fingerprint;
+    });
     if (found != staged_.end()) {
       staged_.erase(staged_.begin(), found);
+      staged_.front().taken = true;
       if (staged_.size() > 1) next = staged_[1].ids;
     }
   }

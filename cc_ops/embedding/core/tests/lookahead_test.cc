@@ -114,4 +114,11 @@ HET_TEST(StagingIsBoundedAndChecked) {
   EXPECT_TRUE(plan.unique_keys.empty());                    // nothing staged after the last
   EXPECT_OK(cluster.Prefetch(*cache, before_last, &plan));  // dropped with the ones before
   EXPECT_TRUE(plan.unique_keys.empty());
+  // Two equal batches in a row: each step prefetches what follows its own.
+  const std::vector<int64_t> x = {1, 2}, y = {3};
+  for (const auto* batch : {&x, &x, &y}) EXPECT_OK(cache->Stage(batch->data(), batch->size()));
+  EXPECT_OK(cluster.Prefetch(*cache, x, &plan));
+  EXPECT_TRUE(plan.unique_keys == x);
+  EXPECT_OK(cluster.Prefetch(*cache, x, &plan));
+  EXPECT_TRUE(plan.unique_keys == y);
 }
