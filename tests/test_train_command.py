@@ -59,6 +59,8 @@ def test_train_ps_mode_starts_and_stops_its_own_cluster(tmp_path):
                          "--eval-samples", "16384", "--staleness", "10")
     assert "[ps:1]" in out and "[worker:1]" in out
     assert metrics["workers"] == 2
+    assert metrics["config"]["lookahead"] is True  # the default with a refresh cache
+    assert metrics["prefetch_hit_rate"] > 0.05
     check_run_folder(run_dir, metrics)
     assert processes_mentioning(str(run_dir), "cmdline") == []
 
@@ -72,6 +74,7 @@ def test_train_hybrid_mode_starts_and_stops_its_own_cluster(tmp_path):
     assert metrics["workers"] == 2
     # Both ranks' batches count: steps of 512 on each of the 2 ranks.
     assert metrics["train_samples"] % (2 * 512) == 0 and metrics["train_samples"] > 100000
+    assert metrics["prefetch_hit_rate"] > 0.05
     check_run_folder(run_dir, metrics)
     assert processes_mentioning(str(run_dir), "cmdline") == []
 
@@ -149,6 +152,7 @@ def test_train_reads_tsv_and_counts_malformed_lines(tmp_path):
     (["--staleness", "-1"], "--staleness: staleness must be 'auto', an int >= 0, or None"),
     (["--staleness", "soon"], "--staleness: staleness must be 'auto', an int >= 0, or None"),
     (["--model", "lr"], "invalid choice"),
+    (["--lookahead", "--sync", "check"], "--lookahead prefetches into HetEmbedding caches"),
 ])
 def test_train_rejects_bad_arguments(tmp_path, args, message):
     result = run(HET_TF + ["train", "--run-dir", str(tmp_path / "r"), *args], timeout=120)

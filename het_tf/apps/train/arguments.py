@@ -78,10 +78,11 @@ def add_arguments(p):
                    help="how cached lookups meet the shards: 'refresh' (only misses travel; "
                    "the shards send fresh rows of copies past the bound) or 'check' (HET's: "
                    "every id with its clock)")
-    p.add_argument("--lookahead", action=argparse.BooleanOptionalAction, default=False,
+    p.add_argument("--lookahead", action=argparse.BooleanOptionalAction, default=None,
                    help="the input pipeline stages each batch's ids a step ahead, and each "
                    "training step prefetches the next batch's rows while it computes "
-                   "(het_tf.lookahead; sync 'refresh' only)")
+                   "(het_tf.lookahead; the default wherever a HetEmbedding cache syncs by "
+                   "refresh)")
     p.add_argument("--samples", type=_positive, default=1_000_000,
                    help="training samples, all workers together")
     p.add_argument("--eval-samples", type=int, default=100_000,
@@ -131,7 +132,9 @@ def check(args):
     if args.link and args.mode == "local":
         raise ValueError("--link shapes the local cluster that ps or hybrid mode starts by "
                          "itself; local mode has none")
-    if args.lookahead and (args.sync != "refresh" or args.embedding != "het"):
+    if args.lookahead is None:
+        args.lookahead = args.embedding == "het" and args.sync == "refresh"
+    elif args.lookahead and (args.sync != "refresh" or args.embedding != "het"):
         raise ValueError("--lookahead prefetches into HetEmbedding caches that sync by "
                          "refresh: it needs --embedding het and --sync refresh")
     if args.samples < args.batch_size:
