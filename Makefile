@@ -17,7 +17,8 @@ CORE_TEST_SOURCES := $(wildcard cc_ops/common/tests/*.cc cc_ops/common/tests/*.h
 BAZEL ?= $(shell command -v bazel-4 || echo bazel)
 BAZEL_FLAGS := --repo_env=PYTHON_BIN_PATH=$(abspath $(PY))
 
-.PHONY: setup build test lint fuzz soak demo bench cc-test sanitize bazel-build clean
+.PHONY: setup build test lint fuzz soak demo bench cc-test sanitize bazel-build clean \
+  setup-tf2.21 test-tf2.21
 
 setup: $(VENV)/.deps
 
@@ -71,6 +72,36 @@ lint: $(VENV)/.deps
 test: lint build cc-test sanitize bazel-build
 	$(PY) -m pytest -q tests
 
+# The second stack, TensorFlow 2.21 with tf-keras 2.21, in its own venv, with
+# its own op library (the loader finds it by HET_TF_OPS_LIBRARY) and Horovod
+# wheel; the tree's default build is left alone. Its suite is every test but
+# those of the default stack's own pieces: lint, the Bazel build, TFRA's
+# benchmark row, the fuzz and kill tests (covered on 2.16.2).
+TF221_VENV := .venv-tf2.21
+TF221_PY := $(TF221_VENV)/bin/python
+TF221_LIBRARY := $(CURDIR)/build/tf2.21/_het_ops.so
+TF221_TESTS := tests/test_cli.py tests/test_loader.py tests/test_layering.py \
+  tests/test_ops_reference.py tests/test_ops_errors.py tests/test_keras_layer.py \
+  tests/test_lookahead.py tests/test_checkpoint_export.py tests/test_data.py \
+  tests/test_train_inputs.py tests/test_models.py tests/test_cluster.py tests/test_hybrid.py \
+  tests/test_train_command.py tests/test_stack.py
+
+setup-tf2.21: $(TF221_VENV)/.deps
+
+$(TF221_VENV)/.deps: requirements-tf2.21.txt tools/horovod_wheel.sh tools/system_deps.sh
+	bash tools/system_deps.sh
+	test -x $(TF221_PY) || $(PYTHON) -m venv $(TF221_VENV)
+	$(TF221_PY) -m pip install -q -r requirements-tf2.21.txt
+	bash tools/horovod_wheel.sh $(TF221_PY)
+	touch $@
+
+$(TF221_LIBRARY): $(TF221_VENV)/.deps $(CC_SOURCES) setup.py
+	HET_TF_OPS_LIBRARY=$@ $(TF221_PY) -m pip install -q --no-build-isolation --no-deps -e .
+	@test -f $@ || { echo "the build did not produce $@"; exit 1; }
+
+test-tf2.21: $(TF221_LIBRARY)
+	HET_TF_OPS_LIBRARY=$(TF221_LIBRARY) $(TF221_PY) -m pytest -q $(TF221_TESTS)
+
 # The fuzz tests of every op and of HetEmbedding with many more examples
 # than `make test` runs (docs/reliability.md).
 FUZZ_EXAMPLES ?= 1000
@@ -92,7 +123,9 @@ demo: build
 	rm -rf $(DEMO_RUN)
 	$(VENV)/bin/het-tf train --mode ps --ps 1 --workers 2 --model wdl --data synthetic \
 	  --samples 2000000 --run-dir $(DEMO_RUN)
-	$(PY) examples/serve_export.py $(DEMO_RUN)
+	@# The serving check imports stock TensorFlow without het-tf's quiet start:
+	@# errors-only keeps its output to the scores.
+	TF_CPP_MIN_LOG_LEVEL=3 $(PY) examples/serve_export.py $(DEMO_RUN)
 
 # The benchmark at its default (reduced) size; results in build/bench.
 bench: build

@@ -32,18 +32,27 @@ class BuildOpLibrary(build_ext):
         except ImportError:
             sys.exit("het_tf needs TensorFlow installed to build its ops: "
                      "pip install tensorflow==2.16.2, then pip install --no-build-isolation .")
-        compile_flags = tf.sysconfig.get_compile_flags()
+        # The version the loader checks (cc_ops/common/build_tag.cc).
+        compile_flags = [*tf.sysconfig.get_compile_flags(), f'-DHET_TF_VERSION="{tf.__version__}"']
         link_flags = tf.sysconfig.get_link_flags()
         cxx = os.environ.get("CXX", "g++")
         out = self.get_ext_fullpath(ext.name)
         obj_dir = os.path.join(self.build_temp, "het_ops")
+        # A second TensorFlow's build (make test-tf2.21) goes where the loader
+        # will look for it, beside its own objects, leaving the tree's alone.
+        other = os.environ.get("HET_TF_OPS_LIBRARY")
+        if other:
+            out = os.path.abspath(other)
+            obj_dir = os.path.join(os.path.dirname(out), "objects")
         os.makedirs(obj_dir, exist_ok=True)
         os.makedirs(os.path.dirname(out), exist_ok=True)
 
         def compile_one(src):
             obj = os.path.join(obj_dir, src.replace(os.sep, "_") + ".o")
             # -O3 and no errno from sqrt: the per-row optimizer loops vectorize.
-            cmd = [cxx, "-c", "-fPIC", "-O3", "-fno-math-errno", "-Wall", "-I", ROOT,
+            # TensorFlow 2.21's own headers use what it deprecates.
+            cmd = [cxx, "-c", "-fPIC", "-O3", "-fno-math-errno", "-Wall",
+                   "-Wno-deprecated-declarations", "-I", ROOT,
                    *compile_flags, os.path.join(ROOT, src), "-o", obj]
             subprocess.run(cmd, check=True)
             return obj
@@ -53,6 +62,12 @@ class BuildOpLibrary(build_ext):
         with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
             objects = list(pool.map(compile_one, ext.sources))
         subprocess.run([cxx, "-shared", *objects, "-o", out, *link_flags], check=True)
+
+    def copy_extensions_to_source(self):
+        # An editable install copies the library into the tree, unless it
+        # was built for a second TensorFlow elsewhere (HET_TF_OPS_LIBRARY).
+        if not os.environ.get("HET_TF_OPS_LIBRARY"):
+            super().copy_extensions_to_source()
 
     def get_ext_filename(self, fullname):
         # A TensorFlow op library, not a Python extension: no ABI suffix.
@@ -69,7 +84,8 @@ setup(
     package_dir={"het_tf": "het_tf", "het_tf.keras_layers": "keras_layers"},
     ext_modules=[Extension(LIBRARY, sources=_sources())],
     cmdclass={"build_ext": BuildOpLibrary},
-    install_requires=["tensorflow==2.16.2", "tf-keras==2.16.0", "numpy<2"],
+    # Tested on 2.16.2 (the default stack) and 2.21.0 (requirements-tf2.21.txt).
+    install_requires=["tensorflow>=2.16.2,<2.22", "tf-keras>=2.16,<2.22"],
     entry_points={"console_scripts": ["het-tf=het_tf.apps.cli:main"]},
     zip_safe=False,
 )

@@ -4,24 +4,52 @@ Embedding tables live on parameter-server shards; each worker keeps a cache
 of hot rows whose staleness is bounded by per-row clocks.
 
 This module is the public API: it gathers names from the layers below
-(docs/architecture.md) and nothing in the library imports it.
+(docs/architecture.md) and nothing in the library imports it. The names
+load on first use, so `import het_tf` alone, and the `het-tf` command's
+--help, do not import TensorFlow; the first public name used loads the op
+library, so a broken build is reported before any model code runs.
 """
-from het_tf import _op_library
-from het_tf._op_library import OpLibraryError
-from het_tf.keras_layers import HetEmbedding
-from het_tf.keras_layers.export import export_saved_model
-from het_tf.keras_layers.lookahead import lookahead
-from het_tf.runtime.cache import WorkerCache, lookup_without_cache, push_without_cache
-from het_tf.runtime.config import CacheConfig, OptimizerConfig, TableConfig
-from het_tf.runtime.table import ShardedTable
+import importlib
 
 __version__ = "0.1.0"
 
-# Loaded at import, so a broken build is reported before any model code runs.
-ops = _op_library.load()
+# Public name -> (module, attribute); attribute None: the module's load().
+_PUBLIC = {
+    "CacheConfig": ("het_tf.runtime.config", "CacheConfig"),
+    "HetEmbedding": ("het_tf.keras_layers", "HetEmbedding"),
+    "OpLibraryError": ("het_tf._op_library", "OpLibraryError"),
+    "OptimizerConfig": ("het_tf.runtime.config", "OptimizerConfig"),
+    "ShardedTable": ("het_tf.runtime.table", "ShardedTable"),
+    "TableConfig": ("het_tf.runtime.config", "TableConfig"),
+    "WorkerCache": ("het_tf.runtime.cache", "WorkerCache"),
+    "export_saved_model": ("het_tf.keras_layers.export", "export_saved_model"),
+    "lookahead": ("het_tf.keras_layers.lookahead", "lookahead"),
+    "lookup_without_cache": ("het_tf.runtime.cache", "lookup_without_cache"),
+    "ops": ("het_tf._op_library", None),
+    "push_without_cache": ("het_tf.runtime.cache", "push_without_cache"),
+}
 
-__all__ = [
-    "CacheConfig", "HetEmbedding", "OpLibraryError", "OptimizerConfig", "ShardedTable",
-    "TableConfig", "WorkerCache", "export_saved_model", "lookahead", "lookup_without_cache", "ops",
-    "push_without_cache",
-]
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name):
+    if name not in _PUBLIC:  # a submodule, as `het_tf.keras_layers` was after import
+        try:
+            return importlib.import_module(f"het_tf.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"het_tf.{name}":
+                raise
+            raise AttributeError(f"module 'het_tf' has no attribute {name!r}") from None
+    module_name, attribute = _PUBLIC[name]
+    # Any public name but the error class needs the ops: load them first, so
+    # a missing or mismatched library fails here with its own message.
+    ops = importlib.import_module("het_tf._op_library").load() if name != "OpLibraryError" \
+        else None
+    value = ops if attribute is None else getattr(importlib.import_module(module_name),
+                                                  attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_PUBLIC))

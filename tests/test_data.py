@@ -12,7 +12,7 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from het_tf.apps.train import roc_auc
+from het_tf.apps.train.figures import roc_auc
 from het_tf.data import (
     CATEGORICAL_FIELDS,
     DENSE_FIELDS,
@@ -259,7 +259,24 @@ def synthetic_rows(n, seed=7):
     return {k: v.numpy() for k, v in features.items()}, labels.numpy()
 
 
-def test_parquet_reads_what_the_tsv_reader_reads(tmp_path):
+# tensorflow-io reads Parquet on TensorFlow 2.16 (and must there); pyarrow
+# reads it everywhere, and is what TensorFlow 2.17 and later use.
+PARQUET_READERS = ["pyarrow"] + (["tensorflow-io"] if tf.__version__.startswith("2.16.")
+                                 else [])
+
+
+@pytest.fixture(params=PARQUET_READERS)
+def parquet_reader(request, monkeypatch):
+    from het_tf.data import criteo_parquet
+
+    if request.param == "pyarrow":
+        monkeypatch.setattr(criteo_parquet, "_tensorflow_io", lambda: None)
+    else:
+        assert criteo_parquet._tensorflow_io() is not None, "tensorflow-io does not load"
+    return request.param
+
+
+def test_parquet_reads_what_the_tsv_reader_reads(tmp_path, parquet_reader):
     features, labels = synthetic_rows(3000)
     pq.write_table(parquet_table(features, labels), tmp_path / "a.parquet", row_group_size=1000)
     counter = fresh_counter()
@@ -269,9 +286,13 @@ def test_parquet_reads_what_the_tsv_reader_reads(tmp_path):
     np.testing.assert_allclose(dense, features["dense"], rtol=1e-6)
     np.testing.assert_array_equal(got_labels, labels)
     assert parse_stats(counter) == {"records": 3000, "malformed": 0}
+    # Full batches across the row groups of 1000, as the TSV reader's.
+    sizes = [int(labels.shape[0]) for _, labels in criteo_parquet_dataset(
+        str(tmp_path / "a.parquet"), 512, counter=fresh_counter())]
+    assert sizes == [512] * 5 + [440]
 
 
-def test_parquet_counts_and_skips_malformed_records(tmp_path):
+def test_parquet_counts_and_skips_malformed_records(tmp_path, parquet_reader):
     features, labels = synthetic_rows(100)
     table = parquet_table(features, labels)
     bad_label = table.column("label").to_pylist()
@@ -299,7 +320,7 @@ def test_parquet_counts_and_skips_malformed_records(tmp_path):
                                         counter=fresh_counter()))
 
 
-def test_parquet_refuses_nulls_missing_columns_and_damaged_files(tmp_path):
+def test_parquet_refuses_nulls_missing_columns_and_damaged_files(tmp_path, parquet_reader):
     features, labels = synthetic_rows(50)
     pq.write_table(parquet_table(features, labels, nulls="C9"), tmp_path / "n.parquet")
     with pytest.raises(ValueError, match="column C9 holds 1 null"):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tf_keras
 
-from het_tf.apps.train import roc_auc
+from het_tf.apps.train.figures import roc_auc
 from het_tf.data import SyntheticCriteo, criteo_key, missing_key
 from het_tf.keras_layers import HetEmbedding
 from het_tf.models import (

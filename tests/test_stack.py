@@ -9,15 +9,23 @@ import tensorflow as tf
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# The two supported stacks (requirements.txt, requirements-tf2.21.txt).
+STACKS = {"2.16.2": {"tf_keras": "2.16.0", "tensorflow_io": "0.37.1", "numpy": "1."},
+          "2.21.0": {"tf_keras": "2.21.0", "numpy": "2."}}
+
+
 def test_pinned_versions():
     import numpy
-    import tensorflow_io
     import tf_keras
 
-    assert tf.__version__ == "2.16.2"
-    assert tf_keras.__version__ == "2.16.0"
-    assert tensorflow_io.__version__ == "0.37.1"
-    assert numpy.__version__.startswith("1.")
+    assert tf.__version__ in STACKS
+    stack = STACKS[tf.__version__]
+    assert tf_keras.__version__ == stack["tf_keras"]
+    assert numpy.__version__.startswith(stack["numpy"])
+    if "tensorflow_io" in stack:
+        import tensorflow_io
+
+        assert tensorflow_io.__version__ == stack["tensorflow_io"]
 
 
 def test_horovod_allreduces_across_two_gloo_ranks():

@@ -7,7 +7,10 @@ import subprocess
 import sys
 
 import pytest
+from criteo_sample import write_sample
 from processes import processes_mentioning
+from test_cli import TF_LOG_LINE
+from test_cli import run as run_as_a_user
 
 from het_tf.data import SyntheticCriteo
 
@@ -143,6 +146,22 @@ def test_train_reads_tsv_and_counts_malformed_lines(tmp_path):
     # 1 batch of lines in 20 is held out; training repeats the rest.
     assert metrics["records_read"] >= 30000
     assert 0.5 < metrics["auc"] <= 1 and metrics["cache_hit_rate"] > 0
+
+
+def test_a_first_run_on_a_small_criteo_file_just_works_and_is_quiet(tmp_path):
+    """Defaults but for the length: a file of 300 lines, fewer than one batch,
+    holds out its last 15 lines and evaluates them once."""
+    path = write_sample(tmp_path / "sample.tsv", 300)
+    run_dir = tmp_path / "first"
+    result = run_as_a_user(HET_TF + ["train", "--data", path, "--samples", "50000",
+                                     "--run-dir", str(run_dir)])
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    metrics = json.load(open(run_dir / "metrics.json"))
+    assert metrics["eval_samples"] == 15
+    assert 0 <= metrics["auc"] <= 1 and metrics["logloss"] > 0
+    assert metrics["malformed_records"] == 0 and metrics["records_read"] >= 285
+    assert "het-tf train: AUC" in result.stdout
+    assert not TF_LOG_LINE.search(result.stdout + result.stderr), result.stderr[-4000:]
 
 
 @pytest.mark.parametrize("args, message", [

@@ -54,17 +54,33 @@ def _bench(args):
     return bench.run(args)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="het-tf", description=__doc__)
-    sub = parser.add_subparsers(dest="command_name", required=True)
-    sub.add_parser("info", help="show versions and whether the op library loads").set_defaults(
-        run=_info)
-    sub.add_parser("server", help="run the ps or worker task that TF_CONFIG names, until "
-                   "SIGTERM").set_defaults(run=_server)
-    from het_tf.apps import link
+VERBOSE_HELP = ("show TensorFlow's own log (its C++ log is errors only by default, unless "
+                "TF_CPP_MIN_LOG_LEVEL is set)")
 
-    launch = sub.add_parser("launch", help="start a local cluster on 127.0.0.1 and run a "
-                            "command as its chief")
+
+def _parser():
+    """The command line. Nothing here imports TensorFlow: --help answers at once."""
+    from het_tf.apps import link
+    from het_tf.apps.bench import add_arguments as add_bench_arguments
+    from het_tf.apps.train import add_arguments as add_train_arguments
+
+    parser = argparse.ArgumentParser(prog="het-tf", description=__doc__)
+    parser.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
+    # Also after the command's name; SUPPRESS keeps the one before it.
+    verbose = argparse.ArgumentParser(add_help=False)
+    verbose.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS,
+                         help=VERBOSE_HELP)
+    sub = parser.add_subparsers(dest="command_name", required=True)
+
+    def command(name, help, run, tensorflow=True):
+        p = sub.add_parser(name, help=help, parents=[verbose])
+        p.set_defaults(run=run, tensorflow=tensorflow)
+        return p
+
+    command("info", "show versions and whether the op library loads", _info)
+    command("server", "run the ps or worker task that TF_CONFIG names, until SIGTERM", _server)
+    launch = command("launch", "start a local cluster on 127.0.0.1 and run a command as its "
+                     "chief", _launch, tensorflow=False)
     launch.add_argument("--ps", type=int, default=1, help="parameter-server tasks (default 1)")
     launch.add_argument("--workers", type=int, default=2, help="worker tasks (default 2)")
     launch.add_argument("--evaluator", action="store_true",
@@ -75,22 +91,24 @@ def main(argv=None):
                         "PS tasks")
     link.add_arguments(launch, "the cluster")
     launch.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
-    launch.set_defaults(run=_launch)
-    from het_tf.apps.train import add_arguments as add_train_arguments
+    add_train_arguments(command("train", "train WDL, DeepFM or DCN on Criteo-shaped data and "
+                                "write a checkpoint, a SavedModel and metrics to a run folder",
+                                _train))
+    add_bench_arguments(command("bench", "benchmark HetEmbedding against TensorFlow's own PS "
+                                "and TFRA on the same model, data and cluster", _bench))
+    return parser
 
-    train = sub.add_parser("train", help="train WDL, DeepFM or DCN on Criteo-shaped data and "
-                           "write a checkpoint, a SavedModel and metrics to a run folder")
-    add_train_arguments(train)
-    train.set_defaults(run=_train)
-    from het_tf.apps.bench import add_arguments as add_bench_arguments
 
-    bench = sub.add_parser("bench", help="benchmark HetEmbedding against TensorFlow's own PS "
-                           "and TFRA on the same model, data and cluster")
-    add_bench_arguments(bench)
-    bench.set_defaults(run=_bench)
+def main(argv=None):
+    from het_tf.apps import quiet
+
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = parser.parse_args(argv)
-    args.train_argv = argv[1:]
+    args = _parser().parse_args(argv)
+    # What follows the command's name, for the chief or ranks it starts.
+    args.train_argv = argv[argv.index(args.command_name) + 1:]
+    quiet.configure(args.verbose)
+    if args.tensorflow:
+        quiet.import_tensorflow()
     try:
         return args.run(args)
     except ValueError as e:  # bad TF_CONFIG or arguments: say so, no traceback

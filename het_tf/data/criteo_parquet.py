@@ -1,4 +1,9 @@
-"""Preprocessed Criteo in Parquet, read with tensorflow-io.
+"""Preprocessed Criteo in Parquet, read with tensorflow-io where it loads
+(TensorFlow 2.16), else with pyarrow (TensorFlow 2.17 and later, where
+tensorflow-io cannot load). Both make the same batches of the same records,
+under the same rules; pyarrow's reads run as Python in the process that
+iterates the dataset, so that reader cannot run on a ParameterServerStrategy
+worker (`reads_on_remote_workers`).
 
 Expected columns: `label` (0 or 1), `I1`..`I13` (integer counts; a negative
 value means empty, as in the TSV reader) and `C1`..`C26` (integer ids in
@@ -9,7 +14,8 @@ fatal with `on_malformed="fail"`.
 
 Nulls are refused when the dataset is made: tensorflow-io 0.37.1 reads a
 null as some other row's value, so a file with nulls cannot be read
-faithfully. Write empty values as -1 instead.
+faithfully. Write empty values as -1 instead. (pyarrow could read them; the
+rule is the same for both readers, so a file reads the same everywhere.)
 """
 import numpy as np
 import tensorflow as tf
@@ -92,21 +98,73 @@ def _record_parser(path, on_malformed, counter):
     return parse
 
 
+def _tensorflow_io():
+    """tensorflow_io, or None where it is not installed or cannot load."""
+    try:
+        import tensorflow_io as tfio
+
+        tfio.IODataset  # noqa: B018 (loading its ops fails here on a newer TensorFlow)
+        return tfio
+    except (ImportError, tf.errors.NotFoundError, OSError):
+        return None
+
+
+def reads_on_remote_workers():
+    """Whether these datasets can be made by a ParameterServerStrategy
+    coordinator and run on its workers (tensorflow-io's can; pyarrow's
+    Python generator cannot)."""
+    return _tensorflow_io() is not None
+
+
+def _batches_by_tensorflow_io(tfio, path, specs, batch_size):
+    columns = {name: tf.TensorSpec((), dtype) for name, dtype in specs.items()}
+    return tfio.IODataset.from_parquet(path, columns=columns).batch(batch_size)
+
+
+@tf.autograph.experimental.do_not_convert
+def _batches_by_pyarrow(path, specs, batch_size):
+    """Full batches of `batch_size` records across row groups, as
+    tensorflow-io's batches are, so record numbers agree."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    names = list(specs)
+
+    def columns(table):
+        return {name: table.column(name).to_numpy().astype(specs[name].as_numpy_dtype)
+                for name in names}
+
+    def generate():
+        pending, rows = [], 0
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size, columns=names):
+            pending.append(batch)
+            rows += batch.num_rows
+            while rows >= batch_size:
+                table = pa.Table.from_batches(pending)
+                yield columns(table.slice(0, batch_size))
+                rest = table.slice(batch_size)
+                pending, rows = rest.to_batches(), rest.num_rows
+        if rows:
+            yield columns(pa.Table.from_batches(pending))
+
+    signature = {name: tf.TensorSpec([None], dtype) for name, dtype in specs.items()}
+    return tf.data.Dataset.from_generator(generate, output_signature=signature)
+
+
 def criteo_parquet_dataset(paths, batch_size, *, on_malformed="skip", counter="criteo",
                            num_shards=1, shard_index=0):
     """Batches of `({"dense", "categorical"}, labels)` from Criteo Parquet
     files, with the same arguments as `criteo_tsv_dataset`."""
-    import tensorflow_io as tfio
-
     check_reader_arguments("parquet reader", batch_size, on_malformed, num_shards, shard_index)
+    tfio = _tensorflow_io()
     parts = []
     for path in _files(paths):
         specs = _column_specs(path)
-        columns = {name: tf.TensorSpec((), dtype) for name, dtype in specs.items()}
-        records = tfio.IODataset.from_parquet(path, columns=columns)
+        batches = (_batches_by_tensorflow_io(tfio, path, specs, batch_size) if tfio is not None
+                   else _batches_by_pyarrow(path, specs, batch_size))
         # Record numbers in errors count from 0, as Parquet tools do.
         parse = _record_parser(path, on_malformed, counter)
-        parts.append(records.batch(batch_size).enumerate().shard(num_shards, shard_index)
+        parts.append(batches.enumerate().shard(num_shards, shard_index)
                      .map(lambda index, batch, _parse=parse: _parse(index * batch_size, batch)))
     dataset = parts[0]
     for part in parts[1:]:

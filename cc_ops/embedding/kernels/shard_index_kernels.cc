@@ -3,12 +3,12 @@
 #include <limits>
 #include <string>
 
+#include "cc_ops/common/build_tag.h"
 #include "cc_ops/common/hashing.h"
 #include "cc_ops/common/kernel_util.h"
 #include "cc_ops/common/tf_status.h"
 #include "cc_ops/embedding/core/key_checks.h"
 #include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/public/version.h"
 
 namespace het {
 
@@ -47,7 +47,7 @@ class HetBuildInfoOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
-    out->scalar<tensorflow::tstring>()() = TF_VERSION_STRING;
+    out->scalar<tensorflow::tstring>()() = BuiltForTensorflow();
   }
 };
 

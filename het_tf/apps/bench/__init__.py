@@ -12,6 +12,13 @@ experiments.py: the measurements without a cluster; report.py: the
 figures, plots and report; session.py: the run; accuracy_sweep.py: --sweep.
 """
 from het_tf.apps.bench.plan import add_arguments
-from het_tf.apps.bench.session import run
+
+
+def run(args):
+    """Runs `het-tf bench` (session.run), importing TensorFlow only now."""
+    from het_tf.apps.bench import session
+
+    return session.run(args)
+
 
 __all__ = ["add_arguments", "run"]

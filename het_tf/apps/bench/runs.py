@@ -9,7 +9,7 @@ import time
 
 from het_tf.apps import link
 from het_tf.apps.bench.plan import common_args
-from het_tf.apps.train import versions as train_versions
+from het_tf.apps.train.figures import versions as train_versions
 
 
 def versions():

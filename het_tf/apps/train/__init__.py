@@ -10,8 +10,14 @@ arguments.py: the command line; inputs.py: the data; modes.py: what differs
 between the modes; session.py: the run; figures.py: what it measures.
 """
 from het_tf.apps.train.arguments import DEFAULT_DIM, add_arguments, default_run_dir, options
-from het_tf.apps.train.figures import roc_auc, versions
-from het_tf.apps.train.session import run
 
-__all__ = ["DEFAULT_DIM", "add_arguments", "default_run_dir", "options", "roc_auc", "run",
-           "versions"]
+
+def run(args, argv):
+    """Runs `het-tf train` (session.run). TensorFlow is imported here, not
+    with the package: the command line parses and answers --help first."""
+    from het_tf.apps.train import session
+
+    return session.run(args, argv)
+
+
+__all__ = ["DEFAULT_DIM", "add_arguments", "default_run_dir", "options", "run"]

@@ -140,6 +140,15 @@ def check(args):
     if args.samples < args.batch_size:
         raise ValueError(f"--samples ({args.samples}) is less than one batch "
                          f"({args.batch_size})")
+    parquet = [f for f in (args.data, args.eval_data) if f and f.endswith(".parquet")]
+    if parquet and args.mode == "ps":
+        from het_tf.data.criteo_parquet import reads_on_remote_workers
+
+        if not reads_on_remote_workers():
+            raise ValueError(
+                f"{parquet[0]!r}: in ps mode the workers read Parquet with tensorflow-io, "
+                "which this TensorFlow cannot load (it supports 2.16). Use --mode local or "
+                "hybrid (their processes read Parquet with pyarrow), or TSV files")
 
 
 def _matches(pattern):

@@ -14,6 +14,9 @@ from het_tf.data.synthetic import HELD_OUT_STREAM
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 from het_tf.runtime.cache import hit_rate
 
+# Keras's clipping of probabilities in binary cross-entropy.
+LOGLOSS_EPSILON = 1e-7
+
 
 class Throughput:
     """Training time at the end of each progress chunk, without the time
@@ -99,11 +102,31 @@ def versions():
             "tf_keras": tf_keras.__version__, "python": sys.version.split()[0]}
 
 
-def evaluate(model, eval_input, args):
+def evaluate_steps(model, eval_input, args):
+    """Keras's evaluation of --eval-samples rows of endless held-out input,
+    run where the model trains (on the workers in ps mode, so through their
+    caches); the AUC is Keras's (2,000 thresholds)."""
     steps = max(1, args.eval_samples // args.batch_size)
     evaluation = model.evaluate(eval_input, steps=steps, return_dict=True, verbose=0)
     return dict(auc=float(evaluation["auc"]), logloss=float(evaluation["logloss"]),
                 eval_samples=steps * args.batch_size)
+
+
+def evaluate_once(model, batches):
+    """Exact AUC and logloss of the model on finite held-out batches, each
+    row scored once in this process; eval_samples is how many rows."""
+    score = tf.function(lambda features: model(features, training=False), reduce_retracing=True)
+    labels, scores = [], []
+    for features, batch_labels in batches:
+        scores.append(score(features).numpy().ravel())
+        labels.append(batch_labels.numpy().ravel())
+    if not labels:
+        raise ValueError("the held-out data has no rows to evaluate")
+    labels, scores = np.concatenate(labels), np.concatenate(scores).astype(np.float64)
+    p = np.clip(scores, LOGLOSS_EPSILON, 1 - LOGLOSS_EPSILON)
+    logloss = -np.mean(labels * np.log(p) + (1 - labels) * np.log1p(-p))
+    return dict(auc=float(roc_auc(labels, scores)), logloss=float(logloss),
+                eval_samples=int(len(labels)))
 
 
 def best_auc(inputs, num_rows):

@@ -24,9 +24,6 @@ PROGRESS_CHUNKS = 10
 def run(args, argv):
     """Entry point of `het-tf train`; argv is the command line after `train`."""
     arguments.check(args)
-    # TensorFlow's C++ info logs (server configs, CPU features) drown the
-    # progress; HET's own figures are printed. TF_CPP_MIN_LOG_LEVEL=0 shows them.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     args.run_dir = arguments.run_dir(args)
     if args.embedding == "tfra":  # its ops run on the cluster's tasks too
         extra = os.environ.get(SERVER_IMPORTS_ENV, "")
@@ -64,7 +61,7 @@ def _build_and_compile(args, inputs, mode):
 def train(args, mode):
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     mode.prepare(args)  # first: it sets up TensorFlow's runtime
-    inputs = Inputs(args)
+    inputs = Inputs(args, pipelines=mode.num_workers)
     os.makedirs(args.run_dir, exist_ok=True)
     epochs, steps_per_epoch = _schedule(args, mode.batches_per_step)
     model = _build_and_compile(args, inputs, mode)
@@ -102,14 +99,14 @@ def train(args, mode):
         # The model as the workers' caches see it, before their pending
         # updates reach the shards: the gap to the evaluation after the flush
         # is what the flush moved (docs/consistency.md).
-        result["before_flush"] = figures.evaluate(model, eval_input, args)
+        result["before_flush"] = figures.evaluate_steps(model, eval_input, args)
     mode.flush(model)
     result.update(figures.embedding_figures(model, ranks=mode.size))
     if inputs.synthetic is None:
         read = {k: int(mode.sum(v)) for k, v in parse_stats(devices=mode.worker_devices()).items()}
         result.update(records_read=read["records"], malformed_records=read["malformed"])
     if args.eval_samples and rank == 0:
-        result.update(figures.evaluate(model, eval_input, args))
+        result.update(figures.evaluate_once(model, inputs.evaluation()))
         if inputs.synthetic is not None:
             result["best_auc"] = figures.best_auc(inputs, result["eval_samples"])
     if not args.no_save:
