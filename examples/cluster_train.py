@@ -46,7 +46,7 @@ def parse_args():
 def dataset_fn(args, lookahead_model=None):
     def make(context):
         # Each worker reads its own part of the data, as Horovod's ranks would.
-        ids, labels = skewed_data(context.input_pipeline_id if context else 0, 8192, args.vocab)
+        ids, labels = skewed_data(context.input_pipeline_id if context else 0, 8192, args)
         data = tf.data.Dataset.from_tensor_slices((ids, labels)).repeat().batch(args.batch_size)
         return data if lookahead_model is None else het_tf.lookahead(data, lookahead_model)
     return make
@@ -66,7 +66,7 @@ def run_evaluator(args):
     """Evaluates each checkpoint of the chief as it appears, up to the last
     epoch's. The checkpoint holds whole tables, so no cluster is needed."""
     model, _ = compiled_model(args)
-    ids, labels = skewed_data(99, 1024, args.vocab)
+    ids, labels = skewed_data(99, 1024, args)
     evaluations = []
     record = tf_keras.callbacks.LambdaCallback(
         on_test_end=lambda logs: evaluations.append(dict(logs or {})))
@@ -127,7 +127,7 @@ def main():
     )
     if args.export_dir:
         het_tf.export_saved_model(model, args.export_dir)
-        probe = export_probe(args.vocab)
+        probe = export_probe(args)
         result["export_probe"] = probe.tolist()
         result["export_scores"] = model.predict(probe, verbose=0).ravel().tolist()
     if args.result_json:

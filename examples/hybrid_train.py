@@ -60,7 +60,7 @@ def main():
             on_train_batch_end=lambda batch, logs: step_digests.append(dense_digest(model))))
 
     # Each rank reads its own part of the data.
-    ids, labels = skewed_data(1000 + rank, args.samples, args.vocab)
+    ids, labels = skewed_data(1000 + rank, args.samples, args)
     history = model.fit(ids, labels, batch_size=args.batch_size, epochs=args.epochs,
                         shuffle=False, verbose=2 if rank == 0 else 0, callbacks=callbacks)
 
@@ -73,10 +73,11 @@ def main():
         dense_digest=dense_digest(model), step_digests=step_digests,
         cache_updates_pushed=stats["cache_updates_pushed"], hit_rate=stats["hit_rate"],
         table_updates_applied=stats["table_updates_applied"], clock_sum=int(clocks.sum()),
-        table_rows=len(keys), record_workers=stats["table_record_workers"])
+        table_rows=len(keys), record_workers=stats["table_record_workers"],
+        padding_clock=int(clocks[keys == 0].sum()))
     if args.export_dir and rank == 0:
         het_tf.export_saved_model(model, args.export_dir)
-        probe = export_probe(args.vocab)
+        probe = export_probe(args)
         result["export_probe"] = probe.tolist()
         result["export_scores"] = model.predict(probe, verbose=0).ravel().tolist()
     hybrid.barrier()

@@ -22,18 +22,23 @@ def lookup_ids(inputs):
     return tf.convert_to_tensor(inputs)
 
 
-def embed_and_combine(inputs, embed, combiner, output_dim, owner):
+def embed_and_combine(inputs, embed, combiner, output_dim, owner, sparse=False):
     """embed(flat or dense ids) -> vectors, then per row the combiner's
-    reduction (None: one vector per id, dense inputs only)."""
+    reduction. Without a combiner, one vector per id, shaped as
+    tf_keras.layers.Embedding shapes it: ragged in, ragged out; sparse in,
+    dense out with missing ids read as id 0, or with `sparse` a SparseTensor
+    of the ids' vectors."""
     if isinstance(inputs, tf.RaggedTensor):
-        if combiner is None:
-            raise ValueError(f"{owner}: a ragged input needs a combiner (sum, mean or sqrtn)")
         emb = inputs.with_flat_values(embed(inputs.flat_values))
+        if combiner is None:
+            return emb
         counts = tf.reduce_sum(tf.ones_like(inputs, tf.float32), axis=-1)[..., tf.newaxis]
         return _combine(combiner, tf.reduce_sum(emb, axis=-2), counts)
+    if isinstance(inputs, tf.SparseTensor) and combiner is None:
+        if not sparse:
+            return embed(tf.sparse.to_dense(inputs))
+        return _sparse_vectors(inputs, embed(inputs.values), output_dim)
     if isinstance(inputs, tf.SparseTensor):
-        if combiner is None:
-            raise ValueError(f"{owner}: a sparse input needs a combiner (sum, mean or sqrtn)")
         shape = tf.shape(inputs, out_type=tf.int64)
         # The row count spelled out: -1 cannot be inferred for an empty input.
         flat = tf.sparse.reshape(inputs, tf.stack([tf.reduce_prod(shape[:-1]), shape[-1]]))
@@ -47,6 +52,15 @@ def embed_and_combine(inputs, embed, combiner, output_dim, owner):
     inputs = tf.convert_to_tensor(inputs)
     emb = embed(inputs)
     if combiner is None:
-        return emb
+        return tf.sparse.from_dense(emb) if sparse else emb
     counts = tf.cast(tf.shape(inputs)[-1], tf.float32)
     return _combine(combiner, tf.reduce_sum(emb, axis=-2), counts)
+
+
+def _sparse_vectors(ids, vectors, output_dim):
+    """The SparseTensor [..., output_dim] holding each present id's vector."""
+    count = tf.shape(ids.indices, out_type=tf.int64)[0]
+    positions = tf.repeat(ids.indices, output_dim, axis=0)
+    columns = tf.tile(tf.range(output_dim, dtype=tf.int64), [count])[:, tf.newaxis]
+    shape = tf.concat([tf.shape(ids, out_type=tf.int64), [output_dim]], 0)
+    return tf.SparseTensor(tf.concat([positions, columns], 1), tf.reshape(vectors, [-1]), shape)

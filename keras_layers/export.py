@@ -12,6 +12,7 @@ import contextlib
 import tensorflow as tf
 
 from het_tf.keras_layers.het_embedding import het_embedding_layers
+from het_tf.keras_layers.table_weights import model_variables
 from het_tf.runtime.config import MATERIALIZE_LIMIT
 
 
@@ -101,7 +102,7 @@ def export_saved_model(model, path):
         concrete = tf.function(serve).get_concrete_function(*specs)
     root = tf.Module()
     root.lookups = lookups
-    root.model_variables = list(model.variables)
+    root.model_variables = model_variables(model)
     root.serve = concrete
     tf.saved_model.save(root, path, signatures={"serving_default": concrete})
     return path

@@ -17,6 +17,7 @@ import tf_keras
 from het_tf.keras_layers import server_optimizer
 from het_tf.keras_layers.combiners import COMBINERS, embed_and_combine
 from het_tf.keras_layers.layer_settings import placement, resolve_cache, resolve_initializer
+from het_tf.keras_layers.table_weights import TableWeights
 from het_tf.runtime.cache import WorkerCache, hit_rate, lookup_without_cache, push_without_cache
 from het_tf.runtime.checkpoint import TableCheckpoint
 from het_tf.runtime.config import UNBOUNDED, TableConfig
@@ -73,14 +74,24 @@ class HetEmbedding(tf_keras.layers.Layer):
       max_rows: the most rows the table may hold (None: no limit); a step
         that would create more fails with ResourceExhausted naming the
         table, and changes nothing.
+      mask_zero, input_length, embeddings_regularizer, activity_regularizer,
+      sparse, weights: as in tf_keras.layers.Embedding, with the differences
+        docs/keras_layer.md lists: id 0 as padding gets no gradient and no
+        update; the embeddings regularizer's penalty is on the rows the
+        batch looks up; weights=[matrix] is an initializer (fixed
+        vocabularies). embeddings_constraint is refused.
     """
 
     def __init__(self, input_dim, output_dim, embeddings_initializer="uniform", combiner=None,
                  optimizer="adagrad", cache_capacity=0.1, cache_policy="lfu", staleness="auto",
                  read_staleness=None, write_staleness=None, seed=None, name=None,
-                 pin_threshold=100, max_rows=None, sync="refresh", **kwargs):
+                 pin_threshold=100, max_rows=None, sync="refresh", mask_zero=False,
+                 input_length=None, embeddings_regularizer=None, activity_regularizer=None,
+                 embeddings_constraint=None, sparse=False, **kwargs):
         kwargs.setdefault("autocast", False)  # ids must stay ints
-        super().__init__(name=name, **kwargs)
+        # Keras' weights= would set the anchor and counters: here it is the table.
+        weights = kwargs.pop("weights", None)
+        super().__init__(name=name, activity_regularizer=activity_regularizer, **kwargs)
         owner = f"HetEmbedding '{self.name}'"
         self._owner = owner
         if input_dim is not None and (isinstance(input_dim, bool)
@@ -96,6 +107,25 @@ class HetEmbedding(tf_keras.layers.Layer):
                              f"got {combiner!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
             raise ValueError(f"{owner}: seed must be an int or None, got {seed!r}")
+        if embeddings_constraint is not None:
+            raise ValueError(f"{owner}: embeddings_constraint is not supported: the rows live "
+                             "on parameter-server shards, where no Keras constraint runs. "
+                             "Constrain the rows in the model instead (for example "
+                             "tf.clip_by_norm on the layer's output)")
+        if mask_zero and combiner is not None:
+            raise ValueError(f"{owner}: mask_zero masks a sequence of ids, which a combiner "
+                             "reduces away; give multi-hot ids as a ragged or sparse tensor "
+                             "(no padding) instead")
+        if sparse and mask_zero:
+            raise ValueError(f"{owner}: mask_zero cannot be enabled with sparse=True (as in "
+                             "tf_keras.layers.Embedding)")
+        if sparse and combiner is not None:
+            raise ValueError(f"{owner}: sparse=True returns one vector per id, as a "
+                             "SparseTensor; a combiner returns one per row (use one or the "
+                             "other)")
+        if weights is not None:
+            embeddings_initializer = _initializer_from_weights(weights, input_dim, output_dim,
+                                                               owner)
         self.input_dim = None if input_dim is None else int(input_dim)
         self.output_dim = int(output_dim)
         self.combiner = combiner
@@ -108,6 +138,10 @@ class HetEmbedding(tf_keras.layers.Layer):
         self.pin_threshold = pin_threshold
         self.max_rows = max_rows
         self.sync = sync
+        self.mask_zero = bool(mask_zero)
+        self.input_length = input_length
+        self.sparse = bool(sparse)
+        self.embeddings_regularizer = tf_keras.regularizers.get(embeddings_regularizer)
         self.embeddings_initializer = (embeddings_initializer
                                        if isinstance(embeddings_initializer, str)
                                        else tf_keras.initializers.get(embeddings_initializer))
@@ -125,7 +159,7 @@ class HetEmbedding(tf_keras.layers.Layer):
         self._cache = None
         self._serving_lookup = None  # see set_serving_lookup
         self._lookahead = False  # see het_tf.lookahead
-        self.supports_masking = False
+        self.supports_masking = self.mask_zero
 
     # ----- settings -----
 
@@ -150,7 +184,31 @@ class HetEmbedding(tf_keras.layers.Layer):
         self._samples = self.add_weight("het_samples", shape=(), dtype=tf.int64,
                                         initializer="zeros", trainable=False)
         self._create_table_and_cache()
+        # get_weights()/set_weights() see the table of a fixed vocabulary as
+        # one matrix; the anchor and counters are not the user's weights.
+        self._table_weights = None
+        if self.input_dim is not None:
+            self._table_weights = self._add_trackable(TableWeights(self), trainable=False)
         super().build(input_shape)
+
+    def get_weights(self):
+        """[the table as an [input_dim, output_dim] matrix], every pending
+        cached update pushed first; a fixed vocabulary of at most 2^27
+        values (docs/keras_layer.md)."""
+        return [self._table_weights_or_fail().get_tensors()[0].numpy()]
+
+    def set_weights(self, weights):
+        """Writes [matrix] as the table's rows; every worker's cache is emptied."""
+        self._table_weights_or_fail().set_weights(weights)
+
+    def _table_weights_or_fail(self):
+        if not self.built:
+            raise ValueError(f"{self._owner}: the table exists once the layer is built "
+                             "(call it, or build the model, first)")
+        if self._table_weights is None:
+            raise ValueError(f"{self._owner}: a dynamic table (input_dim=None) has no matrix "
+                             "to get or set; save and restore it with tf.train.Checkpoint")
+        return self._table_weights
 
     def _create_table_and_cache(self):
         shard_devices, worker_devices, instance = placement(f"{id(self):x}")
@@ -169,12 +227,9 @@ class HetEmbedding(tf_keras.layers.Layer):
     def _write_initial_rows(self):
         values = tf.cast(self._initializer[1](shape=(self.input_dim, self.output_dim),
                                               dtype=tf.float32), tf.float32)
-        n, dim, slots = self.input_dim, self.output_dim, self._table_config.num_slots
-        fill = self._optimizer_config.initial_accumulator_value
-        slot_values = np.zeros((n, slots, dim), np.float32)
-        if self._optimizer_config.name in ("adagrad", "ftrl"):
-            slot_values[:, 0, :] = fill
-        self._table.import_rows(tf.range(n, dtype=tf.int64), values, slot_values,
+        n = self.input_dim
+        self._table.import_rows(tf.range(n, dtype=tf.int64), values,
+                                self._table_config.initial_slots(n),
                                 tf.zeros([n], tf.int64), tf.zeros([n], tf.int64))
 
     # ----- the lookup -----
@@ -190,11 +245,14 @@ class HetEmbedding(tf_keras.layers.Layer):
             return lr(self._updates)
         return tf.constant(lr, tf.float32)
 
-    def _embed(self, ids, training):
-        """Rows of `ids` (any shape) with the update on the gradient path."""
+    def _embed(self, ids, training, penalties):
+        """Rows of `ids` (any shape) with the update on the gradient path;
+        appends the embeddings regularizer's penalty on the batch's rows to
+        `penalties`."""
         if self._serving_lookup is not None:
             return self._serving_lookup(self._table.check_ids(ids))
         table, cache, dim, owner = self._table, self._cache, self.output_dim, self._owner
+        regularizer, mask_zero = self.embeddings_regularizer, self.mask_zero
 
         lookahead = self.lookahead_active and training
         prefetched = []
@@ -208,8 +266,11 @@ class HetEmbedding(tf_keras.layers.Layer):
             else:
                 rows, unique, inverse = lookup_without_cache(table, ids)
             out = tf.gather(rows, inverse)
+            kept = tf.not_equal(unique, 0) if mask_zero else None
+            # The rows the regularizer's penalty is on: the batch's, padding aside.
+            penalized = rows if kept is None else tf.boolean_mask(rows, kept)
 
-            def grad(dy):
+            def grad(dy, d_penalized):
                 if not training:
                     raise ValueError(f"{owner}: a gradient was asked of a lookup made with "
                                      "training=False; call the model with training=True "
@@ -217,11 +278,17 @@ class HetEmbedding(tf_keras.layers.Layer):
                 dy = tf.convert_to_tensor(dy)
                 unique_grads = tf.math.unsorted_segment_sum(
                     tf.reshape(dy, [-1, dim]), tf.reshape(inverse, [-1]), tf.size(unique))
+                keys = unique
+                if kept is not None:  # padding: no gradient, no update, no clock tick
+                    keys, unique_grads = (tf.boolean_mask(keys, kept),
+                                          tf.boolean_mask(unique_grads, kept))
+                if d_penalized is not None:  # the regularizer's penalty on these rows
+                    unique_grads += tf.convert_to_tensor(d_penalized)
                 lr = self._current_learning_rate()
                 if cache is not None:
-                    update = cache.apply_gradients(unique, unique_grads, lr, after=prefetched)
+                    update = cache.apply_gradients(keys, unique_grads, lr, after=prefetched)
                 else:
-                    update = push_without_cache(table, unique, unique_grads, lr)
+                    update = push_without_cache(table, keys, unique_grads, lr)
                 with tf.control_dependencies(tf.nest.flatten(update)):
                     step = self._updates.assign_add(1)
                 # A zero that Grappler cannot fold: inside the loop of
@@ -229,9 +296,12 @@ class HetEmbedding(tf_keras.layers.Layer):
                 # dependency on the update, and the update was pruned.
                 return tf.cast(tf.equal(step, -1), anchor.dtype)
 
-            return out, grad
+            return (out, penalized), grad
 
-        return lookup(self._anchor)
+        out, penalized = lookup(self._anchor)
+        if regularizer is not None:
+            penalties.append(regularizer(penalized))
+        return out
 
     # Only static Python control flow: nothing for autograph to convert.
     @tf.autograph.experimental.do_not_convert
@@ -242,13 +312,27 @@ class HetEmbedding(tf_keras.layers.Layer):
             batch = (inputs.nrows() if isinstance(inputs, tf.RaggedTensor)
                      else tf.shape(inputs, out_type=tf.int64)[0])
             self._samples.assign_add(tf.cast(batch, tf.int64))
-        return embed_and_combine(inputs, lambda ids: self._embed(ids, training),
-                                 self.combiner, self.output_dim, self._owner)
+        penalties = []
+        out = embed_and_combine(inputs, lambda ids: self._embed(ids, training, penalties),
+                                self.combiner, self.output_dim, self._owner, self.sparse)
+        for penalty in penalties:
+            self.add_loss(penalty)
+        if self.compute_dtype != out.dtype:  # mixed precision: the table stays float32
+            out = tf.cast(out, self.compute_dtype)
+        return out
+
+    def compute_mask(self, inputs, mask=None):
+        if not self.mask_zero:
+            return None
+        return tf.not_equal(inputs, 0)
 
     def compute_output_shape(self, input_shape):
         shape = tf.TensorShape(input_shape)
         if self.combiner is not None:
             shape = shape[:-1]
+        elif self.input_length is not None:
+            shape = tf.TensorShape(_with_input_length(shape.as_list(), self.input_length,
+                                                      self._owner))
         return shape.concatenate([self.output_dim])
 
     # ----- state -----
@@ -342,6 +426,11 @@ class HetEmbedding(tf_keras.layers.Layer):
             "pin_threshold": self.pin_threshold,
             "max_rows": self.max_rows,
             "sync": self.sync,
+            "mask_zero": self.mask_zero,
+            "input_length": self.input_length,
+            "embeddings_regularizer": tf_keras.regularizers.serialize(
+                self.embeddings_regularizer) if self.embeddings_regularizer else None,
+            "sparse": self.sparse,
         })
         return config
 
@@ -353,7 +442,39 @@ class HetEmbedding(tf_keras.layers.Layer):
         if isinstance(config.get("embeddings_initializer"), dict):
             config["embeddings_initializer"] = tf_keras.initializers.deserialize(
                 config["embeddings_initializer"])
+        for key in ("embeddings_regularizer", "activity_regularizer"):
+            if isinstance(config.get(key), dict):
+                config[key] = tf_keras.regularizers.deserialize(config[key])
         return cls(**config)
+
+
+def _initializer_from_weights(weights, input_dim, output_dim, owner):
+    """weights=[matrix]: the table's initial rows, for a fixed vocabulary."""
+    if not isinstance(weights, (list, tuple)) or len(weights) != 1:
+        raise ValueError(f"{owner}: weights must be a list of one [input_dim, output_dim] "
+                         f"matrix (the table), got {type(weights).__name__} of "
+                         f"{len(weights) if isinstance(weights, (list, tuple)) else '?'}")
+    matrix = np.asarray(weights[0], np.float32)
+    if input_dim is None or matrix.shape != (input_dim, output_dim):
+        raise ValueError(f"{owner}: weights[0] has shape {matrix.shape}; the table is "
+                         f"[{input_dim}, {output_dim}] (weights= needs a fixed input_dim)")
+    return tf_keras.initializers.Constant(matrix)
+
+
+def _with_input_length(shape, input_length, owner):
+    """The input shape with input_length filling its unknown sequence axes,
+    as tf_keras.layers.Embedding infers it."""
+    lengths = list(input_length) if isinstance(input_length, (list, tuple)) else [input_length]
+    if len(lengths) != len(shape) - 1:
+        raise ValueError(f"{owner}: input_length is {input_length}, but the input has "
+                         f"shape {shape}")
+    for i, (given, seen) in enumerate(zip(lengths, shape[1:])):
+        if given is not None and seen is not None and given != seen:
+            raise ValueError(f"{owner}: input_length is {input_length}, but the input has "
+                             f"shape {shape}")
+        if given is None:
+            lengths[i] = seen
+    return [shape[0], *lengths]
 
 
 def het_embedding_layers(model):

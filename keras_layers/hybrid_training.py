@@ -6,6 +6,7 @@ import tf_keras
 
 from het_tf.distribute.horovod import barrier, initialized, num_ps, rank
 from het_tf.keras_layers.het_embedding import het_embedding_layers
+from het_tf.keras_layers.table_weights import model_variables
 
 
 def _check_built_after_init(model):
@@ -46,7 +47,7 @@ def distribute(model):
         raise ValueError("call het_tf.hybrid.distribute(model) before model.compile")
     _check_built_after_init(model)
     model.train_step = lambda data: _hybrid_train_step(model, data)
-    hvd.broadcast_variables(model.variables, root_rank=0)
+    hvd.broadcast_variables(model_variables(model), root_rank=0)
     return model
 
 
@@ -75,7 +76,7 @@ def restore(model, path):
     last import is always complete. Caches start empty."""
     tf.train.Checkpoint(model=model).restore(path).expect_partial()
     barrier()
-    initialized().broadcast_variables(model.variables, root_rank=0)
+    initialized().broadcast_variables(model_variables(model), root_rank=0)
 
 
 class Checkpoint(tf_keras.callbacks.Callback):

@@ -123,11 +123,12 @@ def test_a_sidecar_evaluator_task_evaluates_the_checkpoints(trained):
     assert evaluations[-1]["auc"] > 0.55 and evaluations[-1]["loss"] > 0
 
 
-def test_export_from_the_cluster_loads_without_het_tf(trained):
-    tmp, result = trained
+def assert_served_without_het_tf(export_dir, result):
+    """The export's scores of the run's probe ids, in a process that never
+    imports het_tf, equal the trained model's."""
     code = (
         "import json, sys, numpy as np, tensorflow as tf\n"
-        f"m = tf.saved_model.load({str(tmp / 'export')!r})\n"
+        f"m = tf.saved_model.load({str(export_dir)!r})\n"
         f"probe = tf.constant({result['export_probe']!r}, tf.int64)\n"
         "out = m.signatures['serving_default'](ids=probe)['score'].numpy().ravel()\n"
         "print(json.dumps({'scores': out.tolist(), 'het_tf': 'het_tf' in sys.modules}))\n")
@@ -137,6 +138,30 @@ def test_export_from_the_cluster_loads_without_het_tf(trained):
     loaded = json.loads(run.stdout.strip().splitlines()[-1])
     assert not loaded["het_tf"]
     np.testing.assert_allclose(loaded["scores"], result["export_scores"], rtol=1e-6, atol=1e-7)
+
+
+def test_export_from_the_cluster_loads_without_het_tf(trained):
+    tmp, result = trained
+    assert_served_without_het_tf(tmp / "export", result)
+
+
+def test_a_masked_sequence_model_trains_and_its_export_masks(tmp_path):
+    """mask_zero=True under ParameterServerStrategy: the mask reaches the
+    pooling, the padding row is never pushed, and the export served without
+    het_tf masks the same padding."""
+    code, result, log = run_training(tmp_path, "masked", ps=2,
+                                     extra=["--epochs", "3", "--sequence", "--export-dir",
+                                            str(tmp_path / "export")])
+    assert code == 0, log[-5000:]
+    losses = result["losses"]
+    assert losses[-1] < losses[0] - 0.02
+    keys, _, clocks = result["table"]
+    assert 0 in keys and clocks[keys.index(0)] == 0  # looked up, never updated
+    stats = result["stats"]
+    assert stats["cache_updates_pushed"] == stats["table_updates_applied"] == \
+        result["clock_sum"] > 0
+    assert any(0 in row for row in result["export_probe"])
+    assert_served_without_het_tf(tmp_path / "export", result)
 
 
 @pytest.mark.parametrize("ps", [1, 3])

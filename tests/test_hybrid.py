@@ -6,11 +6,10 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from het_tf.apps.launch import LocalCluster
-from tests.test_cluster import Log, assert_all_gone
+from tests.test_cluster import Log, assert_all_gone, assert_served_without_het_tf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "examples", "hybrid_train.py")
@@ -86,16 +85,7 @@ def test_ranks_share_tables_and_keep_dense_weights_identical(tmp_path, ps):
     # Each shard keeps one record of copies for each rank's cache.
     assert ranks[0]["record_workers"] == 2 * ps
 
-    code = ("import json, sys, tensorflow as tf\n"
-            f"m = tf.saved_model.load({str(tmp_path / 'export')!r})\n"
-            f"out = m.signatures['serving_default'](ids=tf.constant({ranks[0]['export_probe']!r}, tf.int64))\n"
-            "print(json.dumps({'scores': out['score'].numpy().ravel().tolist(), 'het_tf': 'het_tf' in sys.modules}))\n")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180,
-                         cwd="/", env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-    assert run.returncode == 0, run.stderr[-3000:]
-    loaded = json.loads(run.stdout.strip().splitlines()[-1])
-    assert not loaded["het_tf"]
-    np.testing.assert_allclose(loaded["scores"], ranks[0]["export_scores"], rtol=1e-6, atol=1e-7)
+    assert_served_without_het_tf(tmp_path / "export", ranks[0])
 
     if ps == 2:  # and a relaunch resumes from the checkpoint
         resumed = run_hybrid(tmp_path / "resumed", ps, ["--epochs", "1",
@@ -104,6 +94,16 @@ def test_ranks_share_tables_and_keep_dense_weights_identical(tmp_path, ps):
             assert r["resumed_from"].startswith(str(tmp_path / "ckpt"))
             assert r["restored_rows"] == ranks[0]["table_rows"]
         assert resumed[0]["dense_digest"] == resumed[1]["dense_digest"]
+
+
+def test_a_masked_sequence_model_trains_in_hybrid_mode(tmp_path):
+    ranks = run_hybrid(tmp_path / "results", 1, ["--sequence"])
+    for r in ranks:
+        assert r["losses"][-1] < r["losses"][0] - 0.02
+        assert r["padding_clock"] == 0  # the padding row, looked up by both, never pushed
+    assert ranks[0]["dense_digest"] == ranks[1]["dense_digest"]
+    pushed = ranks[0]["cache_updates_pushed"] + ranks[1]["cache_updates_pushed"]
+    assert pushed == ranks[0]["table_updates_applied"] == ranks[0]["clock_sum"] > 0
 
 
 def test_distribute_needs_init_first():

@@ -9,6 +9,8 @@ import numbers
 import re
 import typing
 
+import numpy as np
+
 OPTIMIZERS = ("sgd", "adagrad", "adam", "ftrl")
 INITIALIZERS = ("uniform", "normal", "truncated_normal", "constant", "zeros")
 POLICIES = ("lru", "lfu", "lfu_opt")
@@ -168,6 +170,15 @@ class TableConfig:
     @property
     def num_slots(self):
         return NUM_SLOTS[self.optimizer.name]
+
+    def initial_slots(self, rows):
+        """The optimizer slots of `rows` new rows, [rows, num_slots, dim]
+        float32: Adagrad's and Ftrl's accumulators start at their initial
+        value, the rest at 0 (as the shards start them)."""
+        slots = np.zeros((rows, self.num_slots, self.dim), np.float32)
+        if self.optimizer.name in ("adagrad", "ftrl"):
+            slots[:, 0, :] = self.optimizer.initial_accumulator_value
+        return slots
 
     def op_attrs(self, num_shards=1):
         max_rows = -1 if self.max_rows is None else -(-self.max_rows // num_shards)

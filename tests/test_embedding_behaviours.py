@@ -1,0 +1,217 @@
+"""tf_keras.layers.Embedding's behaviours, walked with HetEmbedding in its
+place: each is checked against Keras' own layer on the same rows (both made
+from one weights=[matrix]), with the cache off and on. The differences that
+remain are listed in docs/keras_layer.md."""
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+from het_tf.keras_layers import HetEmbedding
+
+VOCAB, DIM = 30, 4
+MATRIX = np.random.default_rng(0).normal(size=(VOCAB, DIM)).astype(np.float32)
+# The cache off, and a cache whose rows are flushed before they are read back.
+CACHES = {"off": dict(cache_capacity=0), "on": dict(cache_capacity=0.5, staleness=3)}
+
+
+def het(name, cache="off", **kwargs):
+    return HetEmbedding(VOCAB, DIM, weights=[MATRIX], optimizer=tf_keras.optimizers.SGD(0.1),
+                        name=name, **CACHES[cache], **kwargs)
+
+
+def keras(**kwargs):
+    return tf_keras.layers.Embedding(VOCAB, DIM, weights=[MATRIX], **kwargs)
+
+
+def table_rows(layer):
+    layer.flush()
+    return layer.table.gather(tf.range(VOCAB, dtype=tf.int64)).numpy()
+
+
+def test_dimensions_below_one_are_refused_by_both():
+    for dims in ((0, DIM), (VOCAB, 0)):
+        with pytest.raises(ValueError):
+            tf_keras.layers.Embedding(*dims)
+        with pytest.raises(ValueError, match="HetEmbedding 'zero'"):
+            HetEmbedding(*dims, name="zero")
+
+
+def test_weights_at_construction_are_the_table():
+    layer = het("weighted")
+    ids = tf.constant([[0, 5], [29, 5]], tf.int64)
+    np.testing.assert_array_equal(layer(ids).numpy(), keras()(ids).numpy())
+    with pytest.raises(ValueError, match="HetEmbedding 'bad': weights\\[0\\] has shape"):
+        HetEmbedding(VOCAB, DIM, weights=[MATRIX[:3]], name="bad")
+
+
+@pytest.mark.parametrize("cache", sorted(CACHES))
+def test_mask_zero_masks_padding_and_padding_gets_no_update(cache):
+    layer, reference = het(f"masked_{cache}", cache, mask_zero=True), keras(mask_zero=True)
+    assert layer.supports_masking and reference.supports_masking
+    ids = tf.constant([[3, 7, 0, 0], [9, 0, 0, 0]], tf.int64)
+    np.testing.assert_array_equal(layer.compute_mask(ids).numpy(),
+                                  reference.compute_mask(ids).numpy())
+    assert layer(ids)._keras_mask is not None
+
+    def sequence_model(embedding):
+        inputs = tf_keras.Input((4,), dtype=tf.int64)
+        pooled = tf_keras.layers.GlobalAveragePooling1D()(embedding(inputs))
+        dense = tf_keras.layers.Dense(1, kernel_initializer="ones", bias_initializer="zeros")
+        model = tf_keras.Model(inputs, dense(pooled))
+        model.compile(tf_keras.optimizers.SGD(0.1), "mse")
+        return model
+
+    labels = np.array([[1.0], [0.0]], np.float32)
+    ours, theirs = sequence_model(layer), sequence_model(reference)
+    for _ in range(3):
+        loss = ours.train_on_batch(ids, labels)
+        assert loss == pytest.approx(theirs.train_on_batch(ids, labels), rel=1e-5)
+    rows = table_rows(layer)
+    np.testing.assert_allclose(rows, reference.embeddings.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(rows[0], MATRIX[0])  # padding: untouched
+    # Not even a zero update: the padding row's clock never moved.
+    keys, _, _, clocks, _ = (t.numpy() for t in layer.table.export_all())
+    assert clocks[keys == 0].tolist() == [0] and clocks[keys == 3].tolist() == [3]
+
+
+def test_mask_zero_refuses_a_combiner_and_sparse_output():
+    with pytest.raises(ValueError, match="HetEmbedding 'both': mask_zero masks a sequence"):
+        HetEmbedding(VOCAB, DIM, mask_zero=True, combiner="mean", name="both")
+    with pytest.raises(ValueError, match="mask_zero cannot be enabled with sparse=True"):
+        HetEmbedding(VOCAB, DIM, mask_zero=True, sparse=True, name="sparse_mask")
+
+
+def test_input_length_fills_the_output_shape_as_keras_does():
+    for length in (5, None):
+        ours, theirs = het(f"length_{length}", input_length=length), keras(input_length=length)
+        assert ours.compute_output_shape((None, None)) == tuple(
+            theirs.compute_output_shape((None, None)))
+    with pytest.raises(ValueError, match="input_length is 5"):
+        het("mismatch", input_length=5).compute_output_shape((None, 6))
+    config = het("configured", input_length=5).get_config()
+    assert HetEmbedding.from_config(config).input_length == 5
+
+
+@pytest.mark.parametrize("cache", sorted(CACHES))
+def test_embeddings_regularizer_penalizes_the_batchs_rows(cache):
+    """The same penalty as on the rows a tf_keras Embedding looks up in the
+    batch, and its gradient reaches the table through the same update."""
+    ids = np.array([[1, 2, 2], [4, 1, 6]], np.int64)
+    labels = np.array([[1.0], [0.0]], np.float32)
+    l2 = tf_keras.regularizers.L2(0.05)
+    layer = het(f"regularized_{cache}", cache, embeddings_regularizer=l2)
+    reference = keras()
+
+    def model(embedding, penalty):
+        inputs = tf_keras.Input((3,), dtype=tf.int64)
+        out = tf_keras.layers.Flatten()(embedding(inputs))
+        m = tf_keras.Model(inputs, tf_keras.layers.Dense(1, kernel_initializer="ones")(out))
+        if penalty:
+            m.add_loss(lambda: l2(tf.gather(reference.embeddings, np.unique(ids))))
+        m.compile(tf_keras.optimizers.SGD(0.1), "mse")
+        return m
+
+    ours, theirs = model(layer, False), model(reference, True)
+    for _ in range(3):
+        assert ours.train_on_batch(ids, labels) == pytest.approx(
+            theirs.train_on_batch(ids, labels), rel=1e-5)
+    np.testing.assert_allclose(table_rows(layer), reference.embeddings.numpy(), rtol=1e-5,
+                               atol=1e-6)
+    config = layer.get_config()
+    assert HetEmbedding.from_config(config).embeddings_regularizer.get_config()["l2"] == \
+        pytest.approx(0.05)
+
+
+def test_activity_regularizer_adds_keras_penalty():
+    ids = tf.constant([[1, 2], [3, 3]], tf.int64)
+    ours = het("active", activity_regularizer="l2")
+    theirs = keras(activity_regularizer="l2")
+    ours(ids), theirs(ids)
+    assert float(tf.add_n(ours.losses)) == pytest.approx(float(tf.add_n(theirs.losses)),
+                                                         rel=1e-6)
+
+
+def test_embeddings_constraint_is_refused_with_a_reason():
+    with pytest.raises(ValueError, match="HetEmbedding 'held': embeddings_constraint is not "
+                                         "supported"):
+        HetEmbedding(VOCAB, DIM, embeddings_constraint="non_neg", name="held")
+
+
+@pytest.mark.parametrize("cache", sorted(CACHES))
+def test_ragged_ids_without_a_combiner_give_ragged_vectors(cache):
+    ids = tf.ragged.constant([[1, 2, 3], [], [4]], dtype=tf.int64)
+    layer = het(f"ragged_{cache}", cache)
+    out, expected = layer(ids), keras()(ids)
+    assert isinstance(out, tf.RaggedTensor)
+    np.testing.assert_array_equal(out.row_lengths().numpy(), [3, 0, 1])
+    np.testing.assert_allclose(out.flat_values.numpy(), expected.flat_values.numpy())
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(layer(ids, training=True).flat_values)
+    tape.gradient(loss, layer.trainable_weights)
+    np.testing.assert_allclose(table_rows(layer)[[1, 2, 3, 4]], MATRIX[[1, 2, 3, 4]] - 0.1,
+                               rtol=1e-6)
+
+
+def test_sparse_ids_give_what_keras_gives():
+    ids = tf.SparseTensor([[0, 0], [0, 2], [1, 1]], tf.constant([5, 6, 7], tf.int64), [2, 3])
+    dense = het("sparse_in")(ids)  # missing ids read as id 0, as in Keras
+    np.testing.assert_allclose(dense.numpy(), keras()(ids).numpy())
+    out = het("sparse_out", sparse=True)(ids)
+    expected = keras(sparse=True)(ids)
+    assert isinstance(out, tf.SparseTensor)
+    np.testing.assert_array_equal(out.indices.numpy(), expected.indices.numpy())
+    np.testing.assert_allclose(out.values.numpy(), expected.values.numpy())
+    np.testing.assert_array_equal(out.dense_shape.numpy(), expected.dense_shape.numpy())
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_output_follows_the_compute_dtype(policy):
+    ids = tf.constant([[1, 2]], tf.int64)
+    ours = het(f"mixed_{policy}", dtype=policy)
+    theirs = keras(dtype=policy)
+    out = ours(ids)
+    assert out.dtype == theirs(ids).dtype == tf.as_dtype(policy.split("_")[1])
+    with tf.GradientTape() as tape:  # the table and its update stay float32
+        loss = tf.reduce_sum(tf.cast(ours(ids, training=True), tf.float32))
+    tape.gradient(loss, ours.trainable_weights)
+    rows = table_rows(ours)
+    assert rows.dtype == np.float32
+    np.testing.assert_allclose(rows[[1, 2]], MATRIX[[1, 2]] - 0.1, rtol=1e-6)
+
+
+@pytest.mark.parametrize("cache", sorted(CACHES))
+def test_get_and_set_weights_are_the_table_for_layer_and_model(cache):
+    layer = het(f"weights_{cache}", cache)
+    inputs = tf_keras.Input((2,), dtype=tf.int64)
+    model = tf_keras.Model(inputs, tf_keras.layers.Dense(1)(tf_keras.layers.Flatten()(
+        layer(inputs))))
+    model.compile(tf_keras.optimizers.SGD(0.1), "mse")
+    ids, labels = np.array([[1, 2], [2, 3]], np.int64), np.array([[1.0], [0.0]], np.float32)
+    model.train_on_batch(ids, labels)
+    (matrix,) = layer.get_weights()  # pending cached updates included
+    assert matrix.shape == (VOCAB, DIM) and not np.allclose(matrix[[1, 2, 3]], MATRIX[[1, 2, 3]])
+    np.testing.assert_array_equal(matrix, table_rows(layer))
+
+    saved, scores = model.get_weights(), model.predict_on_batch(ids)
+    assert any(w.shape == (VOCAB, DIM) for w in saved)
+    for _ in range(3):
+        model.train_on_batch(ids, labels)
+    model.set_weights(saved)  # the table too, and no cached copy survives it
+    np.testing.assert_allclose(model.predict_on_batch(ids), scores, rtol=1e-6)
+    for a, b in zip(model.get_weights(), saved):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+    layer.set_weights([MATRIX * 2])
+    np.testing.assert_allclose(layer(tf.constant([[1, 29]], tf.int64))[0].numpy(),
+                               MATRIX[[1, 29]] * 2)
+    with pytest.raises(ValueError, match=f"HetEmbedding 'weights_{cache}': the table is "
+                                         r"\[30, 4\], got a matrix of shape \(3, 4\)"):
+        layer.set_weights([MATRIX[:3]])
+
+
+def test_a_dynamic_table_has_no_matrix_to_get():
+    layer = HetEmbedding(None, DIM, cache_capacity=8, name="dynamic")
+    layer(tf.constant([[5]], tf.int64))
+    with pytest.raises(ValueError, match="HetEmbedding 'dynamic': a dynamic table"):
+        layer.get_weights()
