@@ -78,3 +78,25 @@ def test_too_little_data_is_refused_before_training_naming_eval_data(tmp_path):
     path = write_sample(tmp_path / "one.tsv", 2)
     with pytest.raises(ValueError, match=r"has 2 readable row\(s\).*--eval-data"):
         inputs("--data", path, pipelines=2)
+
+
+@pytest.mark.parametrize("remote", [True, False])
+def test_ps_mode_takes_parquet_only_where_workers_can_read_it(tmp_path, monkeypatch, remote):
+    """On TensorFlow 2.21 Parquet is read by pyarrow in the reading process,
+    which a ParameterServerStrategy worker cannot run: refused up front."""
+    from het_tf.apps.train import arguments
+    from het_tf.data import criteo_parquet
+
+    path = tmp_path / "day.parquet"
+    path.write_bytes(b"")
+    monkeypatch.setattr(criteo_parquet, "reads_on_remote_workers", lambda: remote)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    for mode in ("local", "hybrid", "ps"):
+        args = parser.parse_args(["--data", str(path), "--mode", mode])
+        if mode == "ps" and not remote:
+            with pytest.raises(ValueError, match="in ps mode the workers read Parquet with "
+                                                 "tensorflow-io"):
+                arguments.check(args)
+        else:
+            arguments.check(args)
