@@ -21,6 +21,8 @@ def add_arguments(parser):
     parser.add_argument("--export-dir")
     parser.add_argument("--sequence", action="store_true",
                         help="a masked sequence model (mask_zero=True, average pooling)")
+    parser.add_argument("--l2", type=float, default=0.0,
+                        help="an L2 embeddings_regularizer on the rows each batch looks up")
 
 
 def build_model(args):
@@ -29,7 +31,8 @@ def build_model(args):
                             name="ids")
     layer = HetEmbedding(args.vocab, args.dim, cache_capacity=args.cache_capacity,
                          staleness=args.staleness, name="items", mask_zero=args.sequence,
-                         optimizer=tf_keras.optimizers.Adagrad(0.3))
+                         embeddings_regularizer=tf_keras.regularizers.L2(args.l2) if args.l2
+                         else None, optimizer=tf_keras.optimizers.Adagrad(0.3))
     reduce = (tf_keras.layers.GlobalAveragePooling1D() if args.sequence
               else tf_keras.layers.Flatten())
     x = tf_keras.layers.Dense(16, activation="relu", name="hidden")(reduce(layer(inputs)))

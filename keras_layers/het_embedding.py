@@ -430,6 +430,8 @@ class HetEmbedding(tf_keras.layers.Layer):
             "input_length": self.input_length,
             "embeddings_regularizer": tf_keras.regularizers.serialize(
                 self.embeddings_regularizer) if self.embeddings_regularizer else None,
+            "activity_regularizer": tf_keras.regularizers.serialize(
+                self.activity_regularizer) if self.activity_regularizer else None,
             "sparse": self.sparse,
         })
         return config

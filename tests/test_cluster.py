@@ -146,12 +146,13 @@ def test_export_from_the_cluster_loads_without_het_tf(trained):
 
 
 def test_a_masked_sequence_model_trains_and_its_export_masks(tmp_path):
-    """mask_zero=True under ParameterServerStrategy: the mask reaches the
-    pooling, the padding row is never pushed, and the export served without
-    het_tf masks the same padding."""
+    """mask_zero=True and an embeddings regularizer under
+    ParameterServerStrategy: the mask reaches the pooling, the padding row is
+    never pushed, and the export served without het_tf masks the same
+    padding."""
     code, result, log = run_training(tmp_path, "masked", ps=2,
-                                     extra=["--epochs", "3", "--sequence", "--export-dir",
-                                            str(tmp_path / "export")])
+                                     extra=["--epochs", "3", "--sequence", "--l2", "1e-4",
+                                            "--export-dir", str(tmp_path / "export")])
     assert code == 0, log[-5000:]
     losses = result["losses"]
     assert losses[-1] < losses[0] - 0.02

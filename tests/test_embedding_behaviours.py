@@ -215,3 +215,22 @@ def test_a_dynamic_table_has_no_matrix_to_get():
     layer(tf.constant([[5]], tf.int64))
     with pytest.raises(ValueError, match="HetEmbedding 'dynamic': a dynamic table"):
         layer.get_weights()
+
+
+@pytest.mark.parametrize("options", [
+    dict(mask_zero=True, input_length=4, embeddings_regularizer=tf_keras.regularizers.L2(0.01),
+         activity_regularizer=tf_keras.regularizers.L1(0.02)),
+    dict(sparse=True, dtype="mixed_float16"),
+])
+def test_the_arguments_survive_get_config_and_from_config(options):
+    layer = HetEmbedding(VOCAB, DIM, name="configured", **options)
+    config = layer.get_config()
+    clone = HetEmbedding.from_config(config)
+    assert clone.get_config() == config
+    for name in ("mask_zero", "input_length", "sparse", "compute_dtype"):
+        assert getattr(clone, name) == getattr(layer, name)
+    for name in ("embeddings_regularizer", "activity_regularizer"):
+        ours, theirs = getattr(layer, name), getattr(clone, name)
+        assert (ours is None) == (theirs is None)
+        if ours is not None:
+            assert type(ours) is type(theirs) and ours.get_config() == theirs.get_config()
