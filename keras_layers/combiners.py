@@ -22,7 +22,7 @@ def lookup_ids(inputs):
     return tf.convert_to_tensor(inputs)
 
 
-def embed_and_combine(inputs, embed, combiner, output_dim, owner, sparse=False):
+def embed_and_combine(inputs, embed, combiner, output_dim, sparse=False):
     """embed(flat or dense ids) -> vectors, then per row the combiner's
     reduction. Without a combiner, one vector per id, shaped as
     tf_keras.layers.Embedding shapes it: ragged in, ragged out; sparse in,

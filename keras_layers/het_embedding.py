@@ -267,10 +267,8 @@ class HetEmbedding(tf_keras.layers.Layer):
                 rows, unique, inverse = lookup_without_cache(table, ids)
             out = tf.gather(rows, inverse)
             kept = tf.not_equal(unique, 0) if mask_zero else None
-            # The rows the regularizer's penalty is on: the batch's, padding aside.
-            penalized = rows if kept is None else tf.boolean_mask(rows, kept)
 
-            def grad(dy, d_penalized):
+            def grad(dy, d_penalized=None):
                 if not training:
                     raise ValueError(f"{owner}: a gradient was asked of a lookup made with "
                                      "training=False; call the model with training=True "
@@ -296,11 +294,16 @@ class HetEmbedding(tf_keras.layers.Layer):
                 # dependency on the update, and the update was pruned.
                 return tf.cast(tf.equal(step, -1), anchor.dtype)
 
-            return (out, penalized), grad
+            if regularizer is None:
+                return out, grad
+            # The rows the regularizer's penalty is on: the batch's, padding
+            # aside; a second output, so its gradient reaches them in grad.
+            return (out, rows if kept is None else tf.boolean_mask(rows, kept)), grad
 
+        if regularizer is None:
+            return lookup(self._anchor)
         out, penalized = lookup(self._anchor)
-        if regularizer is not None:
-            penalties.append(regularizer(penalized))
+        penalties.append(regularizer(penalized))
         return out
 
     # Only static Python control flow: nothing for autograph to convert.
@@ -314,7 +317,7 @@ class HetEmbedding(tf_keras.layers.Layer):
             self._samples.assign_add(tf.cast(batch, tf.int64))
         penalties = []
         out = embed_and_combine(inputs, lambda ids: self._embed(ids, training, penalties),
-                                self.combiner, self.output_dim, self._owner, self.sparse)
+                                self.combiner, self.output_dim, self.sparse)
         for penalty in penalties:
             self.add_loss(penalty)
         if self.compute_dtype != out.dtype:  # mixed precision: the table stays float32
