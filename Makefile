@@ -75,8 +75,8 @@ test: lint build cc-test sanitize bazel-build
 # The second stack, TensorFlow 2.21 with tf-keras 2.21, in its own venv, with
 # its own op library (the loader finds it by HET_TF_OPS_LIBRARY) and Horovod
 # wheel; the tree's default build is left alone. Its suite is every test but
-# those of the default stack's own pieces: lint, the Bazel build, TFRA's
-# benchmark row, the fuzz and kill tests (covered on 2.16.2).
+# lint, the Bazel build and the benchmark (TFRA's row), fuzz, concurrency,
+# link and checkpoint-kill tests, which run on 2.16.2.
 TF221_VENV := .venv-tf2.21
 TF221_PY := $(TF221_VENV)/bin/python
 TF221_LIBRARY := $(CURDIR)/build/tf2.21/_het_ops.so
