@@ -8,6 +8,7 @@ effect. A trainable scalar anchor carries that gradient path, so the layer
 drops into any model and `model.fit` with no subclassing.
 """
 import copy
+import dataclasses
 import zlib
 
 import numpy as np
@@ -16,7 +17,12 @@ import tf_keras
 
 from het_tf.keras_layers import server_optimizer
 from het_tf.keras_layers.combiners import COMBINERS, embed_and_combine
-from het_tf.keras_layers.layer_settings import placement, resolve_cache, resolve_initializer
+from het_tf.keras_layers.layer_settings import (
+    placement,
+    resolve_cache,
+    resolve_constraint,
+    resolve_initializer,
+)
 from het_tf.keras_layers.table_weights import TableWeights
 from het_tf.runtime.cache import WorkerCache, hit_rate, lookup_without_cache, push_without_cache
 from het_tf.runtime.checkpoint import TableCheckpoint
@@ -75,11 +81,13 @@ class HetEmbedding(tf_keras.layers.Layer):
         that would create more fails with ResourceExhausted naming the
         table, and changes nothing.
       mask_zero, input_length, embeddings_regularizer, activity_regularizer,
-      sparse, weights: as in tf_keras.layers.Embedding, with the differences
-        docs/keras_layer.md lists: id 0 as padding gets no gradient and no
-        update; the embeddings regularizer's penalty is on the rows the
-        batch looks up; weights=[matrix] is an initializer (fixed
-        vocabularies). embeddings_constraint is refused.
+      embeddings_constraint, sparse, weights: as in tf_keras.layers.Embedding,
+        with the differences docs/keras_layer.md lists: id 0 as padding gets
+        no gradient and no update; the embeddings regularizer's penalty is on
+        the rows the batch looks up; the constraint (NonNeg, or MaxNorm,
+        UnitNorm or MinMaxNorm with axis=1) projects each row an update
+        changes, on the shards and in the caches; weights=[matrix] is an
+        initializer (fixed vocabularies).
     """
 
     def __init__(self, input_dim, output_dim, embeddings_initializer="uniform", combiner=None,
@@ -107,11 +115,6 @@ class HetEmbedding(tf_keras.layers.Layer):
                              f"got {combiner!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
             raise ValueError(f"{owner}: seed must be an int or None, got {seed!r}")
-        if embeddings_constraint is not None:
-            raise ValueError(f"{owner}: embeddings_constraint is not supported: the rows live "
-                             "on parameter-server shards, where no Keras constraint runs. "
-                             "Constrain the rows in the model instead (for example "
-                             "tf.clip_by_norm on the layer's output)")
         if mask_zero and combiner is not None:
             raise ValueError(f"{owner}: mask_zero masks a sequence of ids, which a combiner "
                              "reduces away; give multi-hot ids as a ragged or sparse tensor "
@@ -149,6 +152,10 @@ class HetEmbedding(tf_keras.layers.Layer):
                                                 self.output_dim, owner)
         (self._optimizer_config, self._learning_rate,
          self._optimizer_serialized) = server_optimizer.resolve(optimizer, owner)
+        self._optimizer_config = dataclasses.replace(
+            self._optimizer_config, **resolve_constraint(embeddings_constraint, owner))
+        self.embeddings_constraint = (None if embeddings_constraint is None
+                                      else tf_keras.constraints.get(embeddings_constraint))
         self.optimizer = optimizer
         self._cache_config = resolve_cache(cache_capacity, cache_policy, staleness,
                                            read_staleness, write_staleness, pin_threshold,
@@ -435,6 +442,8 @@ class HetEmbedding(tf_keras.layers.Layer):
                 self.embeddings_regularizer) if self.embeddings_regularizer else None,
             "activity_regularizer": tf_keras.regularizers.serialize(
                 self.activity_regularizer) if self.activity_regularizer else None,
+            "embeddings_constraint": tf_keras.constraints.serialize(
+                self.embeddings_constraint) if self.embeddings_constraint else None,
             "sparse": self.sparse,
         })
         return config
@@ -450,6 +459,9 @@ class HetEmbedding(tf_keras.layers.Layer):
         for key in ("embeddings_regularizer", "activity_regularizer"):
             if isinstance(config.get(key), dict):
                 config[key] = tf_keras.regularizers.deserialize(config[key])
+        if isinstance(config.get("embeddings_constraint"), dict):
+            config["embeddings_constraint"] = tf_keras.constraints.deserialize(
+                config["embeddings_constraint"])
         return cls(**config)
 
 

@@ -50,6 +50,41 @@ def resolve_initializer(init, input_dim, output_dim, owner):
     return ("materialize", init)
 
 
+def resolve_constraint(constraint, owner):
+    """The table's row constraint for a Keras embeddings_constraint, as
+    OptimizerConfig fields: NonNeg, and MaxNorm, UnitNorm and MinMaxNorm whose
+    norm is over a row (axis=1 or -1). Constraints over the vocabulary axis,
+    or of other kinds, would need the whole matrix, which no shard holds."""
+    if constraint is None:
+        return {}
+    try:
+        constraint = tf_keras.constraints.get(constraint)
+    except ValueError as e:
+        raise ValueError(f"{owner}: unknown embeddings_constraint {constraint!r}") from e
+    kinds = tf_keras.constraints
+    if isinstance(constraint, kinds.NonNeg):
+        return dict(constraint="non_neg")
+    norms = {kinds.MaxNorm: "max_norm", kinds.UnitNorm: "unit_norm",
+             kinds.MinMaxNorm: "min_max_norm"}
+    kind = next((name for cls, name in norms.items() if type(constraint) is cls), None)
+    if kind is None:
+        raise ValueError(f"{owner}: embeddings_constraint {type(constraint).__name__} is not "
+                         "supported: the shards apply a constraint row by row, and can take "
+                         "NonNeg, MaxNorm, UnitNorm or MinMaxNorm with axis=1 (a row's norm)")
+    axis = np.ravel(constraint.axis).tolist()
+    if axis not in ([1], [-1]):
+        raise ValueError(f"{owner}: {type(constraint).__name__}(axis={constraint.axis}) takes "
+                         "its norms over the vocabulary axis (Keras' default, axis=0), which "
+                         "needs the whole matrix; the shards constrain each row: give axis=1")
+    fields = dict(constraint=kind)
+    if kind != "unit_norm":
+        fields["constraint_max_value"] = float(constraint.max_value)
+    if kind == "min_max_norm":
+        fields.update(constraint_min_value=float(constraint.min_value),
+                      constraint_rate=float(constraint.rate))
+    return fields
+
+
 def resolve_cache(capacity, policy, staleness, read_staleness, write_staleness, pin_threshold,
                   input_dim, owner, sync="refresh"):
     """The layer's CacheConfig, or None for no cache."""

@@ -58,10 +58,39 @@ def ftrl_weight(lr, linear, acc):
                     np.float32(0.0)).astype(np.float32)
 
 
-def optimizer_step(optimizer, state, g, lr, step, delta=None):
-    """One update of `state` (a dict of the FIELDS arrays) with gradient g;
-    returns the new step count. With `delta`, each field's increment is also
-    added to delta's, exactly as applied (the cache's pending delta)."""
+def project(constraint, state, delta=None):
+    """A row constraint, (kind, min_value, max_value, rate) or None, applied
+    to state's row as Keras' constraint computes it for one row; with
+    `delta`, each value's change joins delta's."""
+    if constraint is None:
+        return
+    kind, low, high, rate = constraint
+    w = state["w"]
+    if kind == "non_neg":
+        projected = np.where(w >= 0, w, np.float32(0)).astype(np.float32)
+    else:
+        squares = np.float32(0)
+        for x in w:  # in order, as the C++ sums
+            squares = np.float32(squares + x * x)
+        norm = np.sqrt(squares)
+        if kind == "unit_norm":
+            desired = np.float32(1)
+        elif kind == "max_norm":
+            desired = min(norm, np.float32(high))
+        else:
+            clipped = min(max(norm, np.float32(low)), np.float32(high))
+            desired = np.float32(rate) * clipped + (np.float32(1) - np.float32(rate)) * norm
+        projected = w * np.float32(desired / (np.float32(1e-7) + norm))
+    if delta is not None:
+        delta["w"] = delta["w"] + (projected - w)
+    state["w"] = projected
+
+
+def optimizer_step(optimizer, state, g, lr, step, delta=None, constraint=None):
+    """One update of `state` (a dict of the FIELDS arrays) with gradient g,
+    then the row constraint; returns the new step count. With `delta`, each
+    field's increment is also added to delta's, exactly as applied (the
+    cache's pending delta)."""
     def add(field, increment):
         state[field] = state[field] + increment
         if delta is not None:
@@ -100,6 +129,7 @@ def optimizer_step(optimizer, state, g, lr, step, delta=None):
         state["w"] = w_new
     else:
         raise ValueError(optimizer)
+    project(constraint, state, delta)
     return step
 
 
@@ -111,10 +141,10 @@ def concurrent_share(optimizer, count, others):
     return np.float32(count / (count + others))
 
 
-def merge(optimizer, state, delta, count, lr, share=None):
+def merge(optimizer, state, delta, count, lr, share=None, constraint=None):
     """A delta of `count` updates merged into `state`: sums add, Adam's
     moments decay by beta^count and take the averages, FTRL's row follows
-    its slots; the row keeps `share` of its change."""
+    its slots; the row keeps `share` of its change, then the constraint."""
     for f in FIELDS[optimizer]:
         if optimizer == "adam" and f in ("m", "v"):
             decay = np.float32(float(np.float32(0.9 if f == "m" else 0.999)) ** count)
@@ -125,11 +155,13 @@ def merge(optimizer, state, delta, count, lr, share=None):
             state[f] = state[f] + delta[f]
     if optimizer == "ftrl":
         state["w"] = ftrl_weight(lr, state["lin"], state["acc"])
+    project(constraint, state)
 
 
 class RefTable:
-    def __init__(self, dim, optimizer="sgd", seed=0, vocabulary_size=None):
+    def __init__(self, dim, optimizer="sgd", seed=0, vocabulary_size=None, constraint=None):
         self.dim, self.optimizer, self.seed = dim, optimizer, seed
+        self.constraint = constraint
         self.vocabulary_size = vocabulary_size
         self.fields = FIELDS[optimizer]
         self.rows = {}  # key -> dict(w, acc, m, v, clock, step)
@@ -200,12 +232,14 @@ class RefTable:
         """The no-cache write: `count` steps with the mean gradient."""
         r = self.row(key)
         g = grad.astype(np.float32)
-        if self.optimizer == "sgd" or count == 1:
-            r["step"] = optimizer_step(self.optimizer, r, g, lr, r["step"])
+        if (self.optimizer == "sgd" and self.constraint is None) or count == 1:
+            r["step"] = optimizer_step(self.optimizer, r, g, lr, r["step"],
+                                       constraint=self.constraint)
         else:  # count steps with the mean gradient
             mean = g * np.float32(1.0 / np.float32(count))
             for _ in range(count):
-                r["step"] = optimizer_step(self.optimizer, r, mean, lr, r["step"])
+                r["step"] = optimizer_step(self.optimizer, r, mean, lr, r["step"],
+                                           constraint=self.constraint)
         r["clock"] += count
         self.updates_applied += count
         self._moved(key, None)
@@ -216,7 +250,7 @@ class RefTable:
         recomputed from its merged slots), Adam's row its share."""
         r = self.row(key)
         merge(self.optimizer, r, delta, count, lr,
-              concurrent_share(self.optimizer, count, r["clock"] - base_clock))
+              concurrent_share(self.optimizer, count, r["clock"] - base_clock), self.constraint)
         r["step"] += count
         r["clock"] += count
         self.updates_applied += count
@@ -278,7 +312,8 @@ class RefCache:
         if pending:
             e["pd"]["w"] = e["pd"]["w"] * concurrent_share(
                 self.table.optimizer, pending, clock - e["cs"])
-            merge(self.table.optimizer, fresh, e["pd"], pending, self.lr)
+            merge(self.table.optimizer, fresh, e["pd"], pending, self.lr,
+                  constraint=self.table.constraint)
         e["state"] = fresh
         e["cs"], e["cc"] = clock, clock + pending
         self.counters["stale_refreshes"] += 1
@@ -345,7 +380,9 @@ class RefCache:
                 else:
                     share = concurrent_share(self.table.optimizer, e["cc"] - e["cs"],
                                              answer[i][1] - e["cs"])
-                    out.append(answer[i][0]["w"] + share * e["pd"]["w"])
+                    seen = dict(w=answer[i][0]["w"] + share * e["pd"]["w"])
+                    project(self.table.constraint, seen)  # as the merge would
+                    out.append(seen["w"])
                     self.counters["stale_refreshes"] += 1
             return unique, out
         return unique, self._fill(unique, answer)
@@ -463,7 +500,7 @@ class RefCache:
                 state, clock = self.passing[k]
                 delta = self._zeros()
                 optimizer_step(self.table.optimizer, state, g.astype(np.float32), lr, clock,
-                               delta=delta)
+                               delta=delta, constraint=self.table.constraint)
                 self.outbox.append((k, delta, 1, clock))
         self.passing = {}
         due = list(self.outbox)
@@ -472,7 +509,7 @@ class RefCache:
                 continue
             e = self.entries[k]
             optimizer_step(self.table.optimizer, e["state"], g.astype(np.float32), lr, e["cc"],
-                           delta=e["pd"])
+                           delta=e["pd"], constraint=self.table.constraint)
             e["cc"] += 1
             if self.s_w >= 0 and e["cc"] - e["cs"] > self.s_w:
                 due.append((k, dict(e["pd"]), e["cc"] - e["cs"], e["cs"]))

@@ -132,10 +132,68 @@ def test_activity_regularizer_adds_keras_penalty():
                                                          rel=1e-6)
 
 
-def test_embeddings_constraint_is_refused_with_a_reason():
-    with pytest.raises(ValueError, match="HetEmbedding 'held': embeddings_constraint is not "
-                                         "supported"):
-        HetEmbedding(VOCAB, DIM, embeddings_constraint="non_neg", name="held")
+ROW_CONSTRAINTS = {
+    "non_neg": lambda: tf_keras.constraints.NonNeg(),
+    "max_norm": lambda: tf_keras.constraints.MaxNorm(1.0, axis=1),
+    "unit_norm": lambda: tf_keras.constraints.UnitNorm(axis=-1),
+    "min_max_norm": lambda: tf_keras.constraints.MinMaxNorm(0.5, 1.5, rate=0.8, axis=1),
+}
+
+
+@pytest.mark.parametrize("cache", sorted(CACHES))
+@pytest.mark.parametrize("kind", sorted(ROW_CONSTRAINTS))
+def test_row_constraints_project_the_rows_an_update_changes(kind, cache):
+    """The same losses as tf_keras.layers.Embedding with the same
+    constraint, and the same rows for every id the batches train: Keras
+    projects the whole matrix after each step, the shards (and caches)
+    each row a step changes."""
+    ids = np.array([[1, 2, 2], [4, 1, 6]], np.int64)
+    labels = np.array([[1.0], [0.0]], np.float32)
+    layer = het(f"constrained_{kind}_{cache}", cache, embeddings_constraint=ROW_CONSTRAINTS[kind]())
+    reference = keras(embeddings_constraint=ROW_CONSTRAINTS[kind]())
+
+    def model(embedding):
+        inputs = tf_keras.Input((3,), dtype=tf.int64)
+        out = tf_keras.layers.Flatten()(embedding(inputs))
+        m = tf_keras.Model(inputs, tf_keras.layers.Dense(1, kernel_initializer="ones")(out))
+        m.compile(tf_keras.optimizers.SGD(0.1), "mse")
+        return m
+
+    ours, theirs = model(layer), model(reference)
+    for _ in range(4):
+        assert ours.train_on_batch(ids, labels) == pytest.approx(
+            theirs.train_on_batch(ids, labels), rel=1e-5)
+    trained = np.unique(ids)
+    rows = table_rows(layer)
+    np.testing.assert_allclose(rows[trained], reference.embeddings.numpy()[trained], rtol=1e-5,
+                               atol=1e-6)
+    untouched = np.setdiff1d(np.arange(VOCAB), trained)
+    np.testing.assert_array_equal(rows[untouched], MATRIX[untouched])
+    if kind == "non_neg":
+        assert (rows[trained] >= 0).all() and (MATRIX[trained] < 0).any()
+    else:
+        norms = np.linalg.norm(rows[trained], axis=1)
+        assert {"max_norm": norms <= 1 + 1e-6, "unit_norm": abs(norms - 1) < 1e-5,
+                "min_max_norm": norms <= 1.5 + 1e-6}[kind].all()
+    clone = HetEmbedding.from_config(layer.get_config())
+    assert clone.embeddings_constraint.get_config() == layer.embeddings_constraint.get_config()
+
+
+def test_constraints_over_the_whole_matrix_are_refused_with_a_reason():
+    with pytest.raises(ValueError, match=r"HetEmbedding 'column': MaxNorm\(axis=0\) takes its "
+                                         "norms over the vocabulary axis"):
+        HetEmbedding(VOCAB, DIM, embeddings_constraint=tf_keras.constraints.MaxNorm(2.0),
+                     name="column")
+    with pytest.raises(ValueError, match="HetEmbedding 'named': UnitNorm"):
+        HetEmbedding(VOCAB, DIM, embeddings_constraint="unit_norm", name="named")
+    for constraint in (tf_keras.constraints.RadialConstraint(), lambda w: w):
+        with pytest.raises(ValueError, match="HetEmbedding 'other': embeddings_constraint .* is "
+                                             "not supported"):
+            HetEmbedding(VOCAB, DIM, embeddings_constraint=constraint, name="other")
+    with pytest.raises(ValueError, match="HetEmbedding 'loose': a min_max_norm constraint "
+                                         "needs 0 <= min_value <= max_value"):
+        HetEmbedding(VOCAB, DIM, name="loose", embeddings_constraint=tf_keras.constraints
+                     .MinMaxNorm(2.0, 1.0, axis=1))
 
 
 @pytest.mark.parametrize("cache", sorted(CACHES))

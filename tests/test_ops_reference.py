@@ -12,6 +12,20 @@ from tests.reference import RefCache, RefTable, initial_row, shard_of
 LR = 0.05
 
 
+# Row constraints as (kind, min_value, max_value, rate); the norms bind on
+# rows initialized in U(-0.05, 0.05) with dim 3.
+CONSTRAINTS = [None, ("non_neg", 0.0, 0.0, 1.0), ("max_norm", 0.0, 0.04, 1.0),
+               ("unit_norm", 0.0, 0.0, 1.0), ("min_max_norm", 0.03, 0.05, 0.5)]
+
+
+def constrained(optimizer, constraint):
+    if constraint is None:
+        return het_tf.OptimizerConfig(optimizer)
+    kind, low, high, rate = constraint
+    return het_tf.OptimizerConfig(optimizer, constraint=kind, constraint_min_value=low,
+                                  constraint_max_value=high, constraint_rate=rate)
+
+
 def grads_for(rows, step):
     """A fake but deterministic gradient, as a model's would be."""
     return (np.sin(rows * 7.0 + step) * 0.5).astype(np.float32)
@@ -39,22 +53,24 @@ def export_all(table):
     evaluate_every=st.sampled_from([0, 3]),
     sync=st.sampled_from(["refresh", "check"]),
     restart_every=st.sampled_from([0, 4]),
+    constraint=st.sampled_from(CONSTRAINTS),
 )
 def test_cached_training_matches_reference(unique_name, batches, capacity, policy, read_staleness,
                                            write_staleness, shards, workers, optimizer,
-                                           evaluate_every, sync, restart_every):
+                                           evaluate_every, sync, restart_every, constraint):
     """Rows, counters and the final table match the NumPy model, which
     also asserts at every training read that no copy is staler than the
     read bound allows. A restart flushes a worker's cache and clears it: a
-    new generation, whose old record the shards drop."""
+    new generation, whose old record the shards drop. A row constraint
+    projects every update and merge, in the caches and on the shards."""
     dim = 3
     config = het_tf.TableConfig(unique_name(), dim, seed=5,
-                                optimizer=het_tf.OptimizerConfig(optimizer))
+                                optimizer=constrained(optimizer, constraint))
     table = het_tf.ShardedTable(config, [None] * shards)
     cache_config = het_tf.CacheConfig(capacity, policy, read_staleness, write_staleness,
                                       pin_threshold=3, sync=sync)
     caches = [het_tf.WorkerCache(table, cache_config) for _ in range(workers)]
-    ref_table = RefTable(dim, optimizer, seed=5)
+    ref_table = RefTable(dim, optimizer, seed=5, constraint=constraint)
     ref_caches = [RefCache(ref_table, capacity, policy, read_staleness, write_staleness, 3, sync)
                   for _ in range(workers)]
 

@@ -12,6 +12,9 @@ import typing
 import numpy as np
 
 OPTIMIZERS = ("sgd", "adagrad", "adam", "ftrl")
+# Row constraints the table applies after each update and merge of a row
+# (the core's ConstraintKind; Keras' constraints taken over one row).
+CONSTRAINTS = ("none", "non_neg", "max_norm", "unit_norm", "min_max_norm")
 INITIALIZERS = ("uniform", "normal", "truncated_normal", "constant", "zeros")
 POLICIES = ("lru", "lfu", "lfu_opt")
 # How a cache's training lookups sync with the shards (docs/consistency.md):
@@ -109,13 +112,39 @@ class OptimizerConfig:
     l2: float = 0.0
     learning_rate_power: float = -0.5
     ftrl_beta: float = 0.0
+    # The projection of a row's values after each update and merge
+    # (docs/keras_layer.md, "Constraints").
+    constraint: str = "none"
+    constraint_min_value: float = 0.0  # min_max_norm
+    constraint_max_value: float = 0.0  # max_norm, min_max_norm
+    constraint_rate: float = 1.0       # min_max_norm
+
+    def validate(self, owner):
+        """Checks what the core would refuse; `owner` names the table in errors."""
+        if self.name not in OPTIMIZERS:
+            _fail(owner, f"unknown optimizer {self.name!r}; expected one of "
+                  f"{', '.join(OPTIMIZERS)}")
+        if self.constraint not in CONSTRAINTS:
+            _fail(owner, f"unknown constraint {self.constraint!r}; expected one of "
+                  f"{', '.join(CONSTRAINTS)}")
+        low, high, rate = (self.constraint_min_value, self.constraint_max_value,
+                           self.constraint_rate)
+        if self.constraint in ("max_norm", "min_max_norm") and not (0 <= high < math.inf):
+            _fail(owner, f"a {self.constraint} constraint needs a finite max_value >= 0, "
+                  f"got {high!r}")
+        if self.constraint == "min_max_norm" and not (0 <= low <= high and 0 <= rate <= 1):
+            _fail(owner, "a min_max_norm constraint needs 0 <= min_value <= max_value and "
+                  f"0 <= rate <= 1; got min_value={low!r}, max_value={high!r}, rate={rate!r}")
 
     def op_attrs(self):
         return dict(optimizer=self.name, beta_1=self.beta_1, beta_2=self.beta_2,
                     epsilon=self.epsilon,
                     initial_accumulator_value=self.initial_accumulator_value,
                     l1=self.l1, l2=self.l2, learning_rate_power=self.learning_rate_power,
-                    ftrl_beta=self.ftrl_beta)
+                    ftrl_beta=self.ftrl_beta, constraint=self.constraint,
+                    constraint_min_value=self.constraint_min_value,
+                    constraint_max_value=self.constraint_max_value,
+                    constraint_rate=self.constraint_rate)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,9 +179,7 @@ class TableConfig:
         if self.initializer not in INITIALIZERS:
             _fail(owner, f"unknown initializer {self.initializer!r}; expected one of "
                   f"{', '.join(INITIALIZERS)}")
-        if self.optimizer.name not in OPTIMIZERS:
-            _fail(owner, f"unknown optimizer {self.optimizer.name!r}; expected one of "
-                  f"{', '.join(OPTIMIZERS)}")
+        self.optimizer.validate(owner)
         if not _is_int(self.seed):
             _fail(owner, f"seed must be an int, got {self.seed!r}")
         if self.max_rows is not None and (not _is_int(self.max_rows) or self.max_rows < 1):

@@ -25,7 +25,36 @@ Status ParseOptimizerKind(const std::string& name, OptimizerKind* kind) {
   return Status::Ok();
 }
 
+Status ParseConstraintKind(const std::string& name, ConstraintKind* kind) {
+  if (name == "none") {
+    *kind = ConstraintKind::kNone;
+  } else if (name == "non_neg") {
+    *kind = ConstraintKind::kNonNeg;
+  } else if (name == "max_norm") {
+    *kind = ConstraintKind::kMaxNorm;
+  } else if (name == "unit_norm") {
+    *kind = ConstraintKind::kUnitNorm;
+  } else if (name == "min_max_norm") {
+    *kind = ConstraintKind::kMinMaxNorm;
+  } else {
+    return Status::InvalidArgument("unknown constraint '" + name +
+                                   "'; expected none, non_neg, max_norm, unit_norm or "
+                                   "min_max_norm");
+  }
+  return Status::Ok();
+}
+
 Status ValidateOptimizer(const OptimizerConfig& c) {
+  const RowConstraint& k = c.constraint;
+  if ((k.kind == ConstraintKind::kMaxNorm || k.kind == ConstraintKind::kMinMaxNorm) &&
+      !(k.max_value >= 0 && std::isfinite(k.max_value))) {
+    return Status::InvalidArgument("a norm constraint needs a finite max_value >= 0");
+  }
+  if (k.kind == ConstraintKind::kMinMaxNorm &&
+      !(k.min_value >= 0 && k.min_value <= k.max_value && k.rate >= 0 && k.rate <= 1)) {
+    return Status::InvalidArgument(
+        "min_max_norm needs 0 <= min_value <= max_value and 0 <= rate <= 1");
+  }
   if (c.kind == OptimizerKind::kAdam &&
       !(c.beta_1 >= 0 && c.beta_1 < 1 && c.beta_2 >= 0 && c.beta_2 < 1)) {
     return Status::InvalidArgument("adam needs 0 <= beta_1, beta_2 < 1");
@@ -85,6 +114,38 @@ void InitializeSlots(const OptimizerConfig& config, int dim, float* slots) {
 }
 
 int StateWidth(OptimizerKind kind, int dim) { return dim * (1 + NumSlots(kind)); }
+
+// Keras' backend.epsilon(), which its norm constraints add to the norm.
+constexpr float kConstraintEpsilon = 1e-7f;
+
+namespace {
+
+// The factor a norm constraint multiplies a row by, as Keras computes it.
+float NormScale(const RowConstraint& k, int dim, const float* w) {
+  float squares = 0.0f;  // in order: the NumPy model sums the same way
+  for (int j = 0; j < dim; ++j) squares += w[j] * w[j];
+  const float norm = std::sqrt(squares);
+  float desired = 1.0f;  // kUnitNorm: w / (epsilon + norm)
+  if (k.kind == ConstraintKind::kMaxNorm) {
+    desired = std::min(norm, k.max_value);
+  } else if (k.kind == ConstraintKind::kMinMaxNorm) {
+    desired = k.rate * std::min(std::max(norm, k.min_value), k.max_value) + (1.0f - k.rate) * norm;
+  }
+  return desired / (kConstraintEpsilon + norm);
+}
+
+}  // namespace
+
+void ApplyConstraint(const RowConstraint& k, int dim, float* w, float* delta) {
+  if (k.kind == ConstraintKind::kNone) return;
+  const bool non_neg = k.kind == ConstraintKind::kNonNeg;
+  const float scale = non_neg ? 1.0f : NormScale(k, dim, w);
+  for (int j = 0; j < dim; ++j) {
+    const float projected = non_neg ? (w[j] >= 0.0f ? w[j] : 0.0f) : w[j] * scale;
+    if (delta != nullptr) delta[j] += projected - w[j];
+    w[j] = projected;
+  }
+}
 
 namespace {
 
@@ -185,10 +246,12 @@ void ApplyUpdate(const OptimizerConfig& c, float lr, const float* g, int dim, fl
   float* slot_b = num_slots > 1 ? slots + dim : nullptr;
   if (delta == nullptr) {
     Update<false>(c, lr, g, dim, w, slots, slot_b, step, nullptr, nullptr, nullptr);
-  } else {
-    Update<true>(c, lr, g, dim, w, slots, slot_b, step, delta,
-                 num_slots > 0 ? delta + dim : nullptr, num_slots > 1 ? delta + 2 * dim : nullptr);
+    ApplyConstraint(c.constraint, dim, w);
+    return;
   }
+  Update<true>(c, lr, g, dim, w, slots, slot_b, step, delta, num_slots > 0 ? delta + dim : nullptr,
+               num_slots > 1 ? delta + 2 * dim : nullptr);
+  ApplyConstraint(c.constraint, dim, w, delta);
 }
 
 void ApplyDelta(const OptimizerConfig& c, float lr, const float* delta, int64_t count, int dim,
@@ -214,10 +277,12 @@ void ApplyDelta(const OptimizerConfig& c, float lr, const float* delta, int64_t 
     case OptimizerKind::kFtrl:
       for (int j = 0; j < 2 * dim; ++j) slots[j] += slot_delta[j];
       for (int j = 0; j < dim; ++j) w[j] = FtrlWeight(c, lr, slots[dim + j], slots[j]);
+      ApplyConstraint(c.constraint, dim, w);
       return;
   }
   // A share of 1 multiplies exactly: the merge of a sole writer stays exact.
   for (int j = 0; j < dim; ++j) w[j] += value_share * delta[j];
+  ApplyConstraint(c.constraint, dim, w);
 }
 
 float ConcurrentShare(OptimizerKind kind, int64_t count, int64_t others) {
@@ -241,7 +306,10 @@ int NonNegativeSlot(OptimizerKind kind) {
 void ApplyUpdates(const OptimizerConfig& config, float learning_rate, const float* grad_sum,
                   int64_t count, int dim, float* row, float* slots, int64_t* step,
                   std::vector<float>* mean) {
-  if (count <= 1 || config.kind == OptimizerKind::kSGD) {
+  // SGD's steps add up to one step with the sum, unless a constraint
+  // projects the row between them.
+  if (count <= 1 ||
+      (config.kind == OptimizerKind::kSGD && config.constraint.kind == ConstraintKind::kNone)) {
     ApplyUpdate(config, learning_rate, grad_sum, dim, row, slots, step);
     return;
   }

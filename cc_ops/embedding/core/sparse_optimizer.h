@@ -16,6 +16,28 @@ namespace het {
 
 enum class OptimizerKind { kSGD, kAdagrad, kAdam, kFtrl };
 
+// A constraint on a row's values, as tf_keras' constraints on an embedding
+// matrix compute it for one row: NonNeg, and MaxNorm, UnitNorm and
+// MinMaxNorm with their norm taken over the row (axis 1). Keras projects the
+// whole matrix after each step; here each row is projected after each
+// change that an update or a merge makes to it, on the shards and in the
+// caches alike, since no shard ever sees the whole matrix.
+enum class ConstraintKind { kNone, kNonNeg, kMaxNorm, kUnitNorm, kMinMaxNorm };
+
+struct RowConstraint {
+  ConstraintKind kind = ConstraintKind::kNone;
+  float min_value = 0.0f;  // MinMaxNorm
+  float max_value = 0.0f;  // MaxNorm, MinMaxNorm
+  float rate = 1.0f;       // MinMaxNorm
+};
+
+// Accepts "none", "non_neg", "max_norm", "unit_norm" and "min_max_norm".
+Status ParseConstraintKind(const std::string& name, ConstraintKind* kind);
+
+// Projects `dim` values in place, as the Keras constraint would; with
+// `delta`, each value's change joins it.
+void ApplyConstraint(const RowConstraint& constraint, int dim, float* row, float* delta = nullptr);
+
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::kSGD;
   float beta_1 = 0.9f;                // Adam
@@ -26,6 +48,8 @@ struct OptimizerConfig {
   float l2 = 0.0f;                    // FTRL
   float learning_rate_power = -0.5f;  // FTRL
   float beta = 0.0f;                  // FTRL
+  // Applied to a row's values after every update and merge.
+  RowConstraint constraint;
 };
 
 // Accepts "sgd", "adagrad", "adam" and "ftrl" in any case.
@@ -53,6 +77,7 @@ int StateWidth(OptimizerKind kind, int dim);
 // `delta` is not null it holds StateWidth floats laid out as a state, and
 // each field's change is added to it: exactly the increment the field took,
 // so that ApplyDelta of one update's delta reproduces the update to the bit.
+// A constraint's projection is part of the values' increment.
 void ApplyUpdate(const OptimizerConfig& config, float learning_rate, const float* grad, int dim,
                  float* row, float* slots, int64_t* step, float* delta = nullptr);
 
@@ -64,7 +89,7 @@ void ApplyUpdate(const OptimizerConfig& config, float learning_rate, const float
 // function of them). With no other writer since the worker's copy was taken,
 // the row ends where the worker's copy did: to the bit for one update, up to
 // the rounding of summing the increments separately for more
-// (docs/consistency.md).
+// (docs/consistency.md). The constraint projects the merged values.
 //
 // `value_share` (0, 1] scales the values' part of the delta: the share of a
 // worker's movement that a merge keeps (ConcurrentShare).

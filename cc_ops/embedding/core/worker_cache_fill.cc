@@ -188,6 +188,7 @@ Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_
         const float* delta = PendingDelta(slot);
         const float share = PendingShare(slot, clocks[answer[i]]);
         for (int j = 0; j < dim; ++j) out[j] = fresh[j] + share * delta[j];
+        ApplyConstraint(config_.optimizer.constraint, dim, out);  // as the merge would
         ++refreshes;
       }
     }

@@ -22,7 +22,13 @@ inline tensorflow::Status ParseOptimizerAttrs(tensorflow::OpKernelConstruction* 
   TF_RETURN_IF_ERROR(ctx->GetAttr("l2", &c->l2));
   TF_RETURN_IF_ERROR(ctx->GetAttr("learning_rate_power", &c->learning_rate_power));
   TF_RETURN_IF_ERROR(ctx->GetAttr("ftrl_beta", &c->beta));
+  std::string constraint;
+  TF_RETURN_IF_ERROR(ctx->GetAttr("constraint", &constraint));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("constraint_min_value", &c->constraint.min_value));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("constraint_max_value", &c->constraint.max_value));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("constraint_rate", &c->constraint.rate));
   Status s = ParseOptimizerKind(name, &c->kind);
+  if (s.ok()) s = ParseConstraintKind(constraint, &c->constraint.kind);
   if (!s.ok()) return tensorflow::errors::InvalidArgument(TableLabel(table), ": ", s.message());
   return tensorflow::OkStatus();
 }

@@ -5,8 +5,8 @@
 #include "cc_ops/common/shape_fns.h"
 #include "tensorflow/core/framework/shape_inference.h"
 
-// The table optimizer's attrs, shared by HetTableShard and HetCache (whose
-// local steps follow the same optimizer).
+// The table optimizer's attrs, with the row constraint it applies, shared by
+// HetTableShard and HetCache (whose local steps follow the same optimizer).
 #define HET_OPTIMIZER_ATTRS()                         \
   Attr("optimizer: string = 'adagrad'")               \
       .Attr("beta_1: float = 0.9")                    \
@@ -16,7 +16,11 @@
       .Attr("l1: float = 0.0")                        \
       .Attr("l2: float = 0.0")                        \
       .Attr("learning_rate_power: float = -0.5")      \
-      .Attr("ftrl_beta: float = 0.0")
+      .Attr("ftrl_beta: float = 0.0")                 \
+      .Attr("constraint: string = 'none'")            \
+      .Attr("constraint_min_value: float = 0.0")      \
+      .Attr("constraint_max_value: float = 0.0")      \
+      .Attr("constraint_rate: float = 1.0")
 
 namespace het {
 

@@ -1,6 +1,7 @@
 #include <cmath>
 #include <map>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "cc_ops/common/tests/harness.h"
@@ -375,4 +376,94 @@ HET_TEST(CountersAddUpAndLfuBeatsLruOnSkewedKeys) {
     hit_rate[i++] = double(c.hits) / c.unique_keys;
   }
   EXPECT_TRUE(hit_rate[1] > hit_rate[0]);
+}
+
+// A row constraint projects each row its update or merge changes, as Keras'
+// constraint computes it for that row.
+HET_TEST(RowConstraintsProjectAsKerasDoes) {
+  het::RowConstraint k;
+  std::vector<float> row = {-1.0f, 2.0f};
+  EXPECT_OK(het::ParseConstraintKind("non_neg", &k.kind));
+  het::ApplyConstraint(k, 2, row.data());
+  EXPECT_TRUE(row == std::vector<float>({0.0f, 2.0f}));
+
+  const float epsilon = 1e-7f;
+  row = {3.0f, 4.0f};
+  EXPECT_OK(het::ParseConstraintKind("max_norm", &k.kind));
+  k.max_value = 1.0f;
+  std::vector<float> delta = {0.5f, 0.5f};
+  het::ApplyConstraint(k, 2, row.data(), delta.data());
+  EXPECT_EQ(row[0], 3.0f * (1.0f / (epsilon + 5.0f)));
+  EXPECT_EQ(delta[1], 0.5f + (row[1] - 4.0f));  // the projection's change joins the delta
+  row = {0.3f, 0.4f};                           // within the norm: only Keras' epsilon moves it
+  het::ApplyConstraint(k, 2, row.data());
+  EXPECT_EQ(row[1], 0.4f * (0.5f / (epsilon + 0.5f)));
+
+  EXPECT_OK(het::ParseConstraintKind("min_max_norm", &k.kind));
+  k.min_value = 1.0f;
+  k.max_value = 2.0f;
+  k.rate = 0.5f;
+  row = {0.3f, 0.4f};  // norm 0.5: desired 0.5 * 1 + 0.5 * 0.5
+  het::ApplyConstraint(k, 2, row.data());
+  EXPECT_TRUE(std::fabs(row[0] - 0.45f) < 1e-6f && std::fabs(row[1] - 0.6f) < 1e-6f);
+
+  EXPECT_OK(het::ParseConstraintKind("unit_norm", &k.kind));
+  row = {3.0f, 4.0f};
+  het::ApplyConstraint(k, 2, row.data());
+  EXPECT_TRUE(std::fabs(row[0] - 0.6f) < 1e-6f && std::fabs(row[1] - 0.8f) < 1e-6f);
+
+  EXPECT_INVALID(het::ParseConstraintKind("radial", &k.kind), "radial");
+  het::OptimizerConfig bad;
+  bad.constraint.kind = het::ConstraintKind::kMinMaxNorm;
+  bad.constraint.min_value = 2.0f;
+  bad.constraint.max_value = 1.0f;
+  EXPECT_INVALID(het::ValidateOptimizer(bad), "min_max_norm");
+  bad.constraint.kind = het::ConstraintKind::kMaxNorm;
+  bad.constraint.max_value = -1.0f;
+  EXPECT_INVALID(het::ValidateOptimizer(bad), "max_value");
+}
+
+// The cache's local steps project as the shards' steps do, so reads equal
+// the no-cache path to the bit; the flushed deltas, projected again by the
+// shards, land within float rounding of it, and every row the training
+// changed holds the constraint on both paths.
+HET_TEST(ConstrainedRowsAgreeWithAndWithoutTheCache) {
+  const int dim = 4;
+  for (auto constraint : {het::ConstraintKind::kNonNeg, het::ConstraintKind::kMaxNorm,
+                          het::ConstraintKind::kUnitNorm, het::ConstraintKind::kMinMaxNorm}) {
+    for (auto kind : {het::OptimizerKind::kSGD, het::OptimizerKind::kAdagrad,
+                      het::OptimizerKind::kAdam, het::OptimizerKind::kFtrl}) {
+      het::TableConfig table = Table(kind, dim);
+      table.optimizer.constraint = {constraint, 0.02f, 0.03f, 1.0f};
+      het::CacheConfig cache_config = Cache(dim, 400, het::CachePolicy::kLFU, -1, -1, kind);
+      cache_config.optimizer = table.optimizer;
+      LocalCluster cached(table, 2), direct(table, 2);
+      auto cache = MakeCache(cache_config, 2);
+      const auto batches = Batches(30, 32, 300, 23);
+      TrainSideBySide(cached, *cache, direct, batches, dim);
+      EXPECT_OK(cached.Flush(*cache, 0.05f));
+      auto a = cached.Contents(), b = direct.Contents();
+      std::set<int64_t> trained;
+      for (const auto& batch : batches) trained.insert(batch.begin(), batch.end());
+      double worst = 0;
+      for (int64_t key : trained) {
+        double norm_a = 0, norm_b = 0;
+        for (int j = 0; j < dim; ++j) {
+          const double want = b[key][j], got = a[key][j];
+          worst = std::max(worst, std::fabs(got - want) / std::max(1e-3, std::fabs(want)));
+          norm_a += got * got;
+          norm_b += want * want;
+          if (constraint == het::ConstraintKind::kNonNeg) EXPECT_TRUE(got >= 0 && want >= 0);
+        }
+        for (double norm : {std::sqrt(norm_a), std::sqrt(norm_b)}) {
+          if (constraint == het::ConstraintKind::kMaxNorm) EXPECT_TRUE(norm <= 0.03 + 1e-6);
+          if (constraint == het::ConstraintKind::kUnitNorm) EXPECT_TRUE(std::fabs(norm - 1) < 1e-5);
+          if (constraint == het::ConstraintKind::kMinMaxNorm) {
+            EXPECT_TRUE(norm >= 0.02 - 1e-6 && norm <= 0.03 + 1e-6);
+          }
+        }
+      }
+      EXPECT_TRUE(worst < 1e-4);
+    }
+  }
 }
