@@ -97,6 +97,10 @@ class HetEmbedding(tf_keras.layers.Layer):
                  input_length=None, embeddings_regularizer=None, activity_regularizer=None,
                  embeddings_constraint=None, sparse=False, **kwargs):
         kwargs.setdefault("autocast", False)  # ids must stay ints
+        if "input_shape" not in kwargs and "batch_input_shape" not in kwargs:
+            # As Keras' Embedding: a Sequential model may start with this
+            # layer and no Input; Keras then feeds it float ids (integer_ids).
+            kwargs["input_shape"] = (input_length,) if isinstance(input_length, int) else (None,)
         # Keras' weights= would set the anchor and counters: here it is the table.
         weights = kwargs.pop("weights", None)
         super().__init__(name=name, activity_regularizer=activity_regularizer, **kwargs)
@@ -322,6 +326,7 @@ class HetEmbedding(tf_keras.layers.Layer):
             batch = (inputs.nrows() if isinstance(inputs, tf.RaggedTensor)
                      else tf.shape(inputs, out_type=tf.int64)[0])
             self._samples.assign_add(tf.cast(batch, tf.int64))
+        inputs = self.integer_ids(inputs)
         penalties = []
         out = embed_and_combine(inputs, lambda ids: self._embed(ids, training, penalties),
                                 self.combiner, self.output_dim, self.sparse)
@@ -330,6 +335,33 @@ class HetEmbedding(tf_keras.layers.Layer):
         if self.compute_dtype != out.dtype:  # mixed precision: the table stays float32
             out = tf.cast(out, self.compute_dtype)
         return out
+
+    def integer_ids(self, inputs):
+        """Ids as integers. Float ids (a Sequential model started without an
+        Input layer gets them, as Keras' Embedding does) are taken where every
+        id of the vocabulary is exact in their dtype, and must be whole."""
+        values = (inputs.flat_values if isinstance(inputs, tf.RaggedTensor)
+                  else inputs.values if isinstance(inputs, tf.SparseTensor)
+                  else tf.convert_to_tensor(inputs))
+        if not values.dtype.is_floating:
+            return inputs
+        exact = 2 ** (np.finfo(values.dtype.as_numpy_dtype).nmant + 1)
+        if self.input_dim is None or self.input_dim > exact:
+            raise ValueError(f"{self._owner}: got {values.dtype.name} ids, which cannot hold "
+                             f"every id of {'int64 keys' if self.input_dim is None else self.input_dim} "
+                             f"exactly (whole numbers up to {exact}); declare the model's input "
+                             "with an integer dtype: tf_keras.Input(shape, dtype='int64')")
+        ids = tf.cast(values, tf.int64)
+        whole = tf.debugging.assert_equal(
+            tf.cast(ids, values.dtype), values,
+            message=f"{self._owner}: {values.dtype.name} ids must be whole numbers")
+        with tf.control_dependencies([whole]):
+            ids = tf.identity(ids)
+        if isinstance(inputs, tf.RaggedTensor):
+            return inputs.with_flat_values(ids)
+        if isinstance(inputs, tf.SparseTensor):
+            return tf.SparseTensor(inputs.indices, ids, inputs.dense_shape)
+        return ids
 
     def compute_mask(self, inputs, mask=None):
         if not self.mask_zero:

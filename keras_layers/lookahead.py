@@ -86,7 +86,8 @@ def lookahead(dataset, model):
         x, _, _ = tf_keras.utils.unpack_x_y_sample_weight(element)
         ids = ids_model(x, training=False)
         ids = ids if isinstance(ids, (list, tuple)) else [ids]
-        return [layer.cache.stage(lookup_ids(i)) for layer, i in zip(layers, ids)]
+        return [layer.cache.stage(lookup_ids(layer.integer_ids(i)))
+                for layer, i in zip(layers, ids)]
 
     def tag(*element):
         return tf.constant(True), element[0] if single else element

@@ -37,6 +37,50 @@ def test_dimensions_below_one_are_refused_by_both():
             HetEmbedding(*dims, name="zero")
 
 
+@pytest.mark.parametrize("cache", sorted(CACHES))
+def test_a_sequential_model_without_an_input_layer_trains_as_keras_does(cache):
+    """Like Keras' Embedding, the layer gives a Sequential model its input
+    (float32, as Keras makes it: the layer takes whole float ids where its
+    vocabulary is exact in float32)."""
+    ids = np.array([[1, 2, 0], [4, 1, 6]], np.int64)
+    labels = np.array([[1.0], [0.0]], np.float32)
+
+    def model(embedding):
+        m = tf_keras.Sequential([embedding, tf_keras.layers.Flatten(),
+                                 tf_keras.layers.Dense(1, kernel_initializer="ones")])
+        m.compile(tf_keras.optimizers.SGD(0.1), "mse")
+        return m
+
+    ours = model(het(f"sequential_{cache}", cache, input_length=3))
+    theirs = model(keras(input_length=3))
+    assert ours.built and ours.output_shape == theirs.output_shape == (None, 1)
+    assert ours.inputs[0].dtype == theirs.inputs[0].dtype == tf.float32
+    for _ in range(3):
+        assert ours.train_on_batch(ids, labels) == pytest.approx(
+            theirs.train_on_batch(ids, labels), rel=1e-5)
+    np.testing.assert_allclose(ours.predict(ids, verbose=0), theirs.predict(ids, verbose=0),
+                               rtol=1e-5)
+    clone = tf_keras.Sequential.from_config(ours.get_config(),
+                                            custom_objects={"HetEmbedding": HetEmbedding})
+    assert clone.inputs[0].shape.as_list() == [None, 3]
+
+
+def test_float_ids_must_be_whole_and_exact():
+    layer = het("floats")
+    np.testing.assert_array_equal(layer(tf.constant([[3.0, 29.0]])).numpy(),
+                                  MATRIX[[[3, 29]]])
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="HetEmbedding 'floats': float32 ids must be whole numbers"):
+        layer(tf.constant([[3.5]]))
+    for name, input_dim in (("huge", (1 << 24) + 1), ("keys", None)):
+        with pytest.raises(ValueError, match=f"HetEmbedding '{name}': got float32 ids, which "
+                                             "cannot hold every id .* dtype='int64'"):
+            HetEmbedding(input_dim, DIM, cache_capacity=0, name=name)(tf.constant([[3.0]]))
+    # float64 holds ids up to 2^53 exactly
+    big = HetEmbedding((1 << 24) + 8, DIM, cache_capacity=0, name="wide")
+    assert big(tf.constant([[float((1 << 24) + 3)]], tf.float64)).shape == (1, 1, DIM)
+
+
 def test_weights_at_construction_are_the_table():
     layer = het("weighted")
     ids = tf.constant([[0, 5], [29, 5]], tf.int64)

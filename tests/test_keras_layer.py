@@ -239,8 +239,12 @@ def test_bad_inputs_name_the_layer_and_change_nothing():
         layer(tf.constant([[1, 200]], tf.int64), training=True)
     with pytest.raises(tf.errors.InvalidArgumentError, match="'guarded': id -1 is outside"):
         layer(tf.constant([[-1]], tf.int64), training=True)
-    with pytest.raises(ValueError, match="HetEmbedding 'guarded': ids must be int32 or int64, got float32"):
-        layer(tf.constant([[1.0, 2.0]]))
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="HetEmbedding 'guarded': float32 ids must be whole numbers"):
+        layer(tf.constant([[1.0, 2.5]]), training=True)
+    with pytest.raises(ValueError, match="HetEmbedding 'guarded': ids must be int32 or int64, "
+                                         "got string"):
+        layer(tf.constant([["a"]]))
     assert layer(tf.zeros([0, 2], tf.int64), training=True).shape == (0, 2, DIM)
     after = layer.het_stats()
     for counter in ("table_rows", "table_updates_applied", "cache_rows", "cache_unique_keys"):
