@@ -347,9 +347,9 @@ class HetEmbedding(tf_keras.layers.Layer):
             return inputs
         exact = 2 ** (np.finfo(values.dtype.as_numpy_dtype).nmant + 1)
         if self.input_dim is None or self.input_dim > exact:
+            vocabulary = "int64 keys" if self.input_dim is None else self.input_dim
             raise ValueError(f"{self._owner}: got {values.dtype.name} ids, which cannot hold "
-                             f"every id of {'int64 keys' if self.input_dim is None else self.input_dim} "
-                             f"exactly (whole numbers up to {exact}); declare the model's input "
+                             f"every id of {vocabulary} exactly (whole numbers up to {exact}); declare the model's input "
                              "with an integer dtype: tf_keras.Input(shape, dtype='int64')")
         ids = tf.cast(values, tf.int64)
         whole = tf.debugging.assert_equal(
