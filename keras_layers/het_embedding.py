@@ -349,8 +349,9 @@ class HetEmbedding(tf_keras.layers.Layer):
         if self.input_dim is None or self.input_dim > exact:
             vocabulary = "int64 keys" if self.input_dim is None else self.input_dim
             raise ValueError(f"{self._owner}: got {values.dtype.name} ids, which cannot hold "
-                             f"every id of {vocabulary} exactly (whole numbers up to {exact}); declare the model's input "
-                             "with an integer dtype: tf_keras.Input(shape, dtype='int64')")
+                             f"every id of {vocabulary} exactly (whole numbers up to {exact}); "
+                             "declare the model's input with an integer dtype: "
+                             "tf_keras.Input(shape, dtype='int64')")
         ids = tf.cast(values, tf.int64)
         whole = tf.debugging.assert_equal(
             tf.cast(ids, values.dtype), values,
