@@ -21,7 +21,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
-from toy_model import add_arguments, build_model, export_probe, skewed_data  # noqa: E402
+from toy_model import (  # noqa: E402
+    add_arguments,
+    build_model,
+    export_probe,
+    serving_inputs,
+    skewed_data,
+)
 
 import het_tf  # noqa: E402
 from het_tf import cluster  # noqa: E402
@@ -128,7 +134,7 @@ def main():
     if args.export_dir:
         het_tf.export_saved_model(model, args.export_dir)
         probe = export_probe(args)
-        result["export_probe"] = probe.tolist()
+        result["export_inputs"] = serving_inputs(probe)
         result["export_scores"] = model.predict(probe, verbose=0).ravel().tolist()
     if args.result_json:
         with open(args.result_json, "w") as f:

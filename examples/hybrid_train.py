@@ -14,9 +14,16 @@ import os
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
-from toy_model import add_arguments, build_model, export_probe, skewed_data  # noqa: E402
+from toy_model import (  # noqa: E402
+    add_arguments,
+    build_model,
+    export_probe,
+    serving_inputs,
+    skewed_data,
+)
 
 import het_tf  # noqa: E402
 from het_tf import hybrid  # noqa: E402
@@ -66,7 +73,7 @@ def main():
 
     hybrid.flush_and_clear(model)
     hybrid.barrier()  # every rank's updates are on the shards now
-    keys, _, _, clocks, _ = (t.numpy() for t in layer.table.export_all())
+    keys, values, _, clocks, _ = (t.numpy() for t in layer.table.export_all())
     stats = layer.het_stats()
     result.update(
         losses=history.history.get("loss", []),
@@ -74,11 +81,12 @@ def main():
         cache_updates_pushed=stats["cache_updates_pushed"], hit_rate=stats["hit_rate"],
         table_updates_applied=stats["table_updates_applied"], clock_sum=int(clocks.sum()),
         table_rows=len(keys), record_workers=stats["table_record_workers"],
-        padding_clock=int(clocks[keys == 0].sum()))
+        padding_clock=int(clocks[keys == 0].sum()),
+        updated_rows_max_norm=float(np.linalg.norm(values[clocks > 0], axis=1).max(initial=0)))
     if args.export_dir and rank == 0:
         het_tf.export_saved_model(model, args.export_dir)
         probe = export_probe(args)
-        result["export_probe"] = probe.tolist()
+        result["export_inputs"] = serving_inputs(probe)
         result["export_scores"] = model.predict(probe, verbose=0).ravel().tolist()
     hybrid.barrier()
     if args.result_dir:

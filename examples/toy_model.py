@@ -1,13 +1,17 @@
 """The small model and skewed data the cluster and hybrid examples train:
 three id fields, or with --sequence a zero-padded sequence of ids under
-mask_zero, pooled (the shape of DIN- or SASRec-style features)."""
+mask_zero, pooled (the shape of DIN- or SASRec-style features), or with
+--ragged a ragged sequence of ids (no padding) whose ragged vectors are
+pooled, with a row-wise MaxNorm on the embeddings."""
 import numpy as np
+import tensorflow as tf
 import tf_keras
 
 from het_tf.keras_layers import HetEmbedding
 
 FIELDS = 3
-SEQUENCE = 6  # --sequence: ids a sample, 0 padding the short ones
+SEQUENCE = 6  # --sequence: ids a sample, 0 padding the short ones; --ragged: the most
+MAX_NORM = 0.5  # --ragged: the embeddings' row-wise MaxNorm
 
 
 def add_arguments(parser):
@@ -21,20 +25,30 @@ def add_arguments(parser):
     parser.add_argument("--export-dir")
     parser.add_argument("--sequence", action="store_true",
                         help="a masked sequence model (mask_zero=True, average pooling)")
+    parser.add_argument("--ragged", action="store_true",
+                        help="a ragged sequence of ids (no combiner: ragged vectors, pooled) "
+                        "and a MaxNorm(axis=1) embeddings constraint")
     parser.add_argument("--l2", type=float, default=0.0,
                         help="an L2 embeddings_regularizer on the rows each batch looks up")
 
 
 def build_model(args):
     """An uncompiled model: ids -> HetEmbedding "items" -> "hidden" -> "score"."""
-    inputs = tf_keras.Input(shape=(SEQUENCE if args.sequence else FIELDS,), dtype="int64",
-                            name="ids")
+    shape = (None,) if args.ragged else (SEQUENCE if args.sequence else FIELDS,)
+    inputs = tf_keras.Input(shape=shape, dtype="int64", name="ids", ragged=args.ragged)
     layer = HetEmbedding(args.vocab, args.dim, cache_capacity=args.cache_capacity,
                          staleness=args.staleness, name="items", mask_zero=args.sequence,
                          embeddings_regularizer=tf_keras.regularizers.L2(args.l2) if args.l2
-                         else None, optimizer=tf_keras.optimizers.Adagrad(0.3))
-    reduce = (tf_keras.layers.GlobalAveragePooling1D() if args.sequence
-              else tf_keras.layers.Flatten())
+                         else None, optimizer=tf_keras.optimizers.Adagrad(0.3),
+                         embeddings_constraint=tf_keras.constraints.MaxNorm(MAX_NORM, axis=1)
+                         if args.ragged else None)
+    if args.ragged:
+        reduce = tf_keras.layers.Lambda(lambda vectors: tf.reduce_mean(vectors, axis=1),
+                                        name="pool")
+    elif args.sequence:
+        reduce = tf_keras.layers.GlobalAveragePooling1D()
+    else:
+        reduce = tf_keras.layers.Flatten()
     x = tf_keras.layers.Dense(16, activation="relu", name="hidden")(reduce(layer(inputs)))
     outputs = tf_keras.layers.Dense(1, activation="sigmoid", name="score")(x)
     return tf_keras.Model(inputs, outputs), layer
@@ -44,6 +58,12 @@ def skewed_data(seed, samples, args):
     """Zipf-skewed ids, with labels the embeddings can learn; with
     --sequence, ids from 1 and each sample's tail padded with 0."""
     rng = np.random.default_rng(seed)
+    if args.ragged:
+        lengths = rng.integers(1, SEQUENCE + 1, size=samples)
+        values = (rng.zipf(1.3, size=lengths.sum()) % args.vocab).astype(np.int64)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        return (tf.RaggedTensor.from_row_lengths(values, lengths),
+                (values[starts] % 2).astype(np.float32))
     if not args.sequence:
         ids = (rng.zipf(1.3, size=(samples, FIELDS)) % args.vocab).astype(np.int64)
         return ids, ((ids[:, 0] + ids[:, 1]) % 2).astype(np.float32)
@@ -54,8 +74,20 @@ def skewed_data(seed, samples, args):
 
 
 def export_probe(args):
+    if args.ragged:
+        return tf.RaggedTensor.from_row_lengths(
+            np.arange(20, dtype=np.int64) % args.vocab, [1, 2, 3, 4, 5, 1, 2, 2])
     if not args.sequence:
         return np.arange(8 * FIELDS, dtype=np.int64).reshape(8, FIELDS) % args.vocab
     probe = 1 + np.arange(8 * SEQUENCE, dtype=np.int64).reshape(8, SEQUENCE) % (args.vocab - 1)
     probe[np.arange(SEQUENCE)[np.newaxis, :] >= np.arange(1, 9)[:, np.newaxis] % SEQUENCE + 1] = 0
     return probe
+
+
+def serving_inputs(probe):
+    """The probe as the export's signature takes it, by input name: a
+    ragged input as its values and row splits."""
+    if isinstance(probe, tf.RaggedTensor):
+        return {"ids_values": probe.values.numpy().tolist(),
+                "ids_row_splits": probe.row_splits.numpy().tolist()}
+    return {"ids": probe.tolist()}

@@ -68,29 +68,67 @@ def _built_het_layers(model):
 
 
 def _input_signature(model):
+    """(the signature's TensorSpecs, a function from its tensors to the
+    model's flat inputs). Serving signatures take dense tensors only, so a
+    ragged input comes as its components, `<name>_values` and
+    `<name>_row_splits` (`_row_splits_<i>` for each ragged dimension past
+    the first), and a sparse one as `<name>_indices`, `<name>_values` and
+    `<name>_dense_shape`, as a client builds them."""
     inputs = getattr(model, "inputs", None)
     if not inputs:
         raise ValueError("export_saved_model needs a model with known inputs (a functional or "
                          "Sequential model built on tf_keras.Input)")
-    specs = []
+    specs, parts = [], []  # parts: (kind, first tensor, tensor count) of each input
     for t in inputs:
-        if isinstance(t.type_spec, (tf.RaggedTensorSpec, tf.SparseTensorSpec)):
-            raise ValueError(f"input '{t.name}' is {type(t.type_spec).__name__}: serving "
-                             "signatures take dense tensors; export a model with dense inputs")
-        specs.append(tf.TensorSpec(t.shape, t.dtype, name=t.name.split(":")[0]))
-    return specs
+        name, spec = t.name.split(":")[0], t.type_spec
+        start = len(specs)
+        if isinstance(spec, tf.RaggedTensorSpec):
+            if spec.ragged_rank < 1 or spec.flat_values_spec is not None:
+                raise ValueError(f"input '{name}': only ragged inputs with plain values can be "
+                                 "exported")
+            splits = ["row_splits"] + [f"row_splits_{i}" for i in range(1, spec.ragged_rank)]
+            specs.append(tf.TensorSpec([None] + spec.shape[spec.ragged_rank + 1:].as_list(),
+                                       spec.dtype, name=f"{name}_values"))
+            specs += [tf.TensorSpec([None], spec.row_splits_dtype, name=f"{name}_{split}")
+                      for split in splits]
+            kind = "ragged"
+        elif isinstance(spec, tf.SparseTensorSpec):
+            rank = spec.shape.rank
+            specs += [tf.TensorSpec([None, rank], tf.int64, name=f"{name}_indices"),
+                      tf.TensorSpec([None], spec.dtype, name=f"{name}_values"),
+                      tf.TensorSpec([rank], tf.int64, name=f"{name}_dense_shape")]
+            kind = "sparse"
+        else:
+            specs.append(tf.TensorSpec(t.shape, t.dtype, name=name))
+            kind = "dense"
+        parts.append((kind, start, len(specs) - start))
+
+    def model_inputs(args):
+        flat = []
+        for kind, i, n in parts:
+            if kind == "ragged":
+                flat.append(tf.RaggedTensor.from_nested_row_splits(args[i], args[i + 1:i + n]))
+            elif kind == "sparse":
+                flat.append(tf.SparseTensor(*args[i:i + n]))
+            else:
+                flat.append(args[i])
+        return flat
+
+    return specs, model_inputs
 
 
 def export_saved_model(model, path):
     """Writes `model` to `path` as a SavedModel with a `serving_default`
     signature of stock TensorFlow ops; returns `path`."""
-    specs = _input_signature(model)
+    specs, model_inputs = _input_signature(model)
     layers = _built_het_layers(model)
     with _serving_lookups(layers) as lookups:
         def serve(*args):
             # model.inputs is the flattened model.input, so this rebuilds a
             # dict or list input as the model was built on.
-            outputs = model(tf.nest.pack_sequence_as(model.input, list(args)), training=False)
+            flat = model_inputs(args)
+            outputs = model(tf.nest.pack_sequence_as(model.input, flat, expand_composites=False),
+                            training=False)
             if isinstance(outputs, dict):
                 return outputs
             names = list(getattr(model, "output_names", None) or [])

@@ -261,7 +261,10 @@ class HetEmbedding(tf_keras.layers.Layer):
         appends the embeddings regularizer's penalty on the batch's rows to
         `penalties`."""
         if self._serving_lookup is not None:
-            return self._serving_lookup(self._table.check_ids(ids))
+            ids = self._table.check_ids(ids)
+            # The saved lookup takes ids of any shape: give its rows theirs.
+            return tf.ensure_shape(self._serving_lookup(ids),
+                                   ids.shape.concatenate([self.output_dim]))
         table, cache, dim, owner = self._table, self._cache, self.output_dim, self._owner
         regularizer, mask_zero = self.embeddings_regularizer, self.mask_zero
 

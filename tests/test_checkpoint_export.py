@@ -124,9 +124,10 @@ import json, sys
 import numpy as np, tensorflow as tf
 from tensorflow.python.framework import op_def_registry
 from tensorflow.core.protobuf import saved_model_pb2
-path, inputs = sys.argv[1], np.array(json.loads(sys.argv[2]), np.int64)
+path, inputs = sys.argv[1], json.loads(sys.argv[2])
 loaded = tf.saved_model.load(path)
-outputs = loaded.signatures["serving_default"](ids=tf.constant(inputs))
+outputs = loaded.signatures["serving_default"](
+    **{name: tf.constant(value, dtype) for name, (value, dtype) in inputs.items()})
 proto = saved_model_pb2.SavedModel()
 proto.ParseFromString(open(path + "/saved_model.pb", "rb").read())
 graph = proto.meta_graphs[0].graph_def
@@ -140,8 +141,14 @@ print(json.dumps({"het_tf_imported": "het_tf" in sys.modules, "unknown_ops": unk
 
 
 def load_elsewhere(path, inputs):
+    """Serves `inputs` (ids for the input 'ids', or {signature input name:
+    array}) in a process without het_tf."""
+    if not isinstance(inputs, dict):
+        inputs = {"ids": inputs}
+    named = {name: (np.asarray(v).tolist(), np.asarray(v).dtype.name)
+             for name, v in inputs.items()}
     result = subprocess.run(
-        [sys.executable, "-c", LOAD_WITHOUT_HET_TF, str(path), json.dumps(inputs.tolist())],
+        [sys.executable, "-c", LOAD_WITHOUT_HET_TF, str(path), json.dumps(named)],
         capture_output=True, text=True, timeout=180, cwd="/",
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=""))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -182,11 +189,56 @@ def test_dynamic_export_serves_zeros_for_unknown_keys(tmp_path):
         tf.constant([seen], tf.int64)).numpy()[0])
 
 
-def test_export_refuses_unbuilt_models_and_ragged_inputs(tmp_path):
-    inp = tf_keras.Input(shape=(None,), dtype="int64", ragged=True)
-    ragged = tf_keras.Model(inp, HetEmbedding(VOCAB, DIM, combiner="sum")(inp))
-    with pytest.raises(ValueError, match="serving signatures take dense tensors"):
-        het_tf.export_saved_model(ragged, str(tmp_path / "ragged"))
+def test_ragged_and_sparse_inputs_export_as_their_components(tmp_path):
+    """A model with a dense, a ragged and a sparse input exports; the
+    signature takes each composite input as its component tensors, and a
+    process without het_tf serves the same scores."""
+    dense = tf_keras.Input(shape=(2,), dtype="int64", name="ids")
+    tags = tf_keras.Input(shape=(None,), dtype="int64", ragged=True, name="tags")
+    cats = tf_keras.Input(shape=(4,), dtype="int64", sparse=True, name="cats")
+    settings = dict(optimizer=tf_keras.optimizers.Adagrad(0.3), cache_capacity=150, staleness=5)
+    x = tf_keras.layers.Concatenate()([
+        tf_keras.layers.Flatten()(HetEmbedding(VOCAB, DIM, name="dense_ids", **settings)(dense)),
+        HetEmbedding(None, DIM, combiner="mean", name="tag_ids", **settings)(tags),
+        HetEmbedding(VOCAB, DIM, combiner="sum", name="cat_ids", **settings)(cats)])
+    out = tf_keras.layers.Dense(1, activation="sigmoid", name="score")(x)
+    model = tf_keras.Model([dense, tags, cats], out)
+    model.compile(tf_keras.optimizers.Adam(0.01), "binary_crossentropy")
+
+    rng = np.random.default_rng(1)
+    n = 64
+    lengths = rng.integers(0, 4, size=n)
+    tag_ids = tf.RaggedTensor.from_row_lengths(rng.integers(0, 10**9, size=lengths.sum()),
+                                               lengths)
+    cat_ids = tf.sparse.from_dense(rng.integers(0, VOCAB, size=(n, 4)) *
+                                   (rng.random((n, 4)) < 0.5))
+    inputs = dict(ids=rng.integers(0, VOCAB, size=(n, 2)), tags=tag_ids, cats=cat_ids)
+    labels = (inputs["ids"][:, 0] % 2).astype(np.float32)
+    dataset = tf.data.Dataset.from_tensor_slices((inputs, labels)).batch(16)
+    model.fit(dataset, epochs=2, verbose=0)
+    path = het_tf.export_saved_model(model, str(tmp_path / "export"))
+
+    probe = {k: inputs[k][:8] for k in ("ids", "tags")}
+    sparse = tf.sparse.slice(cat_ids, [0, 0], [8, 4])
+    loaded = load_elsewhere(path, {
+        "ids": probe["ids"], "tags_values": probe["tags"].values.numpy(),
+        "tags_row_splits": probe["tags"].row_splits.numpy(),
+        "cats_indices": sparse.indices.numpy(), "cats_values": sparse.values.numpy(),
+        "cats_dense_shape": sparse.dense_shape.numpy()})
+    assert not loaded["het_tf_imported"] and loaded["het_ops"] == []
+    expected = model({"ids": probe["ids"], "tags": probe["tags"], "cats": sparse},
+                     training=False).numpy().ravel()
+    np.testing.assert_allclose(loaded["score"], expected, rtol=1e-6, atol=1e-7)
+
+
+def test_export_refuses_models_without_known_inputs(tmp_path):
+    class Subclassed(tf_keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.embedding = HetEmbedding(VOCAB, DIM)
+
+        def call(self, ids):
+            return self.embedding(ids)
+
     with pytest.raises(ValueError, match="needs a model with known inputs"):
-        het_tf.export_saved_model(tf_keras.Sequential([HetEmbedding(VOCAB, DIM)]),
-                                  str(tmp_path / "unbuilt"))
+        het_tf.export_saved_model(Subclassed(), str(tmp_path / "unbuilt"))

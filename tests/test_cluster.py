@@ -129,8 +129,8 @@ def assert_served_without_het_tf(export_dir, result):
     code = (
         "import json, sys, numpy as np, tensorflow as tf\n"
         f"m = tf.saved_model.load({str(export_dir)!r})\n"
-        f"probe = tf.constant({result['export_probe']!r}, tf.int64)\n"
-        "out = m.signatures['serving_default'](ids=probe)['score'].numpy().ravel()\n"
+        f"inputs = {{k: tf.constant(v, tf.int64) for k, v in {result['export_inputs']!r}.items()}}\n"
+        "out = m.signatures['serving_default'](**inputs)['score'].numpy().ravel()\n"
         "print(json.dumps({'scores': out.tolist(), 'het_tf': 'het_tf' in sys.modules}))\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=180, cwd="/", env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
@@ -161,7 +161,28 @@ def test_a_masked_sequence_model_trains_and_its_export_masks(tmp_path):
     stats = result["stats"]
     assert stats["cache_updates_pushed"] == stats["table_updates_applied"] == \
         result["clock_sum"] > 0
-    assert any(0 in row for row in result["export_probe"])
+    assert any(0 in row for row in result["export_inputs"]["ids"])
+    assert_served_without_het_tf(tmp_path / "export", result)
+
+
+def test_a_ragged_model_with_a_row_constraint_trains_and_exports(tmp_path):
+    """Ragged ids without a combiner (ragged vectors, pooled) and a
+    MaxNorm(axis=1) constraint under ParameterServerStrategy: every row an
+    update reached holds the norm on the shards, no update is lost, and the
+    export takes the ragged ids as values and row splits."""
+    code, result, log = run_training(tmp_path, "ragged", ps=2,
+                                     extra=["--epochs", "3", "--ragged",
+                                            "--export-dir", str(tmp_path / "export")])
+    assert code == 0, log[-5000:]
+    losses = result["losses"]
+    assert losses[-1] < losses[0] - 0.02
+    _, values, clocks = result["table"]
+    norms = np.linalg.norm(np.array(values), axis=1)[np.array(clocks) > 0]
+    assert len(norms) > 50 and norms.max() <= 0.5 + 1e-6
+    stats = result["stats"]
+    assert stats["cache_updates_pushed"] == stats["table_updates_applied"] == \
+        result["clock_sum"] > 0
+    assert set(result["export_inputs"]) == {"ids_values", "ids_row_splits"}
     assert_served_without_het_tf(tmp_path / "export", result)
 
 

@@ -96,14 +96,23 @@ def test_ranks_share_tables_and_keep_dense_weights_identical(tmp_path, ps):
         assert resumed[0]["dense_digest"] == resumed[1]["dense_digest"]
 
 
-def test_a_masked_sequence_model_trains_in_hybrid_mode(tmp_path):
-    ranks = run_hybrid(tmp_path / "results", 1, ["--sequence"])
+@pytest.mark.parametrize("model", ["--sequence", "--ragged"])
+def test_sequence_models_train_in_hybrid_mode(tmp_path, model):
+    """A masked sequence model (the padding row, looked up by both ranks, is
+    never pushed), and a ragged one with a MaxNorm(axis=1) constraint (every
+    row an update reached holds the norm; its export takes the ragged ids
+    as values and row splits)."""
+    ranks = run_hybrid(tmp_path / "results", 1, [model, "--export-dir", str(tmp_path / "export")])
     for r in ranks:
         assert r["losses"][-1] < r["losses"][0] - 0.02
-        assert r["padding_clock"] == 0  # the padding row, looked up by both, never pushed
+        if model == "--sequence":
+            assert r["padding_clock"] == 0
+        else:
+            assert 0 < r["updated_rows_max_norm"] <= 0.5 + 1e-6
     assert ranks[0]["dense_digest"] == ranks[1]["dense_digest"]
     pushed = ranks[0]["cache_updates_pushed"] + ranks[1]["cache_updates_pushed"]
     assert pushed == ranks[0]["table_updates_applied"] == ranks[0]["clock_sum"] > 0
+    assert_served_without_het_tf(tmp_path / "export", ranks[0])
 
 
 def test_distribute_needs_init_first():
