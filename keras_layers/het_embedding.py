@@ -206,16 +206,17 @@ class HetEmbedding(tf_keras.layers.Layer):
         """[the table as an [input_dim, output_dim] matrix], every pending
         cached update pushed first; a fixed vocabulary of at most 2^27
         values (docs/keras_layer.md)."""
+        if not self.built:  # as Keras: no weights yet
+            return super().get_weights()
         return [self._table_weights_or_fail().get_tensors()[0].numpy()]
 
     def set_weights(self, weights):
         """Writes [matrix] as the table's rows; every worker's cache is emptied."""
+        if not self.built:  # as Keras: [] is all an unbuilt layer takes
+            return super().set_weights(weights)
         self._table_weights_or_fail().set_weights(weights)
 
     def _table_weights_or_fail(self):
-        if not self.built:
-            raise ValueError(f"{self._owner}: the table exists once the layer is built "
-                             "(call it, or build the model, first)")
         if self._table_weights is None:
             raise ValueError(f"{self._owner}: a dynamic table (input_dim=None) has no matrix "
                              "to get or set; save and restore it with tf.train.Checkpoint")

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
+from tf_keras.src.testing_infra import test_utils
 
 from het_tf.keras_layers import HetEmbedding
 
@@ -27,6 +28,25 @@ def keras(**kwargs):
 def table_rows(layer):
     layer.flush()
     return layer.table.gather(tf.range(VOCAB, dtype=tf.int64)).numpy()
+
+
+@pytest.mark.parametrize("cache", sorted(CACHES))
+@pytest.mark.parametrize("kwargs, input_shape", [
+    (dict(input_length=2), (3, 2)),
+    (dict(mask_zero=True), (3, 2)),
+    (dict(mask_zero=True), (3, 4, 2)),
+    (dict(mask_zero=True, input_length=(None, 2)), (3, 4, 2)),
+])
+def test_keras_own_layer_test_passes(kwargs, input_shape, cache):
+    """tf_keras' own layer harness, with the cases its Embedding test gives
+    it: config round trip, get/set_weights before build, functional and
+    Sequential models, predict, train_on_batch, and the output's shape and
+    dtype from int32 ids."""
+    test_utils.layer_test(HetEmbedding, kwargs=dict(output_dim=4, input_dim=10, **kwargs,
+                                                    **CACHES[cache]),
+                          input_shape=input_shape, input_dtype="int32",
+                          expected_output_dtype="float32",
+                          custom_objects={"HetEmbedding": HetEmbedding})
 
 
 def test_dimensions_below_one_are_refused_by_both():
@@ -314,6 +334,9 @@ def test_get_and_set_weights_are_the_table_for_layer_and_model(cache):
 
 def test_a_dynamic_table_has_no_matrix_to_get():
     layer = HetEmbedding(None, DIM, cache_capacity=8, name="dynamic")
+    assert layer.get_weights() == []  # as Keras: no weights before the build
+    with pytest.raises(ValueError, match="expecting 0 weights"):
+        layer.set_weights([MATRIX])
     layer(tf.constant([[5]], tf.int64))
     with pytest.raises(ValueError, match="HetEmbedding 'dynamic': a dynamic table"):
         layer.get_weights()
