@@ -103,6 +103,9 @@ class HetEmbedding(tf_keras.layers.Layer):
             kwargs["input_shape"] = (input_length,) if isinstance(input_length, int) else (None,)
         # Keras' weights= would set the anchor and counters: here it is the table.
         weights = kwargs.pop("weights", None)
+        # Keras' choice of a one-hot matmul for the lookup (fast on TPUs)
+        # gives the same rows; the rows here come from the shards either way.
+        kwargs.pop("use_one_hot_matmul", None)
         super().__init__(name=name, activity_regularizer=activity_regularizer, **kwargs)
         owner = f"HetEmbedding '{self.name}'"
         self._owner = owner

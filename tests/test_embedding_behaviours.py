@@ -105,6 +105,9 @@ def test_weights_at_construction_are_the_table():
     layer = het("weighted")
     ids = tf.constant([[0, 5], [29, 5]], tf.int64)
     np.testing.assert_array_equal(layer(ids).numpy(), keras()(ids).numpy())
+    # Keras' lookup by one-hot matmul gives the same rows
+    one_hot = het("one_hot", use_one_hot_matmul=True)
+    np.testing.assert_allclose(one_hot(ids).numpy(), keras(use_one_hot_matmul=True)(ids).numpy())
     with pytest.raises(ValueError, match="HetEmbedding 'bad': weights\\[0\\] has shape"):
         HetEmbedding(VOCAB, DIM, weights=[MATRIX[:3]], name="bad")
 
