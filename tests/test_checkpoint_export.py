@@ -12,7 +12,7 @@ import tf_keras
 
 import het_tf
 from het_tf.keras_layers import HetEmbedding
-from het_tf.runtime.checkpoint import TableCheckpoint
+from het_tf.runtime.checkpoint import CHUNK_BYTES, TableCheckpoint
 
 VOCAB, DIM = 300, 4
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -101,22 +101,35 @@ def test_restore_rolls_back_rows_created_after_the_save(tmp_path):
     assert model.layers[1].het_stats()["cache_rows"] == 0
 
 
-def test_a_table_restores_onto_another_number_of_shards(tmp_path, unique_name):
+@pytest.mark.parametrize("chunk_bytes", [None, 1000], ids=["one-chunk", "chunks-of-9-rows"])
+def test_a_table_restores_onto_another_number_of_shards(tmp_path, unique_name, chunk_bytes):
+    """Saved in chunks, each shard's rows in one or in many, the table
+    restores exactly onto three shards; an empty shard saves too."""
     config = het_tf.TableConfig(unique_name(), 3, optimizer=het_tf.OptimizerConfig("adam"))
-    source = het_tf.ShardedTable(config, [None, None])
+    source = het_tf.ShardedTable(config, [None, None, None])
     keys = tf.constant(np.arange(-50, 50) * 7919, tf.int64)
     source.push(keys, tf.ones([100, 3]), tf.fill([100], tf.constant(2, tf.int64)), 0.1)
-    saver = tf.train.Checkpoint(table=TableCheckpoint(source, lambda: [], lambda: []))
-    path = saver.save(str(tmp_path / "table"))
-    target = het_tf.ShardedTable(config, [None, None, None], instance="three")
+    sizes = {} if chunk_bytes is None else {"chunk_bytes": chunk_bytes}
+    saved = TableCheckpoint(source, lambda: [], lambda: [], **sizes)
+    row_bytes = 24 + 4 * 3 * 3  # key, clock, step; values and Adam's two slots
+    assert saved.chunk_rows == (chunk_bytes or CHUNK_BYTES) // row_bytes
+    path = tf.train.Checkpoint(table=saved).save(str(tmp_path / "table"))
+    empty = het_tf.ShardedTable(config, [None], instance="empty")
+    tf.train.Checkpoint(table=TableCheckpoint(empty, lambda: [], lambda: [], **sizes)).save(
+        str(tmp_path / "empty"))
+    target = het_tf.ShardedTable(config, [None, None], instance="two")
     tf.train.Checkpoint(table=TableCheckpoint(target, lambda: [], lambda: [])).restore(path)
     want = sorted(zip(*(t.numpy().tolist() for t in source.export_all())))
     got = sorted(zip(*(t.numpy().tolist() for t in target.export_all())))
     assert got == want
-    for shard in range(3):  # each row sits on the shard that owns it now
+    for shard in range(2):  # each row sits on the shard that owns it now
         shard_keys = target.export_shard(shard, 0, 1000)[0]
-        owners = het_tf.ops.het_shard_index(shard_keys, num_shards=3).numpy()
+        owners = het_tf.ops.het_shard_index(shard_keys, num_shards=2).numpy()
         assert (owners == shard).all() and len(owners) > 0
+    # the empty table restores as empty, over rows the target held
+    tf.train.Checkpoint(table=TableCheckpoint(target, lambda: [], lambda: [])).restore(
+        str(tmp_path / "empty-1")).assert_consumed()
+    assert target.stats()["rows"] == 0
 
 
 LOAD_WITHOUT_HET_TF = r"""

@@ -1,11 +1,19 @@
-"""Resident memory per row of one table shard against its raw bytes.
+"""Resident memory per row of one table shard against its raw bytes, and
+what a checkpoint of the table costs.
 
     python tools/measure_memory.py --rows 20000000 --dim 16 --optimizer adagrad
+    python tools/measure_memory.py --rows 100000000 --shards 2 \
+        --checkpoint /tmp/ckpt --restore-shards 3
 
 Creates the rows in this process through the shard's import op (in chunks,
 as a restore would), then reads VmRSS from /proc/self/status before and
 after. Raw bytes per row are the values, the optimizer slots and the 8-byte
 clock (plus Adam's 8-byte step count): what any table must hold.
+
+With --checkpoint, saves the table there with tf.train.Checkpoint, drops
+it, and restores it onto --restore-shards shards, timing both and reading
+the process's peak resident memory (VmHWM, reset before each) above the
+resident memory of the filled table.
 """
 import argparse
 import json
@@ -15,12 +23,52 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def rss_bytes():
+def rss_bytes(field="VmRSS"):
+    """Resident memory now (VmRSS), or at its peak since reset_peak (VmHWM)."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def reset_peak():
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # VmHWM starts again from VmRSS
+
+
+def measure_checkpoint(table, config, directory, restore_shards, filled):
+    """Saves `table`, drops its rows, restores them onto `restore_shards`
+    shards; times and peak resident memory above `filled` bytes."""
+    import tensorflow as tf
+
+    from het_tf.runtime.checkpoint import TableCheckpoint
+    from het_tf.runtime.table import ShardedTable
+
+    def checkpoint(t):
+        return tf.train.Checkpoint(table=TableCheckpoint(t, lambda: [], lambda: []))
+
+    rows = table.stats()["rows"]
+    reset_peak()
+    started = time.perf_counter()
+    path = checkpoint(table).write(os.path.join(directory, "table"))
+    saved = {"save_seconds": time.perf_counter() - started,
+             "save_peak_above_table_bytes": rss_bytes("VmHWM") - filled}
+    size = sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory))
+    table.clear()
+    target = ShardedTable(config, [None] * restore_shards, instance="restored")
+    target.stats()
+    reset_peak()
+    started = time.perf_counter()
+    checkpoint(target).read(path).assert_consumed()
+    seconds = time.perf_counter() - started
+    restored_rows = target.stats()["rows"]
+    if restored_rows != rows:
+        raise RuntimeError(f"restored {restored_rows} rows of {rows}")
+    return dict(saved, checkpoint_bytes=size, restore_shards=restore_shards,
+                restore_seconds=seconds, restored_rows=restored_rows,
+                # above the restored table's own resident memory
+                restore_peak_above_table_bytes=rss_bytes("VmHWM") - rss_bytes())
 
 
 def main():
@@ -29,6 +77,9 @@ def main():
     p.add_argument("--dim", type=int, default=16)
     p.add_argument("--optimizer", default="adagrad", choices=("sgd", "adagrad", "adam", "ftrl"))
     p.add_argument("--chunk", type=int, default=1 << 20)
+    p.add_argument("--shards", type=int, default=1)
+    p.add_argument("--checkpoint", help="a folder to save the table to, then restore it from")
+    p.add_argument("--restore-shards", type=int, default=1)
     p.add_argument("--json", help="also write the figures here")
     args = p.parse_args()
 
@@ -39,7 +90,7 @@ def main():
     from het_tf.runtime.table import ShardedTable
 
     config = TableConfig("memory", args.dim, optimizer=OptimizerConfig(args.optimizer))
-    table = ShardedTable(config, [None], instance="measure")
+    table = ShardedTable(config, [None] * args.shards, instance="measure")
     slots = config.num_slots
     values = np.zeros((args.chunk, args.dim), np.float32)
     slot_values = np.zeros((args.chunk, slots, args.dim), np.float32)
@@ -64,6 +115,9 @@ def main():
         "seconds": time.perf_counter() - started,
     }
     result["ratio"] = result["resident_bytes_per_row"] / raw
+    if args.checkpoint:
+        result.update(measure_checkpoint(table, config, args.checkpoint, args.restore_shards,
+                                         after))
     print(json.dumps(result, indent=2))
     if args.json:
         with open(args.json, "w") as f:
