@@ -125,9 +125,7 @@ def main():
         hit_rates=history.get("items/hit_rate", []),
         stats=stats,
         table=[keys[order].tolist(), values[order].tolist(), clocks[order].tolist()],
-        shard_rows=[int(dict(zip((n.decode() for n in names.numpy()), values.numpy()))["rows"])
-                    for names, values in (layer.table.shard_stats(s)
-                                          for s in range(layer.table.num_shards))],
+        shard_rows=[layer.table.shard_rows(s) for s in range(layer.table.num_shards)],
         clock_sum=int(clocks.sum()),
         probe_rows=layer.table.gather(tf.range(args.probe_ids, dtype=tf.int64)).numpy().tolist(),
     )

@@ -1,11 +1,11 @@
 """Exports a model with HetEmbedding layers as a SavedModel that stock
 TensorFlow Serving loads: no het_tf op is in it.
 
-Each table becomes a plain variable. A fixed vocabulary of up to
+Each table becomes plain variables. A fixed vocabulary of up to
 MATERIALIZE_LIMIT values exports every row, so every id serves exactly as in
 training. A dynamic table (input_dim=None), or a larger one, exports the rows
-it holds plus a tf.lookup.StaticHashTable from key to row; ids it does not
-hold get a zero vector.
+it holds, with their keys sorted and a binary search (tf.searchsorted) from
+key to row; ids it does not hold get a zero vector.
 """
 import contextlib
 
@@ -19,28 +19,53 @@ from het_tf.runtime.config import MATERIALIZE_LIMIT
 class ServingLookup(tf.Module):
     """A table's rows as stock TensorFlow state."""
 
-    def __init__(self, layer):
+    def __init__(self, layer, chunk_rows=1 << 20):
         super().__init__(name=f"{layer.name}_serving")
         table, dim = layer.table, layer.output_dim
+        self.keys = None  # every row is held: an id is its row
+        self.held_nothing = False
         if layer.input_dim is not None and layer.input_dim * dim <= MATERIALIZE_LIMIT:
             keys = tf.range(layer.input_dim, dtype=tf.int64)
             self.values = tf.Variable(table.gather(keys), trainable=False, name="embeddings")
-            self.index = None
-        else:
-            keys, values, _, _, _ = table.export_all()
-            # One zero row at the end serves every unknown key.
-            self.values = tf.Variable(tf.concat([values, tf.zeros([1, dim])], 0),
-                                      trainable=False, name="embeddings")
-            self.index = tf.lookup.StaticHashTable(
-                tf.lookup.KeyValueTensorInitializer(keys, tf.range(tf.size(keys, tf.int64),
-                                                                   dtype=tf.int64)),
-                default_value=tf.size(keys, tf.int64))
+            return
+        # The rows the table holds, in the shards' order, one chunk at a
+        # time, and one zero row last for the ids it does not hold. The keys
+        # are variables too, sorted, with each one's row: a
+        # tf.lookup.StaticHashTable would write every key into the graph,
+        # which protobuf's 2 GB limit caps at about 100M rows.
+        counts = [table.shard_rows(s) for s in range(table.num_shards)]
+        self.values = tf.Variable(tf.zeros([sum(counts) + 1, dim]), trainable=False,
+                                  name="embeddings")
+        if not sum(counts):  # every id gets the zero row
+            self.held_nothing = True
+            return
+        keys, first = [], 0
+        for shard, count in enumerate(counts):
+            for offset in range(0, count, chunk_rows):
+                n = min(chunk_rows, count - offset)
+                chunk_keys, values, _, _, _ = table.export_shard(shard, offset, n)
+                self.values[first:first + n].assign(values)
+                keys.append(chunk_keys)
+                first += n
+        keys = tf.concat(keys, 0)
+        order = tf.argsort(keys, stable=True)
+        self.keys = tf.Variable(tf.gather(keys, order), trainable=False, name="keys")
+        self.rows = tf.Variable(tf.cast(order, tf.int64), trainable=False, name="rows")
 
     # Saved with the model, so a loaded SavedModel can look rows up too.
     @tf.function(input_signature=[tf.TensorSpec(None, tf.int64)])
     def __call__(self, ids):
-        if self.index is not None:
-            ids = self.index.lookup(ids)
+        if self.keys is not None:
+            flat = tf.reshape(ids, [-1])
+            held = tf.size(self.keys, tf.int64)
+            # Where each id would sit among the sorted keys: the row of the
+            # key there if it is the id, else the zero row (index `held`).
+            at = tf.searchsorted(self.keys, flat, out_type=tf.int64)
+            inside = tf.minimum(at, held - 1)
+            found = (at < held) & tf.equal(tf.gather(self.keys, inside), flat)
+            ids = tf.reshape(tf.where(found, tf.gather(self.rows, inside), held), tf.shape(ids))
+        elif self.held_nothing:
+            ids = tf.zeros_like(ids)
         return tf.gather(self.values, ids)
 
 

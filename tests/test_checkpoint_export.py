@@ -202,6 +202,27 @@ def test_dynamic_export_serves_zeros_for_unknown_keys(tmp_path):
         tf.constant([seen], tf.int64)).numpy()[0])
 
 
+def test_the_exported_lookup_finds_every_held_key_across_chunks():
+    """The export's sorted keys and rows, written in chunks of 7 rows: every
+    held key gives its row; keys below, between and above the
+    held ones, and every key of an empty table, give zeros."""
+    from het_tf.keras_layers.export import ServingLookup
+
+    layer = HetEmbedding(None, DIM, cache_capacity=0, name="chunked")
+    layer.build((None,))
+    empty = ServingLookup(layer, chunk_rows=7)
+    np.testing.assert_array_equal(empty(tf.constant([[3, -9]], tf.int64)).numpy(),
+                                  np.zeros((1, 2, DIM)))
+    held = np.random.default_rng(3).choice(np.arange(-10**6, 10**6), 100, replace=False) * 97
+    rows = layer.table.gather(tf.constant(held, tf.int64)).numpy()
+    lookup = ServingLookup(layer, chunk_rows=7)
+    np.testing.assert_array_equal(lookup(tf.constant(held.reshape(10, 10))).numpy(),
+                                  rows.reshape(10, 10, DIM))
+    unknown = [held.min() - 1, held.max() + 1, np.sort(held)[50] + 1, -2**63, 2**63 - 1]
+    np.testing.assert_array_equal(lookup(tf.constant(unknown, tf.int64)).numpy(),
+                                  np.zeros((5, DIM)))
+
+
 def test_ragged_and_sparse_inputs_export_as_their_components(tmp_path):
     """A model with a dense, a ragged and a sparse input exports; the
     signature takes each composite input as its component tensors, and a

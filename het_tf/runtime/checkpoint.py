@@ -48,9 +48,7 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
             # pending updates reach the shards before any row is read.
             tf.nest.flatten(self._flush())
             tf.nest.flatten(self._clear_caches())
-            rows = [int(dict(zip((n.decode() for n in names.numpy()), values.numpy()))["rows"])
-                    for names, values in (self._table.shard_stats(s)
-                                          for s in range(self._table.num_shards))]
+            rows = [self._table.shard_rows(s) for s in range(self._table.num_shards)]
         prefixes, chunk = [], 0
         for shard, count in enumerate(rows):
             offsets = list(range(0, count, self.chunk_rows)) or [0]

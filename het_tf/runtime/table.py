@@ -229,6 +229,11 @@ class ShardedTable:
             names, values = self._ops.het_table_stats(self.handle(shard))
         return names, values
 
+    def shard_rows(self, shard):
+        """Rows shard `shard` holds (eager)."""
+        names, values = self.shard_stats(shard)
+        return int(dict(zip((n.decode() for n in names.numpy()), values.numpy()))["rows"])
+
     def stats(self):
         """Counters summed over shards, as a dict of Python ints (eager)."""
         total = {}
