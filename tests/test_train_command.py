@@ -65,6 +65,11 @@ def test_train_ps_mode_starts_and_stops_its_own_cluster(tmp_path):
     assert metrics["workers"] == 2
     assert metrics["config"]["lookahead"] is True  # the default with a refresh cache
     assert metrics["prefetch_hit_rate"] > 0.05
+    # every process's peak memory: a TensorFlow process holds at least 100 MB
+    peaks = metrics["peak_rss_bytes"]
+    assert sorted(peaks) == ["chief:0", "ps:0", "ps:1", "worker:0", "worker:1"]
+    assert all(100 << 20 < peak < 8 << 30 for peak in peaks.values()), peaks
+    assert metrics["checkpoint_seconds"] > 0 and metrics["export_seconds"] > 0
     check_run_folder(run_dir, metrics)
     assert processes_mentioning(str(run_dir), "cmdline") == []
 
@@ -79,6 +84,7 @@ def test_train_hybrid_mode_starts_and_stops_its_own_cluster(tmp_path):
     # Both ranks' batches count: steps of 512 on each of the 2 ranks.
     assert metrics["train_samples"] % (2 * 512) == 0 and metrics["train_samples"] > 100000
     assert metrics["prefetch_hit_rate"] > 0.05
+    assert sorted(metrics["peak_rss_bytes"]) == ["ps:0", "ps:1", "rank:0"]
     check_run_folder(run_dir, metrics)
     assert processes_mentioning(str(run_dir), "cmdline") == []
 

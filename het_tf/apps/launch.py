@@ -15,6 +15,11 @@ from het_tf.apps.link import TASK_PORT
 from het_tf.distribute import horovod
 from het_tf.distribute.server import SERVER_JOBS
 
+# The chief (or each Horovod rank) of a local cluster learns the process ids
+# of the cluster's server tasks here, as JSON {"ps:0": pid, ...}, to report
+# their memory (het-tf train's metrics.json peak_rss_bytes).
+LOCAL_TASKS_ENV = "HET_TF_LOCAL_TASKS"
+
 
 def free_ports(count, host="127.0.0.1"):
     """Ports free right now on host, all different."""
@@ -142,7 +147,8 @@ class LocalCluster:
         run as one job (horovod_ranks.RankGroup)."""
         if self.hybrid:
             return self._start_ranks(command)
-        process = self._spawn("chief:0", list(command), self.task_env("chief", 0))
+        process = self._spawn("chief:0", list(command),
+                              dict(self.task_env("chief", 0), **self._server_pids()))
         if self.evaluator:
             self._spawn("evaluator:0", list(command), self.task_env("evaluator", 0))
         return process
@@ -150,7 +156,7 @@ class LocalCluster:
     def _start_ranks(self, command):
         behind_links = self.link is not None
         self.rendezvous = horovod_ranks.Rendezvous(self.num_workers, one_per_host=behind_links)
-        env = dict(self.env, HET_TF_PS=",".join(self.cluster["ps"]))
+        env = dict(self.env, HET_TF_PS=",".join(self.cluster["ps"]), **self._server_pids())
         env.pop("TF_CONFIG", None)
         ranks = []
         for r in range(self.num_workers):
@@ -163,6 +169,9 @@ class LocalCluster:
                 where = self.rendezvous.rank_env(r, "127.0.0.1", "lo")
             ranks.append(self._spawn(name, list(command), dict(env, **where)))
         return horovod_ranks.RankGroup(ranks)
+
+    def _server_pids(self):
+        return {LOCAL_TASKS_ENV: json.dumps({name: p.pid for name, p in self.tasks.items()})}
 
     def run_chief(self, command, timeout=None):
         """Runs command as the chief; returns its exit code (124 on timeout)."""

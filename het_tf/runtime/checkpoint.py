@@ -97,7 +97,10 @@ def _save_tables(trackables, file_prefix):
     for i, (name, table) in enumerate(sorted(trackables.items())):
         written, after = table.write_chunks(tf.strings.join([file_prefix, f"_{i}"]), name, after)
         prefixes += written
-    return prefixes
+    # When TensorFlow traces the save (a cluster's), its merge of the files
+    # must wait for the writes: it depends on the prefixes returned here.
+    with tf.control_dependencies(after):
+        return [tf.identity(prefix) for prefix in prefixes]
 
 
 def _restore_tables(trackables, merged_prefix):

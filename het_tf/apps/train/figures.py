@@ -10,6 +10,7 @@ import tensorflow as tf
 import tf_keras
 
 import het_tf
+from het_tf.apps.launch import LOCAL_TASKS_ENV
 from het_tf.data.synthetic import HELD_OUT_STREAM
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 from het_tf.runtime.cache import hit_rate
@@ -150,6 +151,21 @@ def roc_auc(labels, scores):
     if positives == 0 or negatives == 0:
         return float("nan")
     return (ranks[labels].sum() - positives * (positives + 1) / 2) / (positives * negatives)
+
+
+def peak_memory(own_name):
+    """Peak resident bytes (VmHWM) of this process and of the local
+    cluster's server tasks that het-tf launch started, by task name."""
+    tasks = dict(json.loads(os.environ.get(LOCAL_TASKS_ENV, "{}")), **{own_name: "self"})
+    peaks = {}
+    for name, pid in sorted(tasks.items()):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                peaks[name] = next(int(line.split()[1]) * 1024 for line in f
+                                   if line.startswith("VmHWM:"))
+        except (OSError, StopIteration):
+            pass  # gone, or another kernel's /proc
+    return peaks
 
 
 def report(result, run_dir):

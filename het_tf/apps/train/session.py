@@ -3,6 +3,7 @@ same steps in every mode (modes.py holds what differs)."""
 import json
 import os
 import sys
+import time
 
 import tensorflow as tf
 import tf_keras
@@ -113,6 +114,8 @@ def train(args, mode):
         _save_and_export(model, args, result, inputs, mode)
     mode.barrier()
     if rank == 0:
+        own = {"ps": "chief:0", "hybrid": "rank:0"}.get(args.mode, "local")
+        result["peak_rss_bytes"] = figures.peak_memory(own)
         figures.report(result, args.run_dir)
     return 0
 
@@ -121,11 +124,15 @@ def _save_and_export(model, args, result, inputs, mode):
     checkpoint_dir = os.path.join(args.run_dir, "checkpoint")
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), checkpoint_dir,
                                          max_to_keep=1)
+    started = time.perf_counter()
     result["checkpoint"] = mode.save(model, manager)
+    result["checkpoint_seconds"] = time.perf_counter() - started
     if mode.rank != 0:
         return
     export_dir = os.path.join(args.run_dir, "export")
+    started = time.perf_counter()
     het_tf.export_saved_model(model, export_dir)
+    result["export_seconds"] = time.perf_counter() - started
     result["export"] = export_dir
     # A few held-out rows with this model's scores, for checking the export
     # in a process without het_tf (examples/serve_export.py).
