@@ -359,12 +359,14 @@ class HetEmbedding(tf_keras.layers.Layer):
                              f"every id of {vocabulary} exactly (whole numbers up to {exact}); "
                              "declare the model's input with an integer dtype: "
                              "tf_keras.Input(shape, dtype='int64')")
-        ids = tf.cast(values, tf.int64)
-        whole = tf.debugging.assert_equal(
-            tf.cast(ids, values.dtype), values,
-            message=f"{self._owner}: {values.dtype.name} ids must be whole numbers")
-        with tf.control_dependencies([whole]):
-            ids = tf.identity(ids)
+        # Checked as floats: a cast of one outside int64 would be undefined.
+        valid = tf.debugging.assert_equal(
+            tf.reduce_all((tf.floor(values) == values) & (values >= 0) &
+                          (values < self.input_dim)), True,
+            message=f"{self._owner}: {values.dtype.name} ids must be whole numbers in "
+                    f"[0, {self.input_dim})")
+        with tf.control_dependencies([valid]):
+            ids = tf.cast(values, tf.int64)
         if isinstance(inputs, tf.RaggedTensor):
             return inputs.with_flat_values(ids)
         if isinstance(inputs, tf.SparseTensor):

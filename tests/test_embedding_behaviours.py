@@ -89,9 +89,11 @@ def test_float_ids_must_be_whole_and_exact():
     layer = het("floats")
     np.testing.assert_array_equal(layer(tf.constant([[3.0, 29.0]])).numpy(),
                                   MATRIX[[[3, 29]]])
-    with pytest.raises(tf.errors.InvalidArgumentError,
-                       match="HetEmbedding 'floats': float32 ids must be whole numbers"):
-        layer(tf.constant([[3.5]]))
+    for bad in (3.5, 30.0, -1.0, 1e19, float("nan")):
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=r"HetEmbedding 'floats': float32 ids must be whole numbers in "
+                                 r"\[0, 30\)"):
+            layer(tf.constant([[bad]]))
     for name, input_dim in (("huge", (1 << 24) + 1), ("keys", None)):
         with pytest.raises(ValueError, match=f"HetEmbedding '{name}': got float32 ids, which "
                                              "cannot hold every id .* dtype='int64'"):

@@ -513,10 +513,18 @@ def test_layer_on_random_inputs_matches_numpy_or_names_itself(data):
         outside = [k for k in flat if not 0 <= k < vocab]
     else:
         outside = []
-    # In the layer's order of checks.
-    expected_error = (
-        (ValueError, "ids must be int32 or int64") if dtype not in (tf.int32, tf.int64) else
-        (tf.errors.InvalidArgumentError, f"id {outside[0]} is outside") if outside else None)
+    # In the layer's order of checks. Float ids are taken where the
+    # vocabulary is exact in float32, and must be whole and in it.
+    if dtype == tf.float32 and vocab is None:
+        expected_error = (ValueError, "got float32 ids, which cannot hold every id")
+    elif dtype == tf.float32:
+        outside = [k for k in flat if not 0 <= k < vocab]
+        expected_error = (tf.errors.InvalidArgumentError,
+                          f"float32 ids must be whole numbers in [0, {vocab})") if outside else None
+    else:
+        expected_error = (
+            (ValueError, "ids must be int32 or int64") if dtype not in (tf.int32, tf.int64) else
+            (tf.errors.InvalidArgumentError, f"id {outside[0]} is outside") if outside else None)
 
     weights_seed = draw(st.integers(0, 1000))
     if expected_error is not None:

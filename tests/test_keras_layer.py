@@ -240,7 +240,7 @@ def test_bad_inputs_name_the_layer_and_change_nothing():
     with pytest.raises(tf.errors.InvalidArgumentError, match="'guarded': id -1 is outside"):
         layer(tf.constant([[-1]], tf.int64), training=True)
     with pytest.raises(tf.errors.InvalidArgumentError,
-                       match="HetEmbedding 'guarded': float32 ids must be whole numbers"):
+                       match="HetEmbedding 'guarded': float32 ids must be whole numbers in"):
         layer(tf.constant([[1.0, 2.5]]), training=True)
     with pytest.raises(ValueError, match="HetEmbedding 'guarded': ids must be int32 or int64, "
                                          "got string"):

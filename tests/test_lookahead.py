@@ -108,7 +108,10 @@ def test_what_it_cannot_follow_is_refused_by_name():
     subclassed(x[:2])
     with pytest.raises(ValueError, match="functional or Sequential"):
         het_tf.lookahead(dataset, subclassed)
-    unbuilt = tf_keras.Sequential([HetEmbedding(VOCAB, DIM, cache_capacity=100)])
+    # (A Sequential model that starts with HetEmbedding is built, as with
+    # Keras' Embedding: its input shape is known.)
+    unbuilt = tf_keras.Sequential([tf_keras.layers.Lambda(lambda ids: ids),
+                                   HetEmbedding(VOCAB, DIM, cache_capacity=100)])
     with pytest.raises(ValueError, match="no built HetEmbedding"):
         het_tf.lookahead(dataset, unbuilt)
     model = model_with(HetEmbedding(VOCAB, DIM, cache_capacity=100))
