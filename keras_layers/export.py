@@ -44,7 +44,11 @@ class ServingLookup(tf.Module):
             for offset in range(0, count, chunk_rows):
                 n = min(chunk_rows, count - offset)
                 chunk_keys, values, _, _, _ = table.export_shard(shard, offset, n)
-                self.values[first:first + n].assign(values)
+                # In place: `self.values[a:b].assign` reads the variable for
+                # the slice first, and the write then copies all of it.
+                tf.raw_ops.ResourceStridedSliceAssign(
+                    ref=self.values.handle, begin=[first, 0], end=[first + n, dim],
+                    strides=[1, 1], value=values)
                 keys.append(chunk_keys)
                 first += n
         keys = tf.concat(keys, 0)
