@@ -78,6 +78,8 @@ def main():
     p.add_argument("--optimizer", default="adagrad", choices=("sgd", "adagrad", "adam", "ftrl"))
     p.add_argument("--chunk", type=int, default=1 << 20)
     p.add_argument("--shards", type=int, default=1)
+    p.add_argument("--max-rows", type=int, help="the table's row limit: filling past it "
+                   "shows the refusal (and what the table holds then)")
     p.add_argument("--checkpoint", help="a folder to save the table to, then restore it from")
     p.add_argument("--restore-shards", type=int, default=1)
     p.add_argument("--json", help="also write the figures here")
@@ -89,7 +91,8 @@ def main():
     from het_tf.runtime.config import OptimizerConfig, TableConfig
     from het_tf.runtime.table import ShardedTable
 
-    config = TableConfig("memory", args.dim, optimizer=OptimizerConfig(args.optimizer))
+    config = TableConfig("memory", args.dim, optimizer=OptimizerConfig(args.optimizer),
+                         max_rows=args.max_rows)
     table = ShardedTable(config, [None] * args.shards, instance="measure")
     slots = config.num_slots
     values = np.zeros((args.chunk, args.dim), np.float32)
@@ -98,14 +101,22 @@ def main():
     table.stats()  # the shard exists before the baseline is taken
     before = rss_bytes()
     started = time.perf_counter()
+    refused = None
     for first in range(0, args.rows, args.chunk):
         n = min(args.chunk, args.rows - first)
         keys = tf.range(first, first + n, dtype=tf.int64) * 7919  # spread, as hashed ids are
-        table.import_rows(keys, values[:n], slot_values[:n], zeros[:n], zeros[:n])
+        try:
+            table.import_rows(keys, values[:n], slot_values[:n], zeros[:n], zeros[:n])
+        except tf.errors.ResourceExhaustedError as e:
+            refused = e.message
+            print(f"refused: {refused}", flush=True)
+            break
         print(f"{first + n:,} rows, RSS {(rss_bytes() - before) / 2**30:.2f} GiB above start",
               flush=True)
     after = rss_bytes()
     stats = table.stats()
+    if refused is not None:
+        args.rows = int(stats["rows"])  # what the figures below are of
     raw = 4 * args.dim * (1 + slots) + 8 + (8 if args.optimizer == "adam" else 0)
     result = {
         "rows": int(stats["rows"]), "dim": args.dim, "optimizer": args.optimizer,
@@ -115,6 +126,8 @@ def main():
         "seconds": time.perf_counter() - started,
     }
     result["ratio"] = result["resident_bytes_per_row"] / raw
+    if refused is not None:
+        result.update(max_rows=args.max_rows, refused=refused)
     if args.checkpoint:
         result.update(measure_checkpoint(table, config, args.checkpoint, args.restore_shards,
                                          after))
