@@ -20,7 +20,7 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from measure_memory import reset_peak, rss_bytes  # noqa: E402
+from measure_memory import reset_peak, rss_bytes, write_figures  # noqa: E402
 
 # Run in a fresh process: loads the export and serves one batch of ids.
 SERVE = r"""
@@ -101,10 +101,7 @@ def main():
                   het_tf_imported_to_serve=loaded["het_tf_imported"],
                   served_max_difference=float(np.max(np.abs(np.array(loaded["scores"]) -
                                                             expected))))
-    print(json.dumps(result, indent=2))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+    write_figures(result, args.json)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,14 @@ def rss_bytes(field="VmRSS"):
     raise RuntimeError(f"no {field} in /proc/self/status")
 
 
+def write_figures(result, path=None):
+    """Prints the figures, and writes them to `path` if given."""
+    print(json.dumps(result, indent=2))
+    if path:
+        with open(path, "w") as f:
+            json.dump(result, f, indent=2)
+
+
 def reset_peak():
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # VmHWM starts again from VmRSS
@@ -131,10 +139,7 @@ def main():
     if args.checkpoint:
         result.update(measure_checkpoint(table, config, args.checkpoint, args.restore_shards,
                                          after))
-    print(json.dumps(result, indent=2))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+    write_figures(result, args.json)
 
 
 if __name__ == "__main__":
