@@ -34,6 +34,11 @@ _KERAS3_HINT = ("HetEmbedding is a tf_keras (Keras 2) layer: Keras 3 has no "
                 "or set TF_USE_LEGACY_KERAS=1 before importing TensorFlow.")
 
 
+# The whole numbers each float dtype holds exactly: 2 ** (its precision).
+_EXACT_WHOLE_NUMBERS = {tf.float16: 2**11, tf.bfloat16: 2**8, tf.float32: 2**24,
+                        tf.float64: 2**53}
+
+
 def _is_keras3(value):
     module = type(value).__module__
     return module.startswith("keras.") or module == "keras"
@@ -352,7 +357,7 @@ class HetEmbedding(tf_keras.layers.Layer):
                   else tf.convert_to_tensor(inputs))
         if not values.dtype.is_floating:
             return inputs
-        exact = 2 ** (np.finfo(values.dtype.as_numpy_dtype).nmant + 1)
+        exact = _EXACT_WHOLE_NUMBERS[values.dtype]
         if self.input_dim is None or self.input_dim > exact:
             vocabulary = "int64 keys" if self.input_dim is None else self.input_dim
             raise ValueError(f"{self._owner}: got {values.dtype.name} ids, which cannot hold "

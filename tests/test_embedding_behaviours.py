@@ -98,6 +98,10 @@ def test_float_ids_must_be_whole_and_exact():
         with pytest.raises(ValueError, match=f"HetEmbedding '{name}': got float32 ids, which "
                                              "cannot hold every id .* dtype='int64'"):
             HetEmbedding(input_dim, DIM, cache_capacity=0, name=name)(tf.constant([[3.0]]))
+    # bfloat16 holds whole numbers up to 2^8 exactly: this vocabulary of 30
+    np.testing.assert_array_equal(layer(tf.constant([[3.0]], tf.bfloat16)).numpy(), MATRIX[[[3]]])
+    with pytest.raises(ValueError, match="got bfloat16 ids, which cannot hold every id of 300 "):
+        HetEmbedding(300, DIM, cache_capacity=0, name="narrow")(tf.constant([[3.0]], tf.bfloat16))
     # float64 holds ids up to 2^53 exactly
     big = HetEmbedding((1 << 24) + 8, DIM, cache_capacity=0, name="wide")
     assert big(tf.constant([[float((1 << 24) + 3)]], tf.float64)).shape == (1, 1, DIM)
