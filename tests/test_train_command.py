@@ -53,6 +53,7 @@ def test_train_local_writes_a_run_that_serves_without_het_tf(tmp_path):
                          "--eval-samples", "16384")
     assert "het-tf train: AUC" in out and "samples/s" in out
     assert metrics["workers"] == 1 and metrics["train_samples"] == 230 * 512  # whole chunks
+    assert metrics["table_rows_per_task"] == {"local": metrics["table_rows"]}
     check_run_folder(run_dir, metrics)
 
 
@@ -69,6 +70,10 @@ def test_train_ps_mode_starts_and_stops_its_own_cluster(tmp_path):
     peaks = metrics["peak_rss_bytes"]
     assert sorted(peaks) == ["chief:0", "ps:0", "ps:1", "worker:0", "worker:1"]
     assert all(100 << 20 < peak < 8 << 30 for peak in peaks.values()), peaks
+    # the rows each PS task holds, every table's together: both hold some
+    rows = metrics["table_rows_per_task"]
+    assert sorted(rows) == ["ps:0", "ps:1"] and min(rows.values()) > 0, rows
+    assert sum(rows.values()) == metrics["table_rows"]
     assert metrics["checkpoint_seconds"] > 0 and metrics["export_seconds"] > 0
     check_run_folder(run_dir, metrics)
     assert processes_mentioning(str(run_dir), "cmdline") == []
@@ -85,6 +90,8 @@ def test_train_hybrid_mode_starts_and_stops_its_own_cluster(tmp_path):
     assert metrics["train_samples"] % (2 * 512) == 0 and metrics["train_samples"] > 100000
     assert metrics["prefetch_hit_rate"] > 0.05
     assert sorted(metrics["peak_rss_bytes"]) == ["ps:0", "ps:1", "rank:0"]
+    assert sorted(metrics["table_rows_per_task"]) == ["ps:0", "ps:1"]
+    assert sum(metrics["table_rows_per_task"].values()) == metrics["table_rows"]
     check_run_folder(run_dir, metrics)
     assert processes_mentioning(str(run_dir), "cmdline") == []
 

@@ -23,7 +23,7 @@ Status ParseCachePolicy(const std::string& name, CachePolicy* policy) {
 }
 
 EvictionOrder::EvictionOrder(CachePolicy policy, int64_t capacity, uint64_t pin_threshold)
-    : policy_(policy), pin_threshold_(pin_threshold), nodes_(capacity, Node{buckets_.end()}) {}
+    : policy_(policy), pin_threshold_(pin_threshold), nodes_(static_cast<size_t>(capacity)) {}
 
 uint64_t EvictionOrder::BucketFor(uint64_t touches) const {
   switch (policy_) {
@@ -40,6 +40,7 @@ uint64_t EvictionOrder::BucketFor(uint64_t touches) const {
 void EvictionOrder::Attach(int32_t slot, uint64_t touches) {
   Node& node = nodes_[slot];
   node.touches = touches;
+  node.attached = true;
   node.bucket = buckets_.try_emplace(BucketFor(touches)).first;
   List& list = node.bucket->second;
   node.prev = list.tail;
@@ -67,7 +68,7 @@ void EvictionOrder::Detach(int32_t slot) {
   }
   if (list.head == kNone) buckets_.erase(node.bucket);
   node.prev = node.next = kNone;
-  node.bucket = buckets_.end();
+  node.attached = false;
 }
 
 int32_t EvictionOrder::Victim() const {

@@ -11,9 +11,9 @@
 #include <cstdint>
 #include <map>
 #include <string>
-#include <vector>
 
 #include "cc_ops/common/status.h"
+#include "cc_ops/embedding/core/zeroed_array.h"
 
 namespace het {
 
@@ -34,13 +34,15 @@ class EvictionOrder {
   // Adds a detached slot with the given touch count at the most recent end.
   void Attach(int32_t slot, uint64_t touches);
   void Detach(int32_t slot);
-  bool attached(int32_t slot) const { return nodes_[slot].bucket != buckets_.end(); }
+  bool attached(int32_t slot) const { return nodes_[slot].attached; }
   uint64_t touches(int32_t slot) const { return nodes_[slot].touches; }
   bool pinned(int32_t slot) const {
     return attached(slot) && nodes_[slot].bucket->first == kPinnedBucket;
   }
   // The slot to evict next, or kNone when no slot is attached.
   int32_t Victim() const;
+  // Bytes each slot's place in the order takes once used.
+  static constexpr size_t NodeBytes() { return sizeof(Node); }
   // Starts loading a slot's links, ahead of a batch loop that moves it.
   void Prefetch(int32_t slot) const { __builtin_prefetch(&nodes_[slot]); }
 
@@ -51,21 +53,24 @@ class EvictionOrder {
     int32_t tail = kNone;
   };
   using Buckets = std::map<uint64_t, List>;
-  // A slot's place in the order, in one cache line: its bucket (end() when
-  // detached, so that a detach needs no search), its neighbours in the
-  // bucket's list and its touch count.
+  // A slot's place in the order, in one cache line: its bucket (so that a
+  // detach needs no search; only meaningful while attached), its
+  // neighbours in the bucket's list and its touch count. All zero bytes is a
+  // detached slot never touched: the nodes of slots not yet used take no
+  // memory (ZeroedArray).
   struct Node {
     Buckets::iterator bucket;
-    uint64_t touches = 0;
-    int32_t prev = kNone;
-    int32_t next = kNone;
+    uint64_t touches;
+    int32_t prev;
+    int32_t next;
+    bool attached;
   };
   uint64_t BucketFor(uint64_t touches) const;
 
   CachePolicy policy_;
   uint64_t pin_threshold_;
   Buckets buckets_;  // only non-empty buckets
-  std::vector<Node> nodes_;
+  ZeroedArray<Node> nodes_;
 };
 
 }  // namespace het

@@ -74,14 +74,11 @@ Status WorkerCache::Create(const CacheConfig& config, std::unique_ptr<WorkerCach
 WorkerCache::WorkerCache(const CacheConfig& config)
     : config_(config),
       width_(StateWidth(config.optimizer.kind, config.dim)),
-      index_(static_cast<size_t>(config.capacity)),
+      // The index grows with the rows cached, as the arrays' pages do.
       order_(config.policy, config.capacity, config.pin_threshold),
-      entries_(config.capacity),
-      rows_(size_t(config.capacity) * 2 * width_, 0.0f),
-      generation_(DrawId()) {
-  free_slots_.reserve(config.capacity);
-  for (int64_t s = config.capacity - 1; s >= 0; --s) free_slots_.push_back(static_cast<int32_t>(s));
-}
+      entries_(static_cast<size_t>(config.capacity)),
+      rows_(size_t(config.capacity) * 2 * width_),
+      generation_(DrawId()) {}
 
 bool WorkerCache::FirstPassThrough() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -97,8 +94,9 @@ Sender WorkerCache::sender() const {
 
 size_t WorkerCache::MemoryBytes() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return sizeof(*this) + index_.MemoryBytes() + entries_.capacity() * sizeof(Entry) +
-         rows_.capacity() * sizeof(float) + free_slots_.capacity() * sizeof(int32_t) +
+  // The arrays' untouched pages hold no memory: count the slots used.
+  return sizeof(*this) + index_.MemoryBytes() +
+         size_t(slots_used_) * (sizeof(Entry) + 2 * width_ * sizeof(float) + order_.NodeBytes()) +
          (prepared_.capacity() + unreported_evictions_.capacity()) * sizeof(int64_t) +
          prepared_slots_.capacity() * sizeof(int32_t) + first_seen_.MemoryBytes() +
          fetched_ahead_.MemoryBytes() + StagedBytes();
@@ -232,12 +230,10 @@ void WorkerCache::Clear() {
 
 void WorkerCache::ClearLocked() {
   index_.Clear();
-  for (size_t slot = 0; slot < entries_.size(); ++slot) {
+  for (int64_t slot = 0; slot < slots_used_; ++slot) {
     if (order_.attached(static_cast<int32_t>(slot))) order_.Detach(static_cast<int32_t>(slot));
   }
-  free_slots_.clear();
-  for (int64_t s = config_.capacity - 1; s >= 0; --s)
-    free_slots_.push_back(static_cast<int32_t>(s));
+  slots_used_ = 0;
   outbox_ = Pushes();
   due_keys_.clear();
   sent_.clear();

@@ -43,6 +43,7 @@
 #include "cc_ops/embedding/core/eviction_order.h"
 #include "cc_ops/embedding/core/key_index.h"
 #include "cc_ops/embedding/core/sparse_optimizer.h"
+#include "cc_ops/embedding/core/zeroed_array.h"
 
 namespace het {
 
@@ -315,16 +316,18 @@ class WorkerCache {
   mutable std::mutex mu_;
   KeyIndex index_;
   EvictionOrder order_;
-  std::vector<int32_t> free_slots_;
   // Each slot's key and clocks together, and its state and pending delta
   // together (State): a batch touches each slot's fields at once.
   struct Entry {
-    int64_t key = 0;
-    int64_t server_clock = 0;  // c_s
-    int64_t local_clock = 0;   // c_c
+    int64_t key;
+    int64_t server_clock;  // c_s
+    int64_t local_clock;   // c_c
   };
-  std::vector<Entry> entries_;
-  std::vector<float> rows_;  // capacity * 2 * width_
+  // Slots are taken in order, so those from slots_used_ on were never
+  // touched and hold no memory (ZeroedArray): a cache costs what it holds.
+  ZeroedArray<Entry> entries_;
+  ZeroedArray<float> rows_;  // capacity * 2 * width_
+  int64_t slots_used_ = 0;
   Pushes outbox_;            // evicted with pending updates, not yet acknowledged
   uint64_t generation_ = 0;
   std::vector<int64_t> unreported_evictions_;  // kRefresh: since the last completed exchange

@@ -176,7 +176,7 @@ void WorkerCache::Flush(Pushes* out) {
   std::lock_guard<std::mutex> lock(mu_);
   *out = outbox_;
   out->evicted = static_cast<int64_t>(outbox_.size());
-  for (size_t slot = 0; slot < entries_.size(); ++slot) {
+  for (int64_t slot = 0; slot < slots_used_; ++slot) {
     const int32_t s = static_cast<int32_t>(slot);
     if (index_.Find(entries_[s].key) != static_cast<uint32_t>(s)) continue;  // free slot
     if (PendingCount(s) > 0) {

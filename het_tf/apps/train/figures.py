@@ -83,12 +83,27 @@ def embedding_figures(model, ranks=1):
         traffic += stats["embedding_bytes"]
         per_sample += stats["embedding_bytes"] / samples
     figures = {"embedding_bytes": int(traffic), "table_rows": int(totals["table_rows"]),
+               "table_rows_per_task": rows_per_task(layers),
                "embedding_bytes_per_sample": per_sample}
     if totals["unique_keys"]:
         figures["cache_hit_rate"] = hit_rate(totals)
         # Misses the lookahead fetched before their step (het_tf.lookahead).
         figures["prefetch_hit_rate"] = totals["prefetch_hits"] / totals["unique_keys"]
     return figures
+
+
+def rows_per_task(layers):
+    """Rows each task holds, over every table: {"ps:0": rows, ...}, named
+    as peak_memory names processes ("local" for shards of this process)."""
+    rows = {}
+    for layer in layers:
+        table = layer.table
+        with tf.init_scope():
+            for shard, device in enumerate(table.devices):
+                spec = tf.DeviceSpec.from_string(device or "")
+                task = f"{spec.job}:{spec.task or 0}" if spec.job else "local"
+                rows[task] = rows.get(task, 0) + table.shard_rows(shard)
+    return dict(sorted(rows.items()))
 
 
 def shard_bytes(model):
