@@ -165,9 +165,12 @@ class WorkerCache:
         """Pushes every pending update of every worker's cache; returns the
         ops that acknowledge them."""
         def one(device):
+            # All of it on the worker, the routing to shards too: placed on
+            # the caller (the chief), a whole cache's pending rows would pass
+            # through it (4.4 GB of the chief's peak at --scale 3).
             with self._placed(device):
                 pushes = self._ops.het_cache_flush(self.handle(device), dim=self.dim)
-            return self._push_and_ack(pushes, learning_rate, device)
+                return self._push_and_ack(pushes, learning_rate, device)
 
         return self._on_every_worker(one)
 
