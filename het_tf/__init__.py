@@ -26,6 +26,7 @@ _PUBLIC = {
     "lookahead": ("het_tf.keras_layers.lookahead", "lookahead"),
     "lookup_without_cache": ("het_tf.runtime.cache", "lookup_without_cache"),
     "ops": ("het_tf._op_library", None),
+    "profile_hot_rows": ("het_tf.keras_layers.hot_rows", "profile_hot_rows"),
     "push_without_cache": ("het_tf.runtime.cache", "push_without_cache"),
 }
 

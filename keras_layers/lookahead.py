@@ -19,10 +19,9 @@ fetches its missing rows itself, as without the lookahead.
 import logging
 
 import tensorflow as tf
-import tf_keras
 
-from het_tf.keras_layers.combiners import lookup_ids
 from het_tf.keras_layers.het_embedding import het_embedding_layers
+from het_tf.keras_layers.layer_inputs import batch_ids, ids_model
 
 _log = logging.getLogger("het_tf")
 
@@ -39,22 +38,6 @@ def _layers_that_prefetch(model):
             _log.info("het_tf.lookahead: HetEmbedding '%s' has no cache that syncs by refresh; "
                       "it looks up as before", layer.name)
     return cached
-
-
-def _ids_model(model, layers):
-    """The model's inputs to each layer's input: what the pipeline computes
-    of the next batch."""
-    if not getattr(model, "_is_graph_network", False):
-        raise ValueError("het_tf.lookahead needs a functional or Sequential tf_keras model: a "
-                         "subclassed model's inputs cannot be traced to its HetEmbedding layers")
-    outputs = []
-    for layer in layers:
-        if len(layer.inbound_nodes) != 1:
-            raise ValueError(f"het_tf.lookahead: HetEmbedding '{layer.name}' is called "
-                             f"{len(layer.inbound_nodes)} times in the model; the lookahead "
-                             "needs each layer called once per step")
-        outputs.append(layer.input)
-    return tf_keras.Model(model.inputs, outputs, name="het_lookahead_ids")
 
 
 def _placeholder(spec):
@@ -77,17 +60,14 @@ def lookahead(dataset, model):
     layers = _layers_that_prefetch(model)
     if not layers:
         return dataset
-    ids_model = _ids_model(model, layers)
+    ids_of = ids_model(model, layers, "het_tf.lookahead")
     spec = dataset.element_spec
     single = not isinstance(spec, tuple)
     placeholder = tf.nest.map_structure(_placeholder, spec)
 
     def stage(element):
-        x, _, _ = tf_keras.utils.unpack_x_y_sample_weight(element)
-        ids = ids_model(x, training=False)
-        ids = ids if isinstance(ids, (list, tuple)) else [ids]
-        return [layer.cache.stage(lookup_ids(layer.integer_ids(i)))
-                for layer, i in zip(layers, ids)]
+        return [layer.cache.stage(ids)
+                for layer, ids in zip(layers, batch_ids(ids_of, layers, element))]
 
     def tag(*element):
         return tf.constant(True), element[0] if single else element

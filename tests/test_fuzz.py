@@ -182,6 +182,15 @@ def build_call(draw, op, ctx):
                         read_staleness=draw(st.integers(-1, 5)),
                         write_staleness=draw(st.integers(-1, 5)),
                         staleness_ramp=draw(st.integers(0, 3)))
+    if op == "HetAccessCounter":
+        return [], dict(table_name=ctx["name"], shared_name=ctx["fresh"],
+                        vocabulary_size=draw(st.sampled_from([-1, 1, 50])))
+    if op in ("HetCountAccesses", "HetHottestKeys"):
+        counter = OPS.het_access_counter(table_name=ctx["name"], vocabulary_size=50,
+                                         shared_name=ctx["fresh"])
+        if op == "HetHottestKeys":
+            return [counter, np.int64(draw(st.integers(0, 8)))], {}
+        return [counter, np.array(draw(st.lists(st.integers(0, 49), max_size=8)), np.int64)], {}
     if op in ("HetTableClear", "HetTableStats"):
         return [th], {}
     if op in ("HetCacheClear", "HetCacheStats"):
@@ -346,7 +355,7 @@ FUZZED_OPS = sorted(OP_DEFS)
 
 def test_every_op_is_fuzzed():
     """The fuzz below covers the library's whole op list, found at run time."""
-    assert len(FUZZED_OPS) == 31 and all(OP_DEFS[name] is not None for name in FUZZED_OPS)
+    assert len(FUZZED_OPS) == 34 and all(OP_DEFS[name] is not None for name in FUZZED_OPS)
 
 
 @pytest.mark.parametrize("op_name", FUZZED_OPS)

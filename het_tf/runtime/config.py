@@ -198,6 +198,12 @@ class TableConfig:
     def num_slots(self):
         return NUM_SLOTS[self.optimizer.name]
 
+    @property
+    def state_bytes(self):
+        """Bytes of one row's whole state outside the shards: its values and
+        optimizer slots, float32, and an 8-byte clock (Adam's step count)."""
+        return 4 * self.dim * (1 + self.num_slots) + 8
+
     def initial_slots(self, rows):
         """The optimizer slots of `rows` new rows, [rows, num_slots, dim]
         float32: Adagrad's and Ftrl's accumulators start at their initial

@@ -56,9 +56,9 @@ Status ValidateCacheConfig(const CacheConfig& c) {
   }
   Status s = ValidateOptimizer(c.optimizer);
   if (!s.ok()) return Status::InvalidArgument(name + ": " + s.message());
-  // The cache is allocated in full when it is made: each row's state (values
-  // and slots) and its pending delta, three 8-byte fields, and 56 bytes of
-  // index, eviction order and free list (measured: docs/memory.md).
+  // What the cache holds once full (it takes memory as it fills): each row's
+  // state (values and slots) and its pending delta, three 8-byte fields, and
+  // about 56 bytes of index and eviction order (measured: docs/memory.md).
   const double bytes = double(c.capacity) * (8.0 * StateWidth(c.optimizer.kind, c.dim) + 24 + 56);
   return CheckFitsInMemory(name, "a cache of " + std::to_string(c.capacity) + " rows", bytes);
 }

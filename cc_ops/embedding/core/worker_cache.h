@@ -328,7 +328,7 @@ class WorkerCache {
   ZeroedArray<Entry> entries_;
   ZeroedArray<float> rows_;  // capacity * 2 * width_
   int64_t slots_used_ = 0;
-  Pushes outbox_;            // evicted with pending updates, not yet acknowledged
+  Pushes outbox_;  // evicted with pending updates, not yet acknowledged
   uint64_t generation_ = 0;
   std::vector<int64_t> unreported_evictions_;  // kRefresh: since the last completed exchange
   size_t evictions_in_flight_ = 0;             // of those, sent by the last BeginExchange

@@ -338,8 +338,8 @@ HET_TEST(ACacheTakesMemoryAsItFillsNotWhenMade) {
   const int dim = 16;
   const size_t before = ResidentBytes();
   LocalCluster cluster(Table(het::OptimizerKind::kAdagrad, dim), 1);
-  auto cache = MakeCache(
-      Cache(dim, 1 << 20, het::CachePolicy::kLFU, 10, 10, het::OptimizerKind::kAdagrad));
+  auto cache =
+      MakeCache(Cache(dim, 1 << 20, het::CachePolicy::kLFU, 10, 10, het::OptimizerKind::kAdagrad));
   EXPECT_TRUE(ResidentBytes() < before + (16u << 20));
   het::LookupPlan plan;
   std::vector<float> rows;

@@ -1,0 +1,139 @@
+"""FAE's profiling pass: which rows of each HetEmbedding table are hot.
+
+    profile = het_tf.profile_hot_rows(model, dataset, hot_rows=100_000)
+    profile["embedding"].keys      # the hot ids, most accessed first
+    profile["embedding"].coverage  # the share of accesses they take
+
+A sample of the dataset's batches (`share`, 5% by default; the same
+batches for the same `seed` and data) goes through the model's inputs up to
+each HetEmbedding layer, and every id each layer would look up is counted,
+exactly, in C++ (HetAccessCounter: 32 to 48 bytes a distinct id). The hot
+set of a table is its most accessed ids that fit the budget, in rows or in
+bytes of row state (values, optimizer slots and a clock: what a replica of
+the row holds). docs/fae.md.
+"""
+import dataclasses
+import logging
+
+import numpy as np
+import tensorflow as tf
+
+from het_tf.keras_layers.het_embedding import het_embedding_layers
+from het_tf.keras_layers.layer_inputs import batch_ids, ids_model
+from het_tf.runtime.access_counts import AccessCounts
+
+_log = logging.getLogger("het_tf")
+_WHO = "het_tf.profile_hot_rows"
+# Progress is logged after this many sampled batches.
+_LOG_EVERY = 1000
+
+
+@dataclasses.dataclass(frozen=True)
+class HotRows:
+    """One table's profile: its hot ids (most accessed first, ties in
+    ascending id order) with their access counts in the sample, and every
+    access and distinct id the sample held."""
+    layer: str
+    keys: np.ndarray
+    counts: np.ndarray
+    accesses: int
+    distinct_ids: int
+    sampled_batches: int
+
+    @property
+    def coverage(self):
+        """The share of the sample's accesses the hot ids take."""
+        return float(self.counts.sum()) / max(self.accesses, 1)
+
+
+def _budgets(layers, hot_rows, hot_bytes):
+    """Each layer's budget in rows, from one budget (int, or a dict by layer
+    name) in rows or in bytes; checked against the layer's table."""
+    if (hot_rows is None) == (hot_bytes is None):
+        raise ValueError(f"{_WHO}: give a budget, hot_rows or hot_bytes (one of them)")
+    given, unit = (hot_rows, "hot_rows") if hot_rows is not None else (hot_bytes, "hot_bytes")
+    names = {layer.name for layer in layers}
+    if isinstance(given, dict):
+        unknown = sorted(set(given) - names)
+        if unknown:
+            raise ValueError(f"{_WHO}: {unit} names {unknown}, which are not HetEmbedding layers "
+                             f"of the model ({sorted(names)})")
+    budgets = {}
+    for layer in layers:
+        budget = given.get(layer.name) if isinstance(given, dict) else given
+        if budget is None:
+            continue
+        if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 0:
+            raise ValueError(f"HetEmbedding '{layer.name}': {unit} must be an int >= 0, "
+                             f"got {budget!r}")
+        config = layer.table.config
+        rows = int(budget) if hot_rows is not None else int(budget) // config.state_bytes
+        if config.fixed_vocabulary and rows > config.vocabulary_size:
+            raise ValueError(
+                f"HetEmbedding '{layer.name}': a budget of {budget} {unit.split('_')[1]} is "
+                f"{rows} rows, more than the table's {config.vocabulary_size}")
+        budgets[layer] = rows
+    return budgets
+
+
+def _sampled(dataset, share, seed, batches):
+    if not isinstance(dataset, tf.data.Dataset):
+        raise ValueError(f"{_WHO} takes a tf.data.Dataset, got {type(dataset).__name__}")
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
+        raise ValueError(f"{_WHO}: share must be in (0, 1], got {share!r}")
+    if batches is not None:
+        if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
+            raise ValueError(f"{_WHO}: batches must be a positive int or None, got {batches!r}")
+        dataset = dataset.take(batches)
+    elif int(dataset.cardinality()) == tf.data.INFINITE_CARDINALITY:
+        raise ValueError(f"{_WHO}: the dataset is endless; pass batches=N to profile a "
+                         "sample of its first N batches")
+    seed = tf.constant(seed, tf.int64)
+
+    def chosen(index, _):
+        # Stateless: the same batches for the same seed, whatever ran before.
+        return tf.random.stateless_uniform([], seed=tf.stack([seed, index])) < share
+
+    return dataset.enumerate().filter(chosen).map(lambda _, element: element)
+
+
+def profile_hot_rows(model, dataset, hot_rows=None, hot_bytes=None, share=0.05, seed=0,
+                     batches=None):
+    """Counts the ids of a `share` of `dataset`'s batches (of its first
+    `batches`, for an endless dataset) and returns {layer name: HotRows}
+    for each HetEmbedding layer with a budget. hot_rows / hot_bytes: the
+    budget, an int for every layer or a dict by layer name. With
+    mask_zero, id 0 (padding) is not counted."""
+    layers = [layer for layer in het_embedding_layers(model) if layer.built]
+    if not layers:
+        raise ValueError(f"{_WHO}: the model has no built HetEmbedding layer; build the model "
+                         "(call it once, or give its Input shapes) first")
+    budgets = _budgets(layers, hot_rows, hot_bytes)
+    layers = [layer for layer in layers if layer in budgets]
+    sampled = _sampled(dataset, share, seed, batches)
+    ids_of = ids_model(model, layers, _WHO)
+    counts = [AccessCounts(layer.table.config) for layer in layers]
+
+    @tf.function
+    def count(element):
+        for layer, counter, ids in zip(layers, counts, batch_ids(ids_of, layers, element)):
+            ids = tf.reshape(ids, [-1])
+            if layer.mask_zero:
+                ids = tf.boolean_mask(ids, tf.not_equal(ids, 0))
+            counter.count(ids)
+
+    sampled_batches = 0
+    for element in sampled:
+        count(element)
+        sampled_batches += 1
+        if sampled_batches % _LOG_EVERY == 0:
+            _log.info("%s: %d batches counted", _WHO, sampled_batches)
+    if sampled_batches == 0:
+        raise ValueError(f"{_WHO}: the sample holds no batch (share={share} of the dataset); "
+                         "raise share or give more data")
+    profile = {}
+    for layer, counter in zip(layers, counts):
+        keys, hits, accesses, distinct = counter.hottest(budgets[layer])
+        profile[layer.name] = HotRows(layer.name, keys, hits, accesses, distinct,
+                                      sampled_batches)
+    return profile

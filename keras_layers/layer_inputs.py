@@ -1,0 +1,32 @@
+"""The ids a model's HetEmbedding layers look up, computed from a batch of
+its inputs outside the model's step: what the lookahead stages and what
+the hot-row profile counts."""
+import tf_keras
+
+from het_tf.keras_layers.combiners import lookup_ids
+
+
+def ids_model(model, layers, who):
+    """A model from `model`'s inputs to each layer's input; `who` names the
+    caller in errors."""
+    if not getattr(model, "_is_graph_network", False):
+        raise ValueError(f"{who} needs a functional or Sequential tf_keras model: a "
+                         "subclassed model's inputs cannot be traced to its HetEmbedding layers")
+    outputs = []
+    for layer in layers:
+        if len(layer.inbound_nodes) != 1:
+            raise ValueError(f"{who}: HetEmbedding '{layer.name}' is called "
+                             f"{len(layer.inbound_nodes)} times in the model; {who} "
+                             "needs each layer called once per step")
+        outputs.append(layer.input)
+    return tf_keras.Model(model.inputs, outputs, name="het_layer_ids")
+
+
+def batch_ids(ids_of, layers, element):
+    """Each layer's ids, as the layer looks them up, of one dataset element
+    (the model's x, or (x, y[, sample_weight]))."""
+    x, _, _ = tf_keras.utils.unpack_x_y_sample_weight(element)
+    ids = ids_of(x, training=False)
+    ids = ids if isinstance(ids, (list, tuple)) else [ids]
+    return [lookup_ids(layer.integer_ids(i)) for layer, i in zip(layers, ids)]
+
