@@ -1,6 +1,7 @@
 """`het-tf train` end to end in real processes: local, ParameterServerStrategy
 and hybrid mode (a cluster it starts itself), TSV input with malformed lines, the run
 folder's figures, and the export served by a process without het_tf."""
+import importlib.util
 import json
 import os
 import subprocess
@@ -16,6 +17,16 @@ from test_cli import run as run_as_a_user
 from het_tf.data import SyntheticCriteo
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _tool(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "tools", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+expected_rows = _tool("expected_rows")
 HET_TF = [sys.executable, "-m", "het_tf.apps.cli"]
 TIMEOUT = 420
 
@@ -74,6 +85,11 @@ def test_train_ps_mode_starts_and_stops_its_own_cluster(tmp_path):
     rows = metrics["table_rows_per_task"]
     assert sorted(rows) == ["ps:0", "ps:1"] and min(rows.values()) > 0, rows
     assert sum(rows.values()) == metrics["table_rows"]
+    # Each worker trains on its own stream: the rows its samples create are
+    # as many as the data's distribution gives for all the samples (about
+    # 108,000 here; about 72,000 when both workers read the same stream).
+    expected, _ = expected_rows.expected_table_rows(0.01, 1.1, metrics["train_samples"])
+    assert 0.9 * expected < metrics["table_rows"] < expected, (metrics["table_rows"], expected)
     assert metrics["checkpoint_seconds"] > 0 and metrics["export_seconds"] > 0
     check_run_folder(run_dir, metrics)
     assert processes_mentioning(str(run_dir), "cmdline") == []

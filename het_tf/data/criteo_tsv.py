@@ -33,7 +33,8 @@ def check_reader_arguments(reader, batch_size, on_malformed, num_shards, shard_i
     for what, value in (("batch_size", batch_size), ("num_shards", num_shards)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{reader}: {what} must be a positive int, got {value!r}")
-    if not 0 <= shard_index < num_shards:
+    # A tensor index is one TensorFlow supplies per worker at run time.
+    if not tf.is_tensor(shard_index) and not 0 <= shard_index < num_shards:
         raise ValueError(f"{reader}: shard_index must be in [0, {num_shards}), got "
                          f"{shard_index!r}")
 

@@ -118,9 +118,17 @@ class PsMode(LocalMode):
         return {"pss_evaluation_shards": 0}
 
     def pipelines(self, inputs, lookahead_model=None):
+        num_workers = self.num_workers
+
         def per_worker(pipeline, model=None):
-            def make(ctx):
-                data = pipeline(ctx.input_pipeline_id, ctx.num_input_pipelines)
+            def make(_):
+                # The input context says pipeline 0 of 1 on every worker
+                # (ParameterServerStrategy syncs nothing across workers), and
+                # the function is traced once for all of them: each worker's
+                # own index is a value TensorFlow supplies when it runs there.
+                # Without it every worker read the same data.
+                index = tf.distribute.coordinator.experimental_get_current_worker_index()
+                data = pipeline(tf.cast(index, tf.int64), num_workers)
                 # Made on each worker: the ids go to that worker's caches.
                 return data if model is None else lookahead(data, model)
 
