@@ -19,13 +19,27 @@ import numpy as np
 import tensorflow as tf
 
 from het_tf.keras_layers.het_embedding import het_embedding_layers
-from het_tf.keras_layers.layer_inputs import batch_ids, ids_model
+from het_tf.keras_layers.layer_inputs import batch_ids, ids_model, layer_ids
 from het_tf.runtime.access_counts import AccessCounts
 
 _log = logging.getLogger("het_tf")
 _WHO = "het_tf.profile_hot_rows"
 # Progress is logged after this many sampled batches.
 _LOG_EVERY = 1000
+
+
+class HotProfile(dict):
+    """{layer name: HotRows}, with the share of the sampled samples that
+    are hot: every id they look up, in every profiled table, is hot."""
+
+    def __init__(self, tables, hot_samples, samples):
+        super().__init__(tables)
+        self.hot_samples = hot_samples
+        self.samples = samples
+
+    @property
+    def hot_sample_share(self):
+        return self.hot_samples / max(self.samples, 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,8 +114,10 @@ def _sampled(dataset, share, seed, batches):
 def profile_hot_rows(model, dataset, hot_rows=None, hot_bytes=None, share=0.05, seed=0,
                      batches=None):
     """Counts the ids of a `share` of `dataset`'s batches (of its first
-    `batches`, for an endless dataset) and returns {layer name: HotRows}
-    for each HetEmbedding layer with a budget. hot_rows / hot_bytes: the
+    `batches`, for an endless dataset) and returns a HotProfile: {layer
+    name: HotRows} for each HetEmbedding layer with a budget, and the share
+    of the sample's samples that are hot (every id in every profiled table
+    hot; a second pass over the sample). hot_rows / hot_bytes: the
     budget, an int for every layer or a dict by layer name. With
     mask_zero, id 0 (padding) is not counted."""
     layers = [layer for layer in het_embedding_layers(model) if layer.built]
@@ -131,9 +147,68 @@ def profile_hot_rows(model, dataset, hot_rows=None, hot_bytes=None, share=0.05, 
     if sampled_batches == 0:
         raise ValueError(f"{_WHO}: the sample holds no batch (share={share} of the dataset); "
                          "raise share or give more data")
-    profile = {}
+    tables = {}
     for layer, counter in zip(layers, counts):
         keys, hits, accesses, distinct = counter.hottest(budgets[layer])
-        profile[layer.name] = HotRows(layer.name, keys, hits, accesses, distinct,
-                                      sampled_batches)
-    return profile
+        tables[layer.name] = HotRows(layer.name, keys, hits, accesses, distinct, sampled_batches)
+    hot_samples, samples = _count_hot_samples(sampled, ids_of, layers,
+                                              [tables[layer.name] for layer in layers])
+    return HotProfile(tables, hot_samples, samples)
+
+
+def count_hot_samples(model, dataset, profile):
+    """(hot samples, samples) of a finite `dataset` for a profile's hot
+    sets: the share of any data, not only the profiled sample, that would
+    train as hot."""
+    layers = [layer for layer in het_embedding_layers(model) if layer.name in profile]
+    ids_of = ids_model(model, layers, _WHO)
+    return _count_hot_samples(dataset, ids_of, layers, [profile[layer.name] for layer in layers])
+
+
+def _hot_set(layer, hot):
+    """ids -> bool: is each id hot (padding counts as hot: it looks nothing up)."""
+    keys = tf.constant(hot.keys, tf.int64)
+    table = tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(keys, tf.ones_like(keys, tf.int32)), 0) \
+        if len(hot.keys) else None
+
+    def is_hot(ids):
+        found = tf.equal(table.lookup(ids), 1) if table is not None \
+            else tf.zeros_like(ids, tf.bool)
+        return found | tf.equal(ids, 0) if layer.mask_zero else found
+
+    return is_hot
+
+
+def samples_all_hot(ids, is_hot):
+    """[batch] bool: every id of each sample (a row of dense, ragged or
+    sparse ids) is hot; a sample with no ids is."""
+    if isinstance(ids, tf.SparseTensor):
+        rows = ids.indices[:, 0]
+        cold = tf.math.unsorted_segment_max(tf.cast(~is_hot(ids.values), tf.int32), rows,
+                                            ids.dense_shape[0])
+        return cold <= 0
+    if isinstance(ids, tf.RaggedTensor):
+        hot = ids.with_flat_values(is_hot(ids.flat_values))
+    else:
+        hot = is_hot(ids)
+    return tf.reduce_all(hot, axis=list(range(1, hot.shape.rank))) if hot.shape.rank > 1 else hot
+
+
+def _count_hot_samples(sampled, ids_of, layers, hot_rows):
+    """(hot samples, samples) of the sample, a second pass over it."""
+    hot_sets = [_hot_set(layer, hot) for layer, hot in zip(layers, hot_rows)]
+
+    @tf.function
+    def classify(element):
+        verdicts = [samples_all_hot(ids, is_hot)
+                    for ids, is_hot in zip(layer_ids(ids_of, layers, element), hot_sets)]
+        hot = tf.reduce_all(tf.stack(verdicts), axis=0)
+        return tf.reduce_sum(tf.cast(hot, tf.int64)), tf.size(hot, tf.int64)
+
+    hot_samples = samples = 0
+    for element in sampled:
+        hot, size = classify(element)
+        hot_samples += int(hot)
+        samples += int(size)
+    return hot_samples, samples

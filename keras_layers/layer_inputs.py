@@ -22,11 +22,17 @@ def ids_model(model, layers, who):
     return tf_keras.Model(model.inputs, outputs, name="het_layer_ids")
 
 
-def batch_ids(ids_of, layers, element):
-    """Each layer's ids, as the layer looks them up, of one dataset element
-    (the model's x, or (x, y[, sample_weight]))."""
+def layer_ids(ids_of, layers, element):
+    """Each layer's integer ids of one dataset element (the model's x, or
+    (x, y[, sample_weight])), shaped as the layer gets them: dense, ragged
+    or sparse, one row a sample."""
     x, _, _ = tf_keras.utils.unpack_x_y_sample_weight(element)
     ids = ids_of(x, training=False)
     ids = ids if isinstance(ids, (list, tuple)) else [ids]
-    return [lookup_ids(layer.integer_ids(i)) for layer, i in zip(layers, ids)]
+    return [layer.integer_ids(i) for layer, i in zip(layers, ids)]
+
+
+def batch_ids(ids_of, layers, element):
+    """Each layer's ids of one dataset element, as the layer looks them up."""
+    return [lookup_ids(ids) for ids in layer_ids(ids_of, layers, element)]
 

@@ -49,6 +49,14 @@ def test_counts_match_numpy_and_the_budget_picks_the_hottest():
     assert hot.sampled_batches == -(-len(x) // BATCH)
     assert hot.coverage == pytest.approx(counts.sum() / x.size)
     assert 0.5 < hot.coverage < 1  # Zipf: 5% of the ids take most accesses
+    # A sample is hot when every id it looks up is.
+    all_hot = np.isin(x, keys).all(axis=1)
+    assert profile.samples == len(x) and profile.hot_samples == all_hot.sum() > 0
+    assert profile.hot_sample_share == pytest.approx(all_hot.mean())
+    # Any data can be classified by a profile: here the first half, alone.
+    from het_tf.keras_layers.hot_rows import count_hot_samples
+    assert count_hot_samples(model, dataset_of(x[:2000]), profile) == \
+        (all_hot[:2000].sum(), 2000)
 
 
 def test_a_byte_budget_is_rows_of_the_whole_state_and_padding_is_not_counted():
@@ -65,6 +73,8 @@ def test_a_byte_budget_is_rows_of_the_whole_state_and_padding_is_not_counted():
     np.testing.assert_array_equal(hot.keys, keys)
     np.testing.assert_array_equal(hot.counts, counts)
     assert hot.accesses == kept.size and 0 not in hot.keys
+    profile = het_tf.profile_hot_rows(model, dataset_of(x), hot_rows=10, share=1.0)
+    assert profile.hot_samples == (np.isin(x, keys) | (x == 0)).all(axis=1).sum()
 
 
 def test_the_sample_is_the_same_for_a_seed_and_about_its_share():
@@ -97,8 +107,29 @@ def test_each_layer_has_its_own_budget_and_counts():
                                       share=1.0)
     np.testing.assert_array_equal(profile["a"].keys, numpy_hottest(x0.ravel(), 5)[0])
     np.testing.assert_array_equal(profile["b"].keys, numpy_hottest(x1.ravel(), 8)[0])
+    hot_a = np.isin(x0, profile["a"].keys).all(axis=1)
+    hot_b = np.isin(x1, profile["b"].keys).all(axis=1)
+    assert profile.hot_samples == (hot_a & hot_b).sum()
     only_a = het_tf.profile_hot_rows(model, dataset.batch(BATCH), hot_rows={"a": 5}, share=1.0)
-    assert sorted(only_a) == ["a"]
+    assert sorted(only_a) == ["a"] and only_a.hot_samples == hot_a.sum()
+
+
+def test_ragged_and_sparse_samples_are_hot_when_every_id_is():
+    rng = np.random.default_rng(6)
+    rows = [list((rng.zipf(1.3, size=rng.integers(0, 5)) - 1) % VOCAB) for _ in range(640)]
+    ragged = tf.ragged.constant(rows, dtype=tf.int64)
+    layer = HetEmbedding(VOCAB, DIM, combiner="sum", name="emb")
+    inp = tf_keras.Input(shape=(None,), dtype="int64", ragged=True)
+    model = tf_keras.Model(inp, tf_keras.layers.Dense(1)(layer(inp)))
+    dataset = tf.data.Dataset.from_tensor_slices((ragged, np.zeros(640, np.float32))).batch(64)
+    profile = het_tf.profile_hot_rows(model, dataset, hot_rows=20, share=1.0)
+    hot = set(profile["emb"].keys.tolist())
+    assert profile.hot_samples == sum(all(i in hot for i in row) for row in rows)
+    sparse = [tf.sparse.from_dense(tf.constant([[3, 0, 7]], tf.int64)),
+              tf.sparse.from_dense(tf.constant([[0, 0, 0]], tf.int64))]
+    from het_tf.keras_layers.hot_rows import samples_all_hot
+    is_hot = lambda ids: tf.equal(ids, 3)  # noqa: E731
+    assert samples_all_hot(tf.sparse.concat(0, sparse), is_hot).numpy().tolist() == [False, True]
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -59,10 +59,7 @@ REGISTER_OP("HetCache")
     .Attr("sync: string = 'refresh'")
     .Attr("num_shards: int >= 1 = 1")
     .HET_OPTIMIZER_ATTRS()
-    .Attr("container: string = ''")
-    .Attr("shared_name: string = ''")
-    .SetIsStateful()
-    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
+    .HET_SHARED_RESOURCE()
     .Doc(R"doc(
 Creates, or finds by shared_name on this device, a worker cache of `capacity`
 rows with LRU, LFU or LFU-opt eviction and HET's per-row clocks. Negative

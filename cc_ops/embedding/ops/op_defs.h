@@ -3,6 +3,7 @@
 #define HET_TF_EMBEDDING_OPS_OP_DEFS_H_
 
 #include "cc_ops/common/shape_fns.h"
+#include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/shape_inference.h"
 
 // The table optimizer's attrs, with the row constraint it applies, shared by
@@ -21,6 +22,14 @@
       .Attr("constraint_min_value: float = 0.0")      \
       .Attr("constraint_max_value: float = 0.0")      \
       .Attr("constraint_rate: float = 1.0")
+
+// The tail of an op that makes, or finds by shared_name on its device, a
+// het resource, and outputs its handle.
+#define HET_SHARED_RESOURCE()           \
+  Attr("container: string = ''")        \
+      .Attr("shared_name: string = ''") \
+      .SetIsStateful()                  \
+      .SetShapeFn(tensorflow::shape_inference::ScalarShape)
 
 namespace het {
 

@@ -11,10 +11,7 @@ REGISTER_OP("HetAccessCounter")
     .Output("handle: resource")
     .Attr("table_name: string")
     .Attr("vocabulary_size: int = -1")
-    .Attr("container: string = ''")
-    .Attr("shared_name: string = ''")
-    .SetIsStateful()
-    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
+    .HET_SHARED_RESOURCE()
     .Doc(R"doc(
 Creates, or finds by shared_name on this device, exact access counts per id
 of table `table_name`; ids must be in [0, vocabulary_size) (-1: any int64).

@@ -37,10 +37,7 @@ REGISTER_OP("HetTableShard")
     .Attr("initializer_b: float = 0.05")
     .Attr("seed: int = 0")
     .HET_OPTIMIZER_ATTRS()
-    .Attr("container: string = ''")
-    .Attr("shared_name: string = ''")
-    .SetIsStateful()
-    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
+    .HET_SHARED_RESOURCE()
     .Doc(R"doc(
 Creates, or finds by shared_name on this device, one shard of an embedding
 table, which maps int64 keys to rows of `dim` floats made on first touch, with
