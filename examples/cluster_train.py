@@ -50,10 +50,20 @@ def parse_args():
 
 
 def dataset_fn(args, lookahead_model=None):
+    workers = len(cluster.tf_config()["cluster"].get("worker", [])) or 1
+
     def make(context):
-        # Each worker reads its own part of the data, as Horovod's ranks would.
-        ids, labels = skewed_data(context.input_pipeline_id if context else 0, 8192, args)
-        data = tf.data.Dataset.from_tensor_slices((ids, labels)).repeat().batch(args.batch_size)
+        # Each worker reads its own part of the data, as Horovod's ranks
+        # would. Not by context.input_pipeline_id: ParameterServerStrategy
+        # says pipeline 0 of 1 on every worker, and traces this function
+        # once for all of them, so the worker's index is a value TensorFlow
+        # supplies where the dataset is made.
+        ids, labels = skewed_data(0, 8192 * workers, args)
+        data = tf.data.Dataset.from_tensor_slices((ids, labels))
+        if context is not None and workers > 1:
+            index = tf.distribute.coordinator.experimental_get_current_worker_index()
+            data = data.shard(workers, tf.cast(index, tf.int64))
+        data = data.repeat().batch(args.batch_size)
         return data if lookahead_model is None else het_tf.lookahead(data, lookahead_model)
     return make
 
