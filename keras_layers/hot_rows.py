@@ -195,8 +195,9 @@ def samples_all_hot(ids, is_hot):
     return tf.reduce_all(hot, axis=list(range(1, hot.shape.rank))) if hot.shape.rank > 1 else hot
 
 
-def _count_hot_samples(sampled, ids_of, layers, hot_rows):
-    """(hot samples, samples) of the sample, a second pass over it."""
+def _count_hot_samples(data, ids_of, layers, hot_rows):
+    """(hot samples, samples) of the batches of `data`, by each layer's hot
+    rows: one pass over it."""
     hot_sets = [_hot_set(layer, hot) for layer, hot in zip(layers, hot_rows)]
 
     @tf.function
@@ -207,7 +208,7 @@ def _count_hot_samples(sampled, ids_of, layers, hot_rows):
         return tf.reduce_sum(tf.cast(hot, tf.int64)), tf.size(hot, tf.int64)
 
     hot_samples = samples = 0
-    for element in sampled:
+    for element in data:
         hot, size = classify(element)
         hot_samples += int(hot)
         samples += int(size)
