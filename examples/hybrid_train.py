@@ -42,6 +42,10 @@ def dense_digest(model):
     return hashlib.sha256(b"".join(w.tobytes() for w in dense)).hexdigest()
 
 
+def digest(arrays):
+    return hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in arrays)).hexdigest()
+
+
 def main():
     args = parse_args()
     hybrid.init()  # first, like hvd.init(): before any model is built
@@ -61,13 +65,26 @@ def main():
             result["restored_rows"] = int(layer.table.stats()["rows"])
         callbacks.append(hybrid.Checkpoint(args.checkpoint_dir))
 
-    step_digests = []
-    if args.result_dir:  # the dense weights after every step, to compare the ranks
-        callbacks.append(tf_keras.callbacks.LambdaCallback(
-            on_train_batch_end=lambda batch, logs: step_digests.append(dense_digest(model))))
-
     # Each rank reads its own part of the data.
     ids, labels = skewed_data(1000 + rank, args.samples, args)
+    hot = layer.hot_block
+    if args.hot_rows:
+        # Every rank profiles its own data; all take rank 0's hot set.
+        profile = het_tf.profile_hot_rows(
+            model, tf.data.Dataset.from_tensor_slices(ids).batch(args.batch_size), share=0.5)
+        het_tf.use_hot_rows(model, profile)
+        result["hot_keys"] = layer.hot_keys.tolist()
+        result["hot_clocks_loaded"] = int(hot.state()[3].sum())
+
+    step_digests, hot_digests = [], []
+
+    def after_step(batch, logs):
+        step_digests.append(dense_digest(model))
+        if hot is not None:
+            hot_digests.append(digest(hot.state()))
+
+    if args.result_dir:  # the weights after every step, to compare the ranks
+        callbacks.append(tf_keras.callbacks.LambdaCallback(on_train_batch_end=after_step))
     history = model.fit(ids, labels, batch_size=args.batch_size, epochs=args.epochs,
                         shuffle=False, verbose=2 if rank == 0 else 0, callbacks=callbacks)
 
@@ -75,6 +92,14 @@ def main():
     hybrid.barrier()  # every rank's updates are on the shards now
     keys, values, _, clocks, _ = (t.numpy() for t in layer.table.export_all())
     stats = layer.het_stats()
+    if hot is not None:
+        block = hot.state()
+        on_shards = [t.numpy() for t in layer.table.read_rows(tf.constant(block[0]))]
+        result.update(hot_digests=hot_digests, hot_digest=digest(block),
+                      hot_on_shards_digest=digest([block[0], *on_shards]),
+                      hot_clocks=int(block[3].sum()),
+                      hot_bytes_exchanged=stats["hot_bytes_exchanged"],
+                      cache_lookups=stats["cache_lookups"])
     result.update(
         losses=history.history.get("loss", []),
         dense_digest=dense_digest(model), step_digests=step_digests,

@@ -12,6 +12,9 @@ from het_tf.keras_layers import HetEmbedding
 FIELDS = 3
 SEQUENCE = 6  # --sequence: ids a sample, 0 padding the short ones; --ragged: the most
 MAX_NORM = 0.5  # --ragged: the embeddings' row-wise MaxNorm
+TABLE_OPTIMIZERS = {"adagrad": lambda: tf_keras.optimizers.Adagrad(0.3),
+                    "adam": lambda: tf_keras.optimizers.Adam(0.01),
+                    "ftrl": lambda: tf_keras.optimizers.Ftrl(0.3)}
 
 
 def add_arguments(parser):
@@ -28,6 +31,10 @@ def add_arguments(parser):
     parser.add_argument("--ragged", action="store_true",
                         help="a ragged sequence of ids (no combiner: ragged vectors, pooled) "
                         "and a MaxNorm(axis=1) embeddings constraint")
+    parser.add_argument("--hot-rows", type=int, default=0,
+                        help="rows the layer replicates on every rank (FAE, docs/fae.md)")
+    parser.add_argument("--optimizer", default="adagrad", choices=["adagrad", "adam", "ftrl"],
+                        help="the table's server-side optimizer")
     parser.add_argument("--l2", type=float, default=0.0,
                         help="an L2 embeddings_regularizer on the rows each batch looks up")
 
@@ -39,7 +46,8 @@ def build_model(args):
     layer = HetEmbedding(args.vocab, args.dim, cache_capacity=args.cache_capacity,
                          staleness=args.staleness, name="items", mask_zero=args.sequence,
                          embeddings_regularizer=tf_keras.regularizers.L2(args.l2) if args.l2
-                         else None, optimizer=tf_keras.optimizers.Adagrad(0.3),
+                         else None, hot_rows=args.hot_rows,
+                         optimizer=TABLE_OPTIMIZERS[args.optimizer](),
                          embeddings_constraint=tf_keras.constraints.MaxNorm(MAX_NORM, axis=1)
                          if args.ragged else None)
     if args.ragged:

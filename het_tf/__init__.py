@@ -28,6 +28,7 @@ _PUBLIC = {
     "ops": ("het_tf._op_library", None),
     "profile_hot_rows": ("het_tf.keras_layers.hot_rows", "profile_hot_rows"),
     "push_without_cache": ("het_tf.runtime.cache", "push_without_cache"),
+    "use_hot_rows": ("het_tf.keras_layers.hot_rows", "use_hot_rows"),
 }
 
 __all__ = sorted(_PUBLIC)

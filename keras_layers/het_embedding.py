@@ -15,18 +15,21 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from het_tf.distribute import horovod
 from het_tf.keras_layers import server_optimizer
 from het_tf.keras_layers.combiners import COMBINERS, embed_and_combine
 from het_tf.keras_layers.layer_settings import (
     placement,
     resolve_cache,
     resolve_constraint,
+    resolve_hot_rows,
     resolve_initializer,
 )
 from het_tf.keras_layers.table_weights import TableWeights
 from het_tf.runtime.cache import WorkerCache, hit_rate, lookup_without_cache, push_without_cache
 from het_tf.runtime.checkpoint import TableCheckpoint
 from het_tf.runtime.config import UNBOUNDED, TableConfig
+from het_tf.runtime.hot_block import HotBlock
 from het_tf.runtime.table import ShardedTable
 
 _KERAS3_HINT = ("HetEmbedding is a tf_keras (Keras 2) layer: Keras 3 has no "
@@ -85,6 +88,11 @@ class HetEmbedding(tf_keras.layers.Layer):
       max_rows: the most rows the table may hold (None: no limit); a step
         that would create more fails with ResourceExhausted naming the
         table, and changes nothing.
+      hot_rows: the most hot rows this layer replicates (FAE, docs/fae.md):
+        het_tf.use_hot_rows installs a profile's hot set, whose rows then
+        train in a block of every process's own, kept the same on every
+        Horovod rank, while the other rows go through the cache (which
+        must be on). None or 0: no hot rows.
       mask_zero, input_length, embeddings_regularizer, activity_regularizer,
       embeddings_constraint, sparse, weights: as in tf_keras.layers.Embedding,
         with the differences docs/keras_layer.md lists: id 0 as padding gets
@@ -98,7 +106,7 @@ class HetEmbedding(tf_keras.layers.Layer):
     def __init__(self, input_dim, output_dim, embeddings_initializer="uniform", combiner=None,
                  optimizer="adagrad", cache_capacity=0.1, cache_policy="lfu", staleness="auto",
                  read_staleness=None, write_staleness=None, seed=None, name=None,
-                 pin_threshold=100, max_rows=None, sync="refresh", mask_zero=False,
+                 pin_threshold=100, max_rows=None, sync="refresh", hot_rows=None, mask_zero=False,
                  input_length=None, embeddings_regularizer=None, activity_regularizer=None,
                  embeddings_constraint=None, sparse=False, **kwargs):
         kwargs.setdefault("autocast", False)  # ids must stay ints
@@ -172,10 +180,13 @@ class HetEmbedding(tf_keras.layers.Layer):
         self._cache_config = resolve_cache(cache_capacity, cache_policy, staleness,
                                            read_staleness, write_staleness, pin_threshold,
                                            self.input_dim, owner, sync)
+        self.hot_rows = hot_rows
+        self._hot_rows = resolve_hot_rows(hot_rows, self.input_dim, self._cache_config, owner)
         # Validates name, dims and optimizer now rather than at build.
         self._table_config = self._make_table_config()
         self._table = None
         self._cache = None
+        self._hot = None
         self._serving_lookup = None  # see set_serving_lookup
         self._lookahead = False  # see het_tf.lookahead
         self.supports_masking = self.mask_zero
@@ -238,11 +249,23 @@ class HetEmbedding(tf_keras.layers.Layer):
             self._cache = WorkerCache(self._table, self._cache_config,
                                       shared_name=f"het_cache/{self.name}/{instance}",
                                       worker_devices=worker_devices)
-        self._table_checkpoint = TableCheckpoint(self._table, self._flush_ops, self.clear_cache)
+        self._hot = self._make_hot_block(worker_devices, instance)
+        self._table_checkpoint = TableCheckpoint(self._table, self._flush_ops, self.clear_cache,
+                                                 restored=self.reload_hot_rows)
         if self._initializer[0] == "materialize":
             with tf.init_scope():
                 self._write_initial_rows()
 
+
+    def _make_hot_block(self, worker_devices, instance):
+        """The hot block, for hot_rows in hybrid or local mode (under
+        ParameterServerStrategy the workers cannot exchange gradients: the
+        hot rows are pinned in their caches instead)."""
+        if not self._hot_rows or worker_devices is not None:
+            return None
+        if horovod.num_ps() is None:
+            return HotBlock(self._table, instance)
+        return HotBlock(self._table, instance, exchange=horovod.allgather, ranks=horovod.size())
 
     def _write_initial_rows(self):
         values = tf.cast(self._initializer[1](shape=(self.input_dim, self.output_dim),
@@ -274,7 +297,8 @@ class HetEmbedding(tf_keras.layers.Layer):
             # The saved lookup takes ids of any shape: give its rows theirs.
             return tf.ensure_shape(self._serving_lookup(ids),
                                    ids.shape.concatenate([self.output_dim]))
-        table, cache, dim, owner = self._table, self._cache, self.output_dim, self._owner
+        table, cache, hot, dim, owner = (self._table, self._cache, self._hot, self.output_dim,
+                                         self._owner)
         regularizer, mask_zero = self.embeddings_regularizer, self.mask_zero
 
         lookahead = self.lookahead_active and training
@@ -282,7 +306,10 @@ class HetEmbedding(tf_keras.layers.Layer):
 
         @tf.custom_gradient
         def lookup(anchor):
-            if cache is not None:
+            is_hot = None
+            if hot is not None:
+                rows, unique, inverse, is_hot = _lookup_hot_and_cold(hot, cache, ids, training)
+            elif cache is not None:
                 rows, unique, inverse = cache.lookup(ids, training, lookahead=lookahead)
                 if lookahead:
                     prefetched.append(cache.prefetch(ids, rows))
@@ -299,17 +326,25 @@ class HetEmbedding(tf_keras.layers.Layer):
                 dy = tf.convert_to_tensor(dy)
                 unique_grads = tf.math.unsorted_segment_sum(
                     tf.reshape(dy, [-1, dim]), tf.reshape(inverse, [-1]), tf.size(unique))
-                keys = unique
-                if kept is not None:  # padding: no gradient, no update, no clock tick
-                    keys, unique_grads = (tf.boolean_mask(keys, kept),
-                                          tf.boolean_mask(unique_grads, kept))
                 if d_penalized is not None:  # the regularizer's penalty on these rows
-                    unique_grads += tf.convert_to_tensor(d_penalized)
+                    penalty = tf.convert_to_tensor(d_penalized)
+                    if kept is not None:
+                        penalty = tf.scatter_nd(tf.where(kept), penalty,
+                                                tf.shape(unique_grads, out_type=tf.int64))
+                    unique_grads += penalty
                 lr = self._current_learning_rate()
-                if cache is not None:
-                    update = cache.apply_gradients(keys, unique_grads, lr, after=prefetched)
+                if is_hot is not None:
+                    update = _update_hot_and_cold(hot, cache, unique, unique_grads, lr, is_hot,
+                                                  kept)
                 else:
-                    update = push_without_cache(table, keys, unique_grads, lr)
+                    keys = unique
+                    if kept is not None:  # padding: no gradient, no update, no clock tick
+                        keys, unique_grads = (tf.boolean_mask(keys, kept),
+                                              tf.boolean_mask(unique_grads, kept))
+                    if cache is not None:
+                        update = cache.apply_gradients(keys, unique_grads, lr, after=prefetched)
+                    else:
+                        update = push_without_cache(table, keys, unique_grads, lr)
                 with tf.control_dependencies(tf.nest.flatten(update)):
                     step = self._updates.assign_add(1)
                 # A zero that Grappler cannot fold: inside the loop of
@@ -395,14 +430,61 @@ class HetEmbedding(tf_keras.layers.Layer):
     # ----- state -----
 
     def _flush_ops(self):
+        ops = [] if self._hot is None else tf.nest.flatten(self._hot.write_back())
         if self._cache is None:
-            return []
-        return tf.nest.flatten(self._cache.flush(self._current_learning_rate()))
+            return ops
+        return ops + tf.nest.flatten(self._cache.flush(self._current_learning_rate()))
 
     def clear_cache(self):
         """Drops this worker's cached rows and pending updates (flush first
         to keep them); returns the ops."""
         return [] if self._cache is None else [self._cache.clear()]
+
+    def reload_hot_rows(self):
+        """The hot block takes its rows from the shards again (eager), as
+        after a restore or set_weights wrote them there."""
+        if self._hot is not None:
+            self._hot.reload()
+
+    def set_hot_keys(self, keys):
+        """Makes `keys` this layer's hot rows (eager; het_tf.use_hot_rows
+        calls it on every rank with the same keys): pending updates and the
+        rows of the old hot set go to the shards, the caches are emptied
+        (their copies of rows now hot would go stale), and the new hot rows
+        come from the shards."""
+        if not self._hot_rows:
+            raise ValueError(f"{self._owner} has no hot rows: give it hot_rows=N (the most "
+                             "rows it replicates)")
+        if not self.built:
+            raise ValueError(f"{self._owner} is not built yet: build the model first")
+        keys = np.unique(np.asarray(keys, np.int64))
+        if len(keys) > self._hot_rows:
+            raise ValueError(f"{self._owner}: {len(keys)} hot rows given, more than its "
+                             f"hot_rows={self._hot_rows}")
+        if self._hot is None:
+            raise ValueError(f"{self._owner}: hot rows are replicated in hybrid mode and in "
+                             "one process; under ParameterServerStrategy use het_tf.use_hot_rows, "
+                             "which pins them in the workers' caches")
+        with tf.init_scope():
+            ids = self._table.check_ids(keys, "hot ids")
+            if self._table.config.fixed_vocabulary and len(keys) and (
+                    keys[0] < 0 or keys[-1] >= self.input_dim):
+                raise ValueError(f"{self._owner}: hot ids must lie in [0, {self.input_dim}); "
+                                 f"got ids from {keys[0]} to {keys[-1]}")
+            del ids
+            self._flush_ops()
+            self.clear_cache()
+            self._hot.load(keys)
+
+    @property
+    def hot_keys(self):
+        """The hot rows' ids, ascending (empty without hot rows)."""
+        return np.zeros([0], np.int64) if self._hot is None else self._hot.keys
+
+    @property
+    def hot_block(self):
+        """The HotBlock replicating this layer's hot rows, or None."""
+        return self._hot
 
     @property
     def gradient_anchor(self):
@@ -415,7 +497,8 @@ class HetEmbedding(tf_keras.layers.Layer):
     def lookahead_active(self):
         """True once het_tf.lookahead feeds this layer's cache the next
         batch's ids: training steps then prefetch them (sync "refresh")."""
-        return self._lookahead and self._cache is not None and self._cache.config.sync == "refresh"
+        return (self._lookahead and self._cache is not None and self._hot is None
+                and self._cache.config.sync == "refresh")
 
     def enable_lookahead(self, enabled=True):
         """Training steps traced from now on prefetch the batch that
@@ -457,6 +540,9 @@ class HetEmbedding(tf_keras.layers.Layer):
         else:
             lookups = stats["table_keys_checked"]
             traffic = stats["table_bytes_sent"] + stats["table_bytes_received"]
+        if self._hot is not None:
+            stats.update({f"hot_{k}": v for k, v in self._hot.stats().items()})
+            traffic += stats["hot_bytes_exchanged"]
         stats["samples"] = int(self._samples.numpy()) if tf.executing_eagerly() else 0
         stats["embedding_bytes"] = traffic
         stats["bytes_per_id"] = traffic / max(lookups, 1)
@@ -483,6 +569,7 @@ class HetEmbedding(tf_keras.layers.Layer):
             "pin_threshold": self.pin_threshold,
             "max_rows": self.max_rows,
             "sync": self.sync,
+            "hot_rows": self.hot_rows,
             "mask_zero": self.mask_zero,
             "input_length": self.input_length,
             "embeddings_regularizer": tf_keras.regularizers.serialize(
@@ -510,6 +597,44 @@ class HetEmbedding(tf_keras.layers.Layer):
             config["embeddings_constraint"] = tf_keras.constraints.deserialize(
                 config["embeddings_constraint"])
         return cls(**config)
+
+
+def _lookup_hot_and_cold(hot, cache, ids, training):
+    """(rows, unique ids, inverse, which unique ids are hot): hot rows from
+    the hot block, the others through the cache. A batch with no cold id
+    (a hot batch) does not meet the shards at all."""
+    ids = hot.table.check_ids(ids)
+    unique, inverse = tf.unique(tf.reshape(ids, [-1]), out_idx=tf.int32)
+    is_hot = hot.is_hot(unique)
+    hot_at, cold_at = (tf.cast(tf.where(x)[:, 0], tf.int32) for x in (is_hot, ~is_hot))
+    cold_keys = tf.gather(unique, cold_at)
+
+    def cold_rows():
+        rows, cold_unique, cold_inverse = cache.lookup(cold_keys, training)
+        return tf.gather(rows, cold_inverse)
+
+    cold = tf.cond(tf.size(cold_keys) > 0, cold_rows,
+                   lambda: tf.zeros([0, hot.dim], tf.float32))
+    rows = tf.dynamic_stitch([hot_at, cold_at], [hot.gather(tf.gather(unique, hot_at)), cold])
+    return rows, unique, tf.reshape(inverse, tf.shape(ids)), is_hot
+
+
+def _update_hot_and_cold(hot, cache, unique, grads, learning_rate, is_hot, kept):
+    """The step's update: the hot rows' gradients to every rank's hot block,
+    the cold rows' to the cache (only if the lookup met it). Padding
+    (`kept` False) takes no update."""
+    hot_now, cold_now = (is_hot, ~is_hot) if kept is None else (is_hot & kept, ~is_hot & kept)
+    update_hot = hot.apply_gradients(tf.boolean_mask(unique, hot_now),
+                                     tf.boolean_mask(grads, hot_now), learning_rate)
+
+    def update_cold():
+        update = cache.apply_gradients(tf.boolean_mask(unique, cold_now),
+                                       tf.boolean_mask(grads, cold_now), learning_rate)
+        with tf.control_dependencies(tf.nest.flatten(update)):
+            return tf.constant(True)
+
+    cold_update = tf.cond(tf.reduce_any(~is_hot), update_cold, lambda: tf.constant(False))
+    return [update_hot, cold_update]
 
 
 def _initializer_from_weights(weights, input_dim, output_dim, owner):

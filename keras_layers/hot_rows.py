@@ -3,6 +3,7 @@
     profile = het_tf.profile_hot_rows(model, dataset, hot_rows=100_000)
     profile["embedding"].keys      # the hot ids, most accessed first
     profile["embedding"].coverage  # the share of accesses they take
+    het_tf.use_hot_rows(model, profile)  # layers made with hot_rows=N train them apart
 
 A sample of the dataset's batches (`share`, 5% by default; the same
 batches for the same `seed` and data) goes through the model's inputs up to
@@ -18,6 +19,7 @@ import logging
 import numpy as np
 import tensorflow as tf
 
+from het_tf.distribute import horovod
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 from het_tf.keras_layers.layer_inputs import batch_ids, ids_model, layer_ids
 from het_tf.runtime.access_counts import AccessCounts
@@ -63,8 +65,14 @@ class HotRows:
 def _budgets(layers, hot_rows, hot_bytes):
     """Each layer's budget in rows, from one budget (int, or a dict by layer
     name) in rows or in bytes; checked against the layer's table."""
-    if (hot_rows is None) == (hot_bytes is None):
-        raise ValueError(f"{_WHO}: give a budget, hot_rows or hot_bytes (one of them)")
+    if hot_rows is not None and hot_bytes is not None:
+        raise ValueError(f"{_WHO}: give one budget, hot_rows or hot_bytes, not both")
+    if hot_rows is None and hot_bytes is None:
+        # The layers' own: what they were made to replicate.
+        hot_rows = {layer.name: layer.hot_rows for layer in layers if layer.hot_rows}
+        if not hot_rows:
+            raise ValueError(f"{_WHO}: give a budget, hot_rows or hot_bytes; no HetEmbedding "
+                             "layer of the model has hot_rows of its own")
     given, unit = (hot_rows, "hot_rows") if hot_rows is not None else (hot_bytes, "hot_bytes")
     names = {layer.name for layer in layers}
     if isinstance(given, dict):
@@ -118,7 +126,8 @@ def profile_hot_rows(model, dataset, hot_rows=None, hot_bytes=None, share=0.05, 
     name: HotRows} for each HetEmbedding layer with a budget, and the share
     of the sample's samples that are hot (every id in every profiled table
     hot; a second pass over the sample). hot_rows / hot_bytes: the
-    budget, an int for every layer or a dict by layer name. With
+    budget, an int for every layer or a dict by layer name; neither: each
+    layer's own hot_rows. With
     mask_zero, id 0 (padding) is not counted."""
     layers = [layer for layer in het_embedding_layers(model) if layer.built]
     if not layers:
@@ -213,3 +222,35 @@ def _count_hot_samples(data, ids_of, layers, hot_rows):
         hot_samples += int(hot)
         samples += int(size)
     return hot_samples, samples
+
+
+def use_hot_rows(model, profile):
+    """Makes each profiled table's hot ids the hot rows of its layer (made
+    with hot_rows=N): they train in a block every process keeps, exchanged
+    between Horovod ranks every step, and the rest through the cache.
+    Pending updates and the old hot rows go to the shards first, and the
+    caches are emptied. In hybrid mode every rank calls it, and all take
+    rank 0's profile. Call it again, between epochs, to follow a
+    distribution that drifts (docs/fae.md)."""
+    if not isinstance(profile, dict) or not all(isinstance(h, HotRows)
+                                                for h in profile.values()):
+        raise ValueError("het_tf.use_hot_rows takes the HotProfile of het_tf.profile_hot_rows, "
+                         f"got {type(profile).__name__}")
+    layers = {layer.name: layer for layer in het_embedding_layers(model)}
+    unknown = sorted(set(profile) - set(layers))
+    if unknown:
+        raise ValueError(f"het_tf.use_hot_rows: the profile names {unknown}, which are not "
+                         f"HetEmbedding layers of the model ({sorted(layers)})")
+    keys = {name: np.sort(np.asarray(hot.keys, np.int64)) for name, hot in profile.items()}
+    if horovod.num_ps() is not None:
+        # One hot set on every rank, or their blocks would differ; and
+        # every rank's pending updates reach the shards before any rank
+        # reads its new hot rows from them.
+        keys = horovod.broadcast_object(keys)
+        for name in keys:
+            layers[name].flush()
+        horovod.barrier()
+    for name, hot_keys in keys.items():
+        layers[name].set_hot_keys(hot_keys)
+    if horovod.num_ps() is not None:
+        horovod.barrier()

@@ -73,9 +73,14 @@ def restore(model, path):
     """Every rank restores the checkpoint, so optimizer slots (restored when
     first created) match on all ranks. Restoring the shared tables on every
     rank is idempotent: each rank empties them before its own import, so the
-    last import is always complete. Caches start empty."""
+    last import is always complete. Caches start empty; hot blocks take
+    their rows from the restored tables."""
     tf.train.Checkpoint(model=model).restore(path).expect_partial()
     barrier()
+    # Each rank took its hot rows when its own restore ended; another rank
+    # may have been emptying the tables then. Now every import is done.
+    for layer in het_embedding_layers(model):
+        layer.reload_hot_rows()
     initialized().broadcast_variables(model_variables(model), root_rank=0)
 
 

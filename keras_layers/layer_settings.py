@@ -103,6 +103,23 @@ def resolve_cache(capacity, policy, staleness, read_staleness, write_staleness, 
                        sync=sync if isinstance(sync, str) else repr(sync)).validate(owner)
 
 
+def resolve_hot_rows(hot_rows, input_dim, cache_config, owner):
+    """The most hot rows the layer replicates (0: none): FAE's hot block
+    (docs/fae.md). Its cold rows go through the cache, which must be on."""
+    if hot_rows is None or hot_rows == 0:
+        return 0
+    if isinstance(hot_rows, bool) or not isinstance(hot_rows, (int, np.integer)) or hot_rows < 0:
+        raise ValueError(f"{owner}: hot_rows must be an int >= 0 or None, got {hot_rows!r}")
+    if input_dim is not None and hot_rows > input_dim:
+        raise ValueError(f"{owner}: hot_rows={hot_rows} is more rows than the table's "
+                         f"{input_dim} (input_dim)")
+    if cache_config is None:
+        raise ValueError(f"{owner}: hot_rows needs the cache on, for the cold rows (FAE "
+                         "trains cold rows through it); it is off (cache_capacity=0, or "
+                         "staleness 0 for both reads and writes)")
+    return int(hot_rows)
+
+
 def placement(instance):
     """(table shard devices, worker devices, instance) for the current
     strategy: with ParameterServerStrategy one shard per PS task and a

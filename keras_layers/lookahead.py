@@ -31,12 +31,12 @@ def _layers_that_prefetch(model):
     if not layers:
         raise ValueError("het_tf.lookahead: the model has no built HetEmbedding layer; build "
                          "the model (call it once, or give its Input shapes) first")
-    cached = [layer for layer in layers
-              if layer.cache is not None and layer.cache.config.sync == "refresh"]
+    cached = [layer for layer in layers if layer.cache is not None and layer.hot_block is None
+              and layer.cache.config.sync == "refresh"]
     for layer in layers:
         if layer not in cached:
-            _log.info("het_tf.lookahead: HetEmbedding '%s' has no cache that syncs by refresh; "
-                      "it looks up as before", layer.name)
+            _log.info("het_tf.lookahead: HetEmbedding '%s' has no cache that syncs by refresh, "
+                      "or has hot rows; it looks up as before", layer.name)
     return cached
 
 

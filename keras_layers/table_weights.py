@@ -44,8 +44,8 @@ class TableWeights(base_layer_utils.TrackableWeightHandler):
 
     def set_weights(self, weights):
         """Writes the matrix as the table's rows, keeping each row's optimizer
-        state and advancing its clock, and empties every worker's cache, whose
-        copies it made stale."""
+        state and advancing its clock, empties every worker's cache, whose
+        copies it made stale, and gives the hot block its new rows."""
         self._check_size()
         layer = self._layer
         if len(weights) != 1:
@@ -68,6 +68,7 @@ class TableWeights(base_layer_utils.TrackableWeightHandler):
             layer.table.import_rows(tf.range(layer.input_dim, dtype=tf.int64), matrix,
                                     all_slots, all_clocks + 1, all_steps)
             layer.clear_cache()
+            layer.reload_hot_rows()
 
 
 def model_variables(model):

@@ -114,6 +114,17 @@ def test_each_layer_has_its_own_budget_and_counts():
     assert sorted(only_a) == ["a"] and only_a.hot_samples == hot_a.sum()
 
 
+def test_without_a_budget_each_layer_takes_its_own_hot_rows():
+    x = zipf_ids(1000, seed=5)
+    a = HetEmbedding(VOCAB, DIM, name="a", hot_rows=6)
+    b = HetEmbedding(VOCAB, DIM, name="b")
+    model = model_with(a, b)
+    dataset = tf.data.Dataset.from_tensor_slices(((x, x), np.zeros(1000, np.float32)))
+    profile = het_tf.profile_hot_rows(model, dataset.batch(BATCH), share=1.0)
+    assert sorted(profile) == ["a"]
+    np.testing.assert_array_equal(profile["a"].keys, numpy_hottest(x.ravel(), 6)[0])
+
+
 def test_ragged_and_sparse_samples_are_hot_when_every_id_is():
     rng = np.random.default_rng(6)
     rows = [list((rng.zipf(1.3, size=rng.integers(0, 5)) - 1) % VOCAB) for _ in range(640)]
@@ -133,8 +144,9 @@ def test_ragged_and_sparse_samples_are_hot_when_every_id_is():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(), "give a budget"),
-    (dict(hot_rows=5, hot_bytes=100), "give a budget"),
+    (dict(), "give a budget, hot_rows or hot_bytes; no HetEmbedding layer of the model has "
+             "hot_rows of its own"),
+    (dict(hot_rows=5, hot_bytes=100), "give one budget, hot_rows or hot_bytes, not both"),
     (dict(hot_rows=VOCAB + 1), "HetEmbedding 'emb'.*more than the table's 1000"),
     (dict(hot_bytes=10**9), "HetEmbedding 'emb'.*more than the table"),
     (dict(hot_rows=-1), "HetEmbedding 'emb': hot_rows must be an int >= 0"),

@@ -96,6 +96,39 @@ def test_ranks_share_tables_and_keep_dense_weights_identical(tmp_path, ps):
         assert resumed[0]["dense_digest"] == resumed[1]["dense_digest"]
 
 
+def test_hot_rows_stay_identical_on_every_rank_and_off_the_shards(tmp_path):
+    """FAE's hot block with Adam (its moments and step counts are state
+    too): both ranks hold the same hot rows to the bit after every step, no
+    hot update reaches the shards while training, the flush writes the
+    block back, and checkpoints, a resumed run and the export see one
+    table."""
+    hot = ["--hot-rows", "40", "--optimizer", "adam"]
+    ranks = run_hybrid(tmp_path / "results", 2, [*hot, "--export-dir", str(tmp_path / "export"),
+                                                 "--checkpoint-dir", str(tmp_path / "ckpt")])
+    for r in ranks:
+        assert r["losses"][-1] < r["losses"][0] - 0.02
+        assert r["hot_bytes_exchanged"] > 0
+    assert len(ranks[0]["hot_keys"]) == 40 and ranks[0]["hot_keys"] == ranks[1]["hot_keys"]
+    steps = ranks[0]["hot_digests"]
+    assert len(steps) == EPOCHS * SAMPLES // BATCH_SIZE and steps == ranks[1]["hot_digests"]
+    assert len(set(steps)) == len(steps)  # every step moved them
+    assert ranks[0]["hot_digest"] == ranks[1]["hot_digest"] == ranks[0]["hot_on_shards_digest"]
+    # The shards applied the caches' pushes and nothing else: the hot rows'
+    # updates reached them only as the block's state, written back.
+    pushed = ranks[0]["cache_updates_pushed"] + ranks[1]["cache_updates_pushed"]
+    assert pushed == ranks[0]["table_updates_applied"] > 0
+    assert ranks[0]["clock_sum"] == pushed + ranks[0]["hot_clocks"] - ranks[0]["hot_clocks_loaded"]
+    assert ranks[0]["hot_clocks"] > ranks[0]["hot_clocks_loaded"]
+    assert_served_without_het_tf(tmp_path / "export", ranks[0])
+
+    resumed = run_hybrid(tmp_path / "resumed", 2, [*hot, "--epochs", "1",
+                                                   "--checkpoint-dir", str(tmp_path / "ckpt")])
+    for r in resumed:
+        assert r["restored_rows"] == ranks[0]["table_rows"]
+        assert r["hot_clocks_loaded"] == ranks[0]["hot_clocks"]  # the block starts as saved
+    assert resumed[0]["hot_digest"] == resumed[1]["hot_digest"]
+
+
 @pytest.mark.parametrize("model", ["--sequence", "--ragged"])
 def test_sequence_models_train_in_hybrid_mode(tmp_path, model):
     """A masked sequence model (the padding row, looked up by both ranks, is

@@ -109,5 +109,16 @@ def allreduce_sum(value):
     return float(hvd.allreduce(tf.constant(value, tf.float64), op=hvd.Sum).numpy())
 
 
+def allgather(tensor):
+    """Every rank's tensor, concatenated along the first axis in rank order
+    (their first dimensions may differ)."""
+    return initialized().allgather(tensor)
+
+
+def broadcast_object(value):
+    """Rank 0's value, on every rank."""
+    return initialized().broadcast_object(value, root_rank=0)
+
+
 def barrier():
     initialized().allreduce(tf.constant(0.0), name="het_tf_barrier")

@@ -28,12 +28,15 @@ CHUNK_BYTES = 64 << 20
 
 
 class TableCheckpoint(tf.__internal__.tracking.Trackable):
-    def __init__(self, table, flush, clear_caches, chunk_bytes=CHUNK_BYTES):
+    def __init__(self, table, flush, clear_caches, chunk_bytes=CHUNK_BYTES, restored=None):
         """`flush()` and `clear_caches()` return the ops that push pending
-        cache updates and that empty the caches."""
+        cache updates (and write hot blocks back) and that empty the caches;
+        `restored()`, if given, runs once every row is restored (a hot block
+        takes its rows again)."""
         self._table = table
         self._flush = flush
         self._clear_caches = clear_caches
+        self._restored = restored
         config = table.config
         # key, clock and step, then the values and the optimizer's slots
         row_bytes = 24 + 4 * config.dim * (1 + config.num_slots)
@@ -82,6 +85,9 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
                                                [_chunk_name(name, chunk, f) for f in _FIELDS],
                                                [""] * len(_FIELDS), _DTYPES)
                 after = [self.restore_rows(*fields)]
+            if self._restored is not None:
+                with tf.control_dependencies(after):
+                    self._restored()
 
     def restore_rows(self, keys, values, slots, clocks, steps):
         """Adds rows to the table, on the shards that own them now."""

@@ -203,6 +203,17 @@ class ShardedTable:
             return self._ops.het_table_export(self.handle(shard), offset, limit, dim=self.dim,
                                               num_slots=self.config.num_slots)
 
+    def read_rows(self, keys):
+        """(values, slots, clocks, steps) of each of the int64 `keys` (rank
+        1), in their order, rows created on first touch: whole states, as a
+        hot block takes them (het_tf.runtime.hot_block)."""
+        origin, parts = self._on_shards(
+            lambda s, h, k: self._ops.het_table_read(h, k, dim=self.dim,
+                                                     num_slots=self.config.num_slots), keys)
+        if origin is None:
+            return tuple(parts[0])
+        return tuple(tf.dynamic_stitch(origin, [p[i] for p in parts]) for i in range(4))
+
     def import_rows(self, keys, values, slots, clocks, steps):
         """Writes rows to whichever shard owns them now, so rows exported
         from any number of shards load onto any other number."""

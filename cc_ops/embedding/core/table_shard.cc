@@ -111,6 +111,34 @@ Status TableShard::Gather(const int64_t* keys, int64_t n, float* values) {
   return Status::Ok();
 }
 
+Status TableShard::Read(const int64_t* keys, int64_t n, TableChunk* out) {
+  HET_RETURN_IF_ERROR(CheckKeys(config_.name, config_.vocabulary_size, keys, n));
+  std::unique_ptr<RowReservation> reservation;
+  HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
+  const int dim = config_.dim;
+  const size_t slot_floats = size_t(num_slots_) * dim;
+  const bool stepped = NeedsStepCount(config_.optimizer.kind);
+  out->keys.assign(keys, keys + n);
+  out->values.resize(size_t(n) * dim);
+  out->slots.resize(size_t(n) * slot_floats);
+  out->clocks.resize(n);
+  out->steps.resize(n);
+  ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
+    bool created;
+    char* p = FindOrCreate(stripe, keys[i], &created);
+    std::memcpy(out->values.data() + size_t(i) * dim, Values(p), sizeof(float) * dim);
+    std::memcpy(out->slots.data() + size_t(i) * slot_floats, Slots(p), sizeof(float) * slot_floats);
+    out->clocks[i] = *Clock(p);
+    out->steps[i] = stepped ? *Step(p) : 0;
+  });
+  pull_requests_.fetch_add(1, std::memory_order_relaxed);
+  keys_checked_.fetch_add(n, std::memory_order_relaxed);
+  rows_sent_.fetch_add(n, std::memory_order_relaxed);
+  bytes_received_.fetch_add(wire::GatherRequest(n), std::memory_order_relaxed);
+  bytes_sent_.fetch_add(wire::ReadAnswer(n, state_width()), std::memory_order_relaxed);
+  return Status::Ok();
+}
+
 Status TableShard::Pull(const int64_t* keys, const int64_t* clocks, int64_t n,
                         int64_t read_staleness, bool with_slots, PulledRows* out) {
   HET_RETURN_IF_ERROR(CheckKeys(config_.name, config_.vocabulary_size, keys, n));

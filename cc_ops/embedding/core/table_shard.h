@@ -150,6 +150,9 @@ class TableShard {
   size_t MemoryBytes() const;
   TableCounters Counters() const;
 
+  // The whole state of each key's row (created on first touch), in key
+  // order: a replicated hot block takes its rows this way (docs/fae.md).
+  Status Read(const int64_t* keys, int64_t n, TableChunk* out);
   // Rows [offset, offset + limit) in a stable order; the order only holds
   // while no rows are created, so export after flushing and before training on.
   Status Export(int64_t offset, int64_t limit, TableChunk* out) const;

@@ -25,6 +25,12 @@ inline uint64_t Row(int width) { return sizeof(float) * static_cast<uint64_t>(wi
 inline uint64_t GatherRequest(int64_t keys) { return kKey * keys; }
 inline uint64_t GatherAnswer(int64_t rows, int dim) { return Row(dim) * rows; }
 
+// A read of whole rows (a hot block's): each row's state, clock and step
+// count back.
+inline uint64_t ReadAnswer(int64_t rows, int width) {
+  return (Row(width) + kClock + kClock) * rows;
+}
+
 // A cache pull that checks (sync="check"): each key with the clock of the
 // copy held, and the read bound; each row that must be refreshed back with
 // its request position and its clock.

@@ -58,6 +58,18 @@ tensorflow::Status ReadPushInputs(OpKernelContext* ctx, const TableShard& table,
   return ReadScalar(name, "learning rate", ctx->input(4), learning_rate);
 }
 
+// Writes a chunk's values, slots, clocks and steps as outputs from `first` on.
+void OutputRowStates(OpKernelContext* ctx, int first, const TableChunk& chunk, int64_t num_slots,
+                     int64_t dim) {
+  const int64_t n = static_cast<int64_t>(chunk.keys.size());
+  OP_REQUIRES_OK(ctx, OutputVector(ctx, first, chunk.values, dim));
+  Tensor* slots = nullptr;
+  OP_REQUIRES_OK(ctx, ctx->allocate_output(first + 1, TensorShape({n, num_slots, dim}), &slots));
+  std::copy(chunk.slots.begin(), chunk.slots.end(), slots->flat<float>().data());
+  OP_REQUIRES_OK(ctx, OutputVector(ctx, first + 2, chunk.clocks));
+  OP_REQUIRES_OK(ctx, OutputVector(ctx, first + 3, chunk.steps));
+}
+
 }  // namespace
 
 class HetTableShardOp : public CoreResourceOp<TableShard, TableConfig> {
@@ -228,14 +240,26 @@ class HetTableExportOp : public TableKernel {
     OP_REQUIRES_OK(ctx, ReadScalar(table.config().name, "export limit", ctx->input(2), &limit));
     TableChunk chunk;
     OP_REQUIRES_OK(ctx, ToTf(table.Export(offset, limit, &chunk)));
-    const int64_t n = static_cast<int64_t>(chunk.keys.size());
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 0, chunk.keys));
-    OP_REQUIRES_OK(ctx, OutputVector(ctx, 1, chunk.values, dim_));
-    Tensor* slots = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({n, num_slots_, dim_}), &slots));
-    std::copy(chunk.slots.begin(), chunk.slots.end(), slots->flat<float>().data());
-    OP_REQUIRES_OK(ctx, OutputVector(ctx, 3, chunk.clocks));
-    OP_REQUIRES_OK(ctx, OutputVector(ctx, 4, chunk.steps));
+    OutputRowStates(ctx, 1, chunk, num_slots_, dim_);
+  }
+
+ private:
+  int64_t num_slots_;
+};
+
+class HetTableReadOp : public TableKernel {
+ public:
+  explicit HetTableReadOp(OpKernelConstruction* ctx) : TableKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_slots", &num_slots_));
+  }
+  void Run(OpKernelContext* ctx, TableShard& table) override {
+    OP_REQUIRES_OK(ctx, CheckNumSlots(table, num_slots_, false));
+    const Tensor& keys = ctx->input(1);
+    OP_REQUIRES_OK(ctx, CheckVector(table.config().name, "keys", keys));
+    TableChunk chunk;
+    OP_REQUIRES_OK(ctx, ToTf(table.Read(keys.flat<int64_t>().data(), keys.NumElements(), &chunk)));
+    OutputRowStates(ctx, 0, chunk, num_slots_, dim_);
   }
 
  private:
@@ -315,6 +339,7 @@ HET_CPU_KERNEL("HetTableExchange", HetTableExchangeOp);
 HET_CPU_KERNEL("HetTablePush", HetTablePushOp);
 HET_CPU_KERNEL("HetTablePushDeltas", HetTablePushDeltasOp);
 HET_CPU_KERNEL("HetTableExport", HetTableExportOp);
+HET_CPU_KERNEL("HetTableRead", HetTableReadOp);
 HET_CPU_KERNEL("HetTableImport", HetTableImportOp);
 HET_CPU_KERNEL("HetTableClear", HetTableClearOp);
 HET_CPU_KERNEL("HetTableStats", HetTableStatsOp);

@@ -24,6 +24,18 @@ tensorflow::Status PushInputShapes(InferenceContext* c, ShapeHandle* keys) {
   return c->WithRank(c->input(4), 0, &unused);
 }
 
+// Outputs values, slots, clocks and steps of rows from `first` on.
+tensorflow::Status RowStatesShape(InferenceContext* c, int first, DimensionHandle n) {
+  DimensionHandle dim, slots;
+  TF_RETURN_IF_ERROR(DimAttr(c, "dim", &dim));
+  TF_RETURN_IF_ERROR(DimAttr(c, "num_slots", &slots));
+  c->set_output(first, c->Matrix(n, dim));
+  c->set_output(first + 1, c->MakeShape({n, slots, dim}));
+  c->set_output(first + 2, c->Vector(n));
+  c->set_output(first + 3, c->Vector(n));
+  return tensorflow::OkStatus();
+}
+
 }  // namespace
 
 REGISTER_OP("HetTableShard")
@@ -191,18 +203,30 @@ REGISTER_OP("HetTableExport")
     .Attr("dim: int >= 1")
     .Attr("num_slots: int >= 0")
     .SetShapeFn([](InferenceContext* c) {
-      DimensionHandle dim, slots;
-      TF_RETURN_IF_ERROR(DimAttr(c, "dim", &dim));
-      TF_RETURN_IF_ERROR(DimAttr(c, "num_slots", &slots));
       DimensionHandle n = c->UnknownDim();
       c->set_output(0, c->Vector(n));
-      c->set_output(1, c->Matrix(n, dim));
-      c->set_output(2, c->MakeShape({n, slots, dim}));
-      c->set_output(3, c->Vector(n));
-      c->set_output(4, c->Vector(n));
-      return tensorflow::OkStatus();
+      return RowStatesShape(c, 1, n);
     })
     .Doc("Rows [offset, offset + limit) of the shard, for checkpoints of any size.");
+
+REGISTER_OP("HetTableRead")
+    .Input("table: resource")
+    .Input("keys: int64")
+    .Output("values: float")
+    .Output("slots: float")
+    .Output("row_clocks: int64")
+    .Output("steps: int64")
+    .Attr("dim: int >= 1")
+    .Attr("num_slots: int >= 0")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle keys;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &keys));
+      return RowStatesShape(c, 0, c->Dim(keys, 0));
+    })
+    .Doc(R"doc(
+The whole state of each key's row (values, optimizer slots, clock, step
+count), in key order, rows created on first touch: a hot block's load.
+)doc");
 
 REGISTER_OP("HetTableImport")
     .Input("table: resource")

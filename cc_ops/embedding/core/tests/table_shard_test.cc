@@ -289,6 +289,44 @@ HET_TEST(ExportThenImportRestoresEverythingInChunks) {
   EXPECT_INVALID(b->Import(bad), "import of 5000 rows");
 }
 
+HET_TEST(ReadGivesWholeStatesInKeyOrderAndMakesMissingRows) {
+  auto config = Config(het::OptimizerKind::kAdam, 3);
+  auto t = Make(config);
+  std::vector<int64_t> pushed = {11, -4};
+  std::vector<float> grads(6, 0.25f);
+  std::vector<int64_t> counts = {3, 1};
+  EXPECT_OK(t->Push(pushed.data(), grads.data(), counts.data(), 2, 0.01f, nullptr, nullptr));
+  std::vector<int64_t> keys = {-4, 99, 11};  // 99 is new
+  het::TableChunk read;
+  EXPECT_OK(t->Read(keys.data(), 3, &read));
+  EXPECT_EQ(t->Size(), 3);
+  EXPECT_TRUE(read.keys == keys);
+  het::TableChunk all;
+  EXPECT_OK(t->Export(0, 1 << 20, &all));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    size_t j = 0;
+    while (all.keys[j] != keys[i]) ++j;
+    for (int d = 0; d < 3; ++d) EXPECT_EQ(read.values[i * 3 + d], all.values[j * 3 + d]);
+    for (int d = 0; d < 6; ++d) EXPECT_EQ(read.slots[i * 6 + d], all.slots[j * 6 + d]);
+    EXPECT_EQ(read.clocks[i], all.clocks[j]);
+    EXPECT_EQ(read.steps[i], all.steps[j]);
+  }
+  EXPECT_EQ(read.clocks[0], 1);
+  EXPECT_EQ(read.clocks[1], 0);
+  EXPECT_EQ(read.steps[2], 3);
+  // Importing what was read changes nothing.
+  auto copy = Make(config);
+  EXPECT_OK(copy->Import(read));
+  het::TableChunk again;
+  EXPECT_OK(copy->Read(keys.data(), 3, &again));
+  EXPECT_TRUE(again.values == read.values && again.slots == read.slots &&
+              again.clocks == read.clocks && again.steps == read.steps);
+  std::vector<int64_t> bad = {1};
+  config.vocabulary_size = 1;
+  auto fixed = Make(config);
+  EXPECT_INVALID(fixed->Read(bad.data(), 1, &read), "");
+}
+
 HET_TEST(RowLimitRefusesNewRowsAndChangesNothing) {
   auto config = Config(het::OptimizerKind::kAdagrad, 2);
   config.max_rows = 4;
