@@ -23,6 +23,7 @@ _PUBLIC = {
     "TableConfig": ("het_tf.runtime.config", "TableConfig"),
     "WorkerCache": ("het_tf.runtime.cache", "WorkerCache"),
     "export_saved_model": ("het_tf.keras_layers.export", "export_saved_model"),
+    "hot_and_cold_batches": ("het_tf.keras_layers.hot_rows", "hot_and_cold_batches"),
     "lookahead": ("het_tf.keras_layers.lookahead", "lookahead"),
     "lookup_without_cache": ("het_tf.runtime.cache", "lookup_without_cache"),
     "ops": ("het_tf._op_library", None),

@@ -175,18 +175,28 @@ def count_hot_samples(model, dataset, profile):
 
 
 def _hot_set(layer, hot):
-    """ids -> bool: is each id hot (padding counts as hot: it looks nothing up)."""
+    """ids -> bool: is each id in a profile's hot set."""
     keys = tf.constant(hot.keys, tf.int64)
     table = tf.lookup.StaticHashTable(
         tf.lookup.KeyValueTensorInitializer(keys, tf.ones_like(keys, tf.int32)), 0) \
         if len(hot.keys) else None
+    return _with_padding(layer, lambda ids: tf.equal(table.lookup(ids), 1) if table is not None
+                         else tf.zeros_like(ids, tf.bool))
 
-    def is_hot(ids):
-        found = tf.equal(table.lookup(ids), 1) if table is not None \
-            else tf.zeros_like(ids, tf.bool)
-        return found | tf.equal(ids, 0) if layer.mask_zero else found
 
-    return is_hot
+def _hot_block_set(layer):
+    """ids -> bool: is each id in the layer's hot block now."""
+    def found(ids):
+        return tf.reshape(layer.hot_block.is_hot(tf.reshape(ids, [-1])), tf.shape(ids))
+
+    return _with_padding(layer, found)
+
+
+def _with_padding(layer, found):
+    """Padding counts as hot: it looks nothing up."""
+    if not layer.mask_zero:
+        return found
+    return lambda ids: found(ids) | tf.equal(ids, 0)
 
 
 def samples_all_hot(ids, is_hot):
@@ -204,16 +214,58 @@ def samples_all_hot(ids, is_hot):
     return tf.reduce_all(hot, axis=list(range(1, hot.shape.rank))) if hot.shape.rank > 1 else hot
 
 
-def _count_hot_samples(data, ids_of, layers, hot_rows):
-    """(hot samples, samples) of the batches of `data`, by each layer's hot
-    rows: one pass over it."""
-    hot_sets = [_hot_set(layer, hot) for layer, hot in zip(layers, hot_rows)]
-
-    @tf.function
+def _classifier(ids_of, layers, hot_sets):
+    """A batch -> [batch] bool: every id of each sample hot, in every layer."""
     def classify(element):
         verdicts = [samples_all_hot(ids, is_hot)
                     for ids, is_hot in zip(layer_ids(ids_of, layers, element), hot_sets)]
-        hot = tf.reduce_all(tf.stack(verdicts), axis=0)
+        return tf.reduce_all(tf.stack(verdicts), axis=0)
+
+    return classify
+
+
+def hot_and_cold_batches(dataset, model, batch_size):
+    """FAE's batches: a batched `dataset`'s samples regrouped into batches
+    of `batch_size` that are hot (every id each layer with hot rows looks
+    up is hot, by its hot set when the sample is read) or cold. The
+    schedule: samples are taken in the dataset's order, and each batch goes
+    out as soon as it is full, so hot and cold batches interleave in the
+    ratio of hot to cold samples in the data, each kind in its own order;
+    at the end of a finite dataset the unfilled ones follow. A hot batch
+    trains without meeting the PS tasks. docs/fae.md."""
+    who = "het_tf.hot_and_cold_batches"
+    if not isinstance(dataset, tf.data.Dataset):
+        raise ValueError(f"{who} takes a tf.data.Dataset, got {type(dataset).__name__}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
+            or batch_size < 1:
+        raise ValueError(f"{who}: batch_size must be a positive int, got {batch_size!r}")
+    layers = [layer for layer in het_embedding_layers(model) if layer.hot_block is not None]
+    if not layers:
+        raise ValueError(f"{who}: the model has no HetEmbedding layer with hot rows (made with "
+                         "hot_rows=N, built in hybrid mode or one process)")
+    classify = _classifier(ids_model(model, layers, who), layers,
+                           [_hot_block_set(layer) for layer in layers])
+
+    def tag(*element):
+        element = element[0] if len(element) == 1 else element
+        return classify(element), element
+
+    samples = dataset.map(tag, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+    return samples.group_by_window(
+        key_func=lambda hot, _: tf.cast(hot, tf.int64),
+        reduce_func=lambda _, window: window.map(lambda hot, element: element).batch(batch_size),
+        window_size=batch_size)
+
+
+def _count_hot_samples(data, ids_of, layers, hot_rows):
+    """(hot samples, samples) of the batches of `data`, by each layer's hot
+    rows: one pass over it."""
+    classify_batch = _classifier(ids_of, layers,
+                                 [_hot_set(layer, hot) for layer, hot in zip(layers, hot_rows)])
+
+    @tf.function
+    def classify(element):
+        hot = classify_batch(element)
         return tf.reduce_sum(tf.cast(hot, tf.int64)), tf.size(hot, tf.int64)
 
     hot_samples = samples = 0

@@ -101,6 +101,40 @@ def test_cold_batches_meet_the_cache_and_hot_batches_do_not():
     assert clocks.sum() == sum(len(np.intersect1d(b, hot_ids)) for b in batches)
 
 
+def test_the_pipeline_forms_hot_and_cold_batches_as_they_fill():
+    hot_ids = np.arange(20)
+    x, y = data(n=400, seed=2)
+    rng = np.random.default_rng(3)
+    x[rng.random(len(x)) < 0.4] %= 20  # about 40% of the samples all hot
+    model, layer = build("batches", hot_rows=20, cache_capacity=100)
+    make_hot(model, layer, hot_ids)
+    batches = list(het_tf.hot_and_cold_batches(dataset_of(x, y), model, BATCH))
+    is_hot = np.isin(x, hot_ids).all(axis=1)
+    kinds = []
+    for features, labels in batches:
+        verdict = np.isin(features.numpy(), hot_ids).all(axis=1)
+        assert verdict.all() or not verdict.any()
+        kinds.append(bool(verdict[0]))
+    # Every sample once, each kind in the data's order.
+    for kind in (True, False):
+        got = np.concatenate([f.numpy() for (f, _), k in zip(batches, kinds) if k == kind])
+        np.testing.assert_array_equal(got, x[is_hot == kind])
+    # A batch goes out when it fills: in the order of the samples that
+    # filled them.
+    positions = {kind: np.nonzero(is_hot == kind)[0] for kind in (True, False)}
+    taken = {True: 0, False: 0}
+    ends = []
+    for (_, labels), kind in zip(batches, kinds):
+        taken[kind] += len(labels)
+        if len(labels) == BATCH:
+            ends.append(positions[kind][taken[kind] - 1])
+    assert ends == sorted(ends) and len(ends) >= len(batches) - 2
+    model.fit(het_tf.hot_and_cold_batches(dataset_of(x, y), model, BATCH), epochs=1, verbose=0)
+    assert layer.het_stats()["cache_steps"] == kinds.count(False)
+    with pytest.raises(ValueError, match="no HetEmbedding layer with hot rows"):
+        het_tf.hot_and_cold_batches(dataset_of(x, y), build("none")[0], BATCH)
+
+
 def test_checkpoints_set_weights_and_exports_see_one_table(tmp_path):
     x, y = data()
     model, layer = build("saved", optimizer="adam", hot_rows=30)

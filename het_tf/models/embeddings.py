@@ -6,7 +6,7 @@ import tensorflow as tf
 import tf_keras
 
 from het_tf.data.criteo_schema import KAGGLE_CARDINALITIES, MISSING_BIT, VALUE_MASK
-from het_tf.runtime.config import cache_rows
+from het_tf.runtime.config import OptimizerConfig, TableConfig, cache_rows
 
 KINDS = ("het", "keras", "tfra")
 
@@ -69,11 +69,13 @@ class EmbeddingSpec:
         fraction cache_capacity is of sum(cardinalities + 1) rows.
       optimizer: the tables' optimizer name ("adagrad", "adam", "sgd", "ftrl").
       learning_rate: its learning rate.
+      hot_rows, hot_bytes: HetEmbedding's hot_rows, given in rows or in
+        bytes of row state (FAE, docs/fae.md); 0 for none.
     """
 
     def __init__(self, kind="het", cardinalities=KAGGLE_CARDINALITIES, cache_capacity=0.1,
                  cache_policy="lfu", staleness="auto", optimizer="adagrad", learning_rate=0.05,
-                 seed=0, sync="refresh"):
+                 seed=0, sync="refresh", hot_rows=0, hot_bytes=0):
         if kind not in KINDS:
             raise ValueError(f"embedding kind must be one of {', '.join(KINDS)}, got {kind!r}")
         self.kind = kind
@@ -85,6 +87,8 @@ class EmbeddingSpec:
         self.optimizer = optimizer
         self.learning_rate = learning_rate
         self.seed = seed
+        self.hot_rows = hot_rows
+        self.hot_bytes = hot_bytes
 
     @property
     def vocabulary_size(self):
@@ -133,4 +137,12 @@ class EmbeddingSpec:
         return HetEmbedding(None, dim, optimizer=self.table_optimizer(),
                             cache_capacity=self.cache_rows(), cache_policy=self.cache_policy,
                             staleness=self.staleness, sync=self.sync, seed=self.seed,
-                            name=name)(keys)
+                            hot_rows=self.hot_rows_of(dim), name=name)(keys)
+
+    def hot_rows_of(self, dim):
+        """The hot rows of a table of `dim`: hot_rows, or as many rows as
+        hot_bytes holds."""
+        if not self.hot_bytes:
+            return self.hot_rows
+        state = TableConfig("hot", dim, optimizer=OptimizerConfig(self.optimizer)).state_bytes
+        return self.hot_bytes // state

@@ -31,6 +31,11 @@ CONFIGURATIONS = (
      ["--mode", "hybrid", "--staleness", "100", "--sync", "check"]),
     ("hybrid-s100-lookahead", "HetEmbedding, 10% LFU cache, staleness 100, lookahead, hybrid",
      ["--mode", "hybrid", "--staleness", "100", "--lookahead"]),
+    ("hybrid-s0", "HetEmbedding, staleness 0 (synchronous: the cache's bound at 0), hybrid",
+     ["--mode", "hybrid", "--staleness", "0"]),
+    ("fae", "FAE: 50,000 hot rows replicated on every rank, hot and cold batches, the rest "
+     "through a 10% LFU cache at staleness 100, hybrid",
+     ["--mode", "hybrid", "--staleness", "100", "--hot-rows", "50000"]),
 )
 # The staleness sweep for AUC: s10 and s100 come from the configurations above.
 STALENESS_SWEEP = (("het-s0", "0"), ("het-s10", "10"), ("het-s100", "100"),

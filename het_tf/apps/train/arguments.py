@@ -10,7 +10,7 @@ from het_tf.apps import link
 MODES = ("local", "ps", "hybrid")
 DEFAULT_DIM = 16
 # What argparse and the het-tf command add to the parsed options.
-_COMMAND_FIELDS = ("run", "command_name", "train_argv")
+_COMMAND_FIELDS = ("run", "command_name", "train_argv", "hot")
 
 
 def options(args, leave_out=()):
@@ -83,6 +83,14 @@ def add_arguments(p):
                    "training step prefetches the next batch's rows while it computes "
                    "(het_tf.lookahead; the default wherever a HetEmbedding cache syncs by "
                    "refresh)")
+    p.add_argument("--hot-rows", type=int, default=0,
+                   help="FAE: replicate this many of the most accessed rows on every rank "
+                   "(hybrid and local mode), found by profiling a sample of the training data "
+                   "first; hot and cold batches then train apart (docs/fae.md; 0: off)")
+    p.add_argument("--hot-bytes", type=int, default=0,
+                   help="FAE: the hot rows' budget in bytes of row state instead of rows")
+    p.add_argument("--hot-share", type=float, default=0.05,
+                   help="FAE: the share of the training batches the profile counts")
     p.add_argument("--samples", type=_positive, default=1_000_000,
                    help="training samples, all workers together")
     p.add_argument("--eval-samples", type=int, default=100_000,
@@ -132,8 +140,13 @@ def check(args):
     if args.link and args.mode == "local":
         raise ValueError("--link shapes the local cluster that ps or hybrid mode starts by "
                          "itself; local mode has none")
+    _check_hot(args)
     if args.lookahead is None:
-        args.lookahead = args.embedding == "het" and args.sync == "refresh"
+        # The lookahead leaves layers with hot rows alone.
+        args.lookahead = args.embedding == "het" and args.sync == "refresh" and not args.hot
+    elif args.lookahead and args.hot:
+        raise ValueError("--lookahead and --hot-rows / --hot-bytes: a layer with hot rows "
+                         "does not prefetch; leave one out")
     elif args.lookahead and (args.sync != "refresh" or args.embedding != "het"):
         raise ValueError("--lookahead prefetches into HetEmbedding caches that sync by "
                          "refresh: it needs --embedding het and --sync refresh")
@@ -149,6 +162,25 @@ def check(args):
                 f"{parquet[0]!r}: in ps mode the workers read Parquet with tensorflow-io, "
                 "which this TensorFlow cannot load (it supports 2.16). Use --mode local or "
                 "hybrid (their processes read Parquet with pyarrow), or TSV files")
+
+
+def _check_hot(args):
+    """FAE's options; args.hot says whether they are on."""
+    if args.hot_rows < 0 or args.hot_bytes < 0:
+        raise ValueError("--hot-rows and --hot-bytes must be >= 0")
+    if args.hot_rows and args.hot_bytes:
+        raise ValueError("give one budget, --hot-rows or --hot-bytes, not both")
+    args.hot = bool(args.hot_rows or args.hot_bytes)
+    if not args.hot:
+        return
+    if args.embedding != "het":
+        raise ValueError("--hot-rows / --hot-bytes replicate HetEmbedding rows: they need "
+                         "--embedding het")
+    if args.mode == "ps":
+        raise ValueError("--hot-rows / --hot-bytes: ps mode's workers cannot exchange the hot "
+                         "rows' gradients; use --mode hybrid (docs/fae.md)")
+    if not 0 < args.hot_share <= 1:
+        raise ValueError(f"--hot-share must be in (0, 1], got {args.hot_share}")
 
 
 def _matches(pattern):

@@ -12,6 +12,7 @@ from het_tf import hybrid
 from het_tf.apps import launch
 from het_tf.distribute import horovod, server
 from het_tf.keras_layers.het_embedding import het_embedding_layers
+from het_tf.keras_layers.hot_rows import hot_and_cold_batches
 from het_tf.keras_layers.lookahead import lookahead
 
 
@@ -48,13 +49,17 @@ class LocalMode:
     def distribute(self, model):
         """Runs after the model is built, before it is compiled."""
 
-    def pipelines(self, inputs, lookahead_model=None):
+    def pipelines(self, inputs, lookahead_model=None, hot_model=None):
         """(training input, held-out input, timeline input) of this worker;
         with lookahead_model, training batches stage their ids a step ahead
-        in its caches (het_tf.lookahead)."""
+        in its caches (het_tf.lookahead); with hot_model, they are its hot
+        and cold batches (het_tf.hot_and_cold_batches)."""
         train = inputs.train(self.rank, self.size)
         if lookahead_model is not None:
             train = lookahead(train, lookahead_model)
+        if hot_model is not None:
+            train = hot_and_cold_batches(train, hot_model, inputs.args.batch_size).prefetch(
+                tf.data.AUTOTUNE)
         return train, inputs.held_out(), inputs.timeline()
 
     def worker_devices(self):
@@ -117,7 +122,7 @@ class PsMode(LocalMode):
     def compile_options(self):
         return {"pss_evaluation_shards": 0}
 
-    def pipelines(self, inputs, lookahead_model=None):
+    def pipelines(self, inputs, lookahead_model=None, hot_model=None):
         num_workers = self.num_workers
 
         def per_worker(pipeline, model=None):

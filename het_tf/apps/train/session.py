@@ -46,7 +46,8 @@ def _build_and_compile(args, inputs, mode):
     with mode.scope():
         spec = EmbeddingSpec(args.embedding, inputs.cardinalities, args.cache_capacity,
                              args.cache_policy, args.staleness, args.optimizer,
-                             args.learning_rate, args.seed, args.sync)
+                             args.learning_rate, args.seed, args.sync, hot_rows=args.hot_rows,
+                             hot_bytes=args.hot_bytes)
         model = build_model(args.model, spec, dim=args.dim)
         mode.distribute(model)
         optimizer = tf_keras.optimizers.get({
@@ -67,8 +68,9 @@ def train(args, mode):
     epochs, steps_per_epoch = _schedule(args, mode.batches_per_step)
     model = _build_and_compile(args, inputs, mode)
     throughput = figures.Throughput(args.batch_size * steps_per_epoch)
+    hot = _use_hot_rows(model, inputs, mode, args, epochs * steps_per_epoch) if args.hot else {}
     train_input, eval_input, timeline_input = mode.pipelines(
-        inputs, model if args.lookahead else None)
+        inputs, model if args.lookahead else None, model if args.hot else None)
     num_workers, rank = mode.num_workers, mode.rank
     if rank == 0:
         print(f"het-tf train: {args.model} on {args.data} in {args.mode} mode "
@@ -91,7 +93,7 @@ def train(args, mode):
               "versions": figures.versions(), "workers": num_workers,
               "train_samples": train_samples, "train_seconds": throughput.train_seconds(),
               "samples_per_second": float(mode.sum(throughput.samples_per_second())),
-              "loss": history.get("loss", [])}
+              "loss": history.get("loss", []), **hot}
     if wire is not None:
         result.update(wire.figures(train_samples))
     if throughput.timeline:
@@ -118,6 +120,27 @@ def train(args, mode):
         result["peak_rss_bytes"] = figures.peak_memory(own)
         figures.report(result, args.run_dir)
     return 0
+
+
+def _use_hot_rows(model, inputs, mode, args, steps):
+    """FAE's profile of a --hot-share of this run's training batches, and
+    its hot rows installed (rank 0's on every rank); returns its figures."""
+    started = time.perf_counter()
+    profile = het_tf.profile_hot_rows(model, inputs.train(mode.rank, mode.size),
+                                      share=args.hot_share, seed=args.seed, batches=steps)
+    het_tf.use_hot_rows(model, profile)
+    seconds = time.perf_counter() - started
+    if mode.rank == 0:
+        for name, hot in profile.items():
+            print(f"het-tf train: {len(hot.keys)} hot rows of '{name}' take "
+                  f"{hot.coverage:.1%} of the sample's lookups; {profile.hot_sample_share:.1%} "
+                  f"of its samples are hot ({seconds:.1f} s)", flush=True)
+    return {"hot_profile": {"seconds": seconds, "sampled_batches": max(
+        (hot.sampled_batches for hot in profile.values()), default=0),
+        "hot_sample_share": profile.hot_sample_share,
+        "tables": {name: {"hot_rows": len(hot.keys), "coverage": hot.coverage,
+                          "distinct_ids": hot.distinct_ids}
+                   for name, hot in profile.items()}}}
 
 
 def _save_and_export(model, args, result, inputs, mode):
