@@ -114,6 +114,14 @@ def main():
             result["restored_rows"] = int(layer.table.stats()["rows"])
     save_each_epoch = [tf_keras.callbacks.LambdaCallback(
         on_epoch_end=lambda epoch, logs: manager.save())] if manager else []
+    if args.hot_rows:
+        # FAE under ParameterServerStrategy: the profile's rows pinned in
+        # every worker's cache (docs/fae.md).
+        ids, _ = skewed_data(0, 8192, args)
+        profile = het_tf.profile_hot_rows(
+            model, tf.data.Dataset.from_tensor_slices(ids).batch(args.batch_size), share=0.5)
+        het_tf.use_hot_rows(model, profile)
+        result["hot_keys"] = layer.hot_keys.tolist()
     history = {}
     if args.epochs > 0:
         training = dataset_fn(args, model if args.lookahead else None)
@@ -126,6 +134,14 @@ def main():
             tf_keras.utils.experimental.DatasetCreator(dataset_fn(args)),
             steps=args.evaluate_steps, return_dict=True, verbose=2)
         result["pushed_during_evaluation"] = layer.het_stats()["table_updates_applied"] - pushed
+    if args.hot_rows:
+        # Every worker's cache still holds every pinned row: an evaluation
+        # lookup of them (which changes nothing) hits on each.
+        hits = layer.het_stats()["cache_hits"]
+        for device in layer.cache.worker_devices:
+            with tf.device(device):
+                layer.cache.lookup(tf.constant(layer.hot_keys), training=False)
+        result["pinned_hits"] = layer.het_stats()["cache_hits"] - hits
     layer.flush()
     stats = layer.het_stats()
     keys, values, _, clocks, _ = (t.numpy() for t in layer.table.export_all())

@@ -23,6 +23,7 @@ def add_arguments(parser):
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--cache-capacity", type=int, default=400)
+    parser.add_argument("--cache-policy", choices=["lfu", "lru", "lfu_opt"], default="lfu")
     parser.add_argument("--staleness", type=int, default=10)
     parser.add_argument("--checkpoint-dir")
     parser.add_argument("--export-dir")
@@ -32,7 +33,9 @@ def add_arguments(parser):
                         help="a ragged sequence of ids (no combiner: ragged vectors, pooled) "
                         "and a MaxNorm(axis=1) embeddings constraint")
     parser.add_argument("--hot-rows", type=int, default=0,
-                        help="rows the layer replicates on every rank (FAE, docs/fae.md)")
+                        help="FAE's hot rows (docs/fae.md): replicated on every rank in "
+                        "hybrid mode, pinned in every worker's cache under "
+                        "ParameterServerStrategy")
     parser.add_argument("--optimizer", default="adagrad", choices=["adagrad", "adam", "ftrl"],
                         help="the table's server-side optimizer")
     parser.add_argument("--l2", type=float, default=0.0,
@@ -44,6 +47,7 @@ def build_model(args):
     shape = (None,) if args.ragged else (SEQUENCE if args.sequence else FIELDS,)
     inputs = tf_keras.Input(shape=shape, dtype="int64", name="ids", ragged=args.ragged)
     layer = HetEmbedding(args.vocab, args.dim, cache_capacity=args.cache_capacity,
+                         cache_policy=args.cache_policy,
                          staleness=args.staleness, name="items", mask_zero=args.sequence,
                          embeddings_regularizer=tf_keras.regularizers.L2(args.l2) if args.l2
                          else None, hot_rows=args.hot_rows,

@@ -187,6 +187,7 @@ class HetEmbedding(tf_keras.layers.Layer):
         self._table = None
         self._cache = None
         self._hot = None
+        self._pinned = np.zeros([0], np.int64)  # hot rows pinned in the workers' caches
         self._serving_lookup = None  # see set_serving_lookup
         self._lookahead = False  # see het_tf.lookahead
         self.supports_masking = self.mask_zero
@@ -451,7 +452,8 @@ class HetEmbedding(tf_keras.layers.Layer):
         calls it on every rank with the same keys): pending updates and the
         rows of the old hot set go to the shards, the caches are emptied
         (their copies of rows now hot would go stale), and the new hot rows
-        come from the shards."""
+        come from the shards. Under ParameterServerStrategy they are pinned
+        in every worker's cache instead."""
         if not self._hot_rows:
             raise ValueError(f"{self._owner} has no hot rows: give it hot_rows=N (the most "
                              "rows it replicates)")
@@ -461,17 +463,18 @@ class HetEmbedding(tf_keras.layers.Layer):
         if len(keys) > self._hot_rows:
             raise ValueError(f"{self._owner}: {len(keys)} hot rows given, more than its "
                              f"hot_rows={self._hot_rows}")
-        if self._hot is None:
-            raise ValueError(f"{self._owner}: hot rows are replicated in hybrid mode and in "
-                             "one process; under ParameterServerStrategy use het_tf.use_hot_rows, "
-                             "which pins them in the workers' caches")
         with tf.init_scope():
             ids = self._table.check_ids(keys, "hot ids")
             if self._table.config.fixed_vocabulary and len(keys) and (
                     keys[0] < 0 or keys[-1] >= self.input_dim):
                 raise ValueError(f"{self._owner}: hot ids must lie in [0, {self.input_dim}); "
                                  f"got ids from {keys[0]} to {keys[-1]}")
-            del ids
+            if self._hot is None:
+                # ParameterServerStrategy: no collective between the
+                # workers, so the hot rows are pinned in their caches.
+                self._cache.pin(ids)
+                self._pinned = keys
+                return
             self._flush_ops()
             self.clear_cache()
             self._hot.load(keys)
@@ -479,7 +482,7 @@ class HetEmbedding(tf_keras.layers.Layer):
     @property
     def hot_keys(self):
         """The hot rows' ids, ascending (empty without hot rows)."""
-        return np.zeros([0], np.int64) if self._hot is None else self._hot.keys
+        return self._pinned if self._hot is None else self._hot.keys
 
     @property
     def hot_block(self):

@@ -116,6 +116,19 @@ def test_the_lookahead_prefetches_on_every_worker_and_loses_no_update(tmp_path):
     assert losses[-1] < losses[0]
 
 
+def test_hot_rows_stay_pinned_in_every_workers_cache(tmp_path):
+    """FAE under ParameterServerStrategy: the profile's 40 rows, pinned in
+    each worker's LRU cache of 60 rows (a batch's own rows fill it), are all
+    still cached on both workers after training."""
+    code, result, log = run_training(
+        tmp_path, "pinned", ps=1, extra=["--epochs", "1", "--hot-rows", "40", "--cache-policy",
+                                         "lru", "--cache-capacity", "60"])
+    assert code == 0, log[-5000:]
+    assert len(result["hot_keys"]) == 40
+    assert result["pinned_hits"] == 2 * 40
+    assert result["stats"]["cache_pinned_keys"] == 2 * 40
+
+
 def test_a_sidecar_evaluator_task_evaluates_the_checkpoints(trained):
     tmp, _ = trained
     evaluations = json.loads((tmp / "train.json.evaluator").read_text())["evaluations"]

@@ -112,6 +112,22 @@ def test_train_hybrid_mode_starts_and_stops_its_own_cluster(tmp_path):
     assert processes_mentioning(str(run_dir), "cmdline") == []
 
 
+def test_train_hybrid_mode_with_hot_rows(tmp_path):
+    """FAE from the command line: the profile, the hot block exchanged
+    between the ranks, and a checkpoint and export of one table."""
+    run_dir = tmp_path / "fae"
+    metrics, out = train(run_dir, "--mode", "hybrid", "--ps", "1", "--workers", "2",
+                         "--model", "wdl", "--samples", "100000", "--batch-size", "512",
+                         "--eval-samples", "8192", "--hot-rows", "20000", "--hot-share", "0.2")
+    assert "hot rows of 'embedding' take" in out
+    profile = metrics["hot_profile"]
+    assert 0 < profile["tables"]["embedding"]["hot_rows"] <= 20000
+    assert profile["sampled_batches"] > 0 and profile["seconds"] > 0
+    assert metrics["hot_bytes_per_sample"] > 0
+    assert metrics["config"]["lookahead"] is False  # a layer with hot rows does not prefetch
+    check_run_folder(run_dir, metrics)
+
+
 @pytest.mark.parametrize("optimizer", ["adagrad", "adam", "ftrl"])
 def test_one_workers_flush_moves_nothing_its_cache_had_not_made(tmp_path, optimizer):
     """One worker, unbounded staleness: the cache's local steps follow the
@@ -202,6 +218,11 @@ def test_a_first_run_on_a_small_criteo_file_just_works_and_is_quiet(tmp_path):
     (["--staleness", "soon"], "--staleness: staleness must be 'auto', an int >= 0, or None"),
     (["--model", "lr"], "invalid choice"),
     (["--lookahead", "--sync", "check"], "--lookahead prefetches into HetEmbedding caches"),
+    (["--hot-rows", "10", "--hot-bytes", "100"], "give one budget, --hot-rows or --hot-bytes"),
+    (["--hot-rows", "10", "--lookahead"], "a layer with hot rows does not prefetch"),
+    (["--hot-rows", "10", "--embedding", "keras"], "they need --embedding het"),
+    (["--hot-rows", "-1"], "must be >= 0"),
+    (["--hot-rows", "10", "--hot-share", "0"], "--hot-share must be in (0, 1]"),
 ])
 def test_train_rejects_bad_arguments(tmp_path, args, message):
     result = run(HET_TF + ["train", "--run-dir", str(tmp_path / "r"), *args], timeout=120)

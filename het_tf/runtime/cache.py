@@ -87,6 +87,18 @@ class WorkerCache:
                 total[key] = total.get(key, 0) + value
         return total
 
+    def pin(self, keys):
+        """Pins the rows of int64 `keys` in every worker's cache (replacing
+        the last pinned set): once cached, they are evicted only when
+        nothing else is left (FAE's hot rows under ParameterServerStrategy)."""
+        keys = self.table.check_ids(keys, "pinned ids")
+
+        def one(device):
+            with self._placed(device):
+                return self._ops.het_cache_pin(self.handle(device), keys)
+
+        return self._on_every_worker(one)
+
     def clear(self):
         """Empties every worker's cache."""
         def one(device):

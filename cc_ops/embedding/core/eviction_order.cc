@@ -37,11 +37,11 @@ uint64_t EvictionOrder::BucketFor(uint64_t touches) const {
   return 0;
 }
 
-void EvictionOrder::Attach(int32_t slot, uint64_t touches) {
+void EvictionOrder::Attach(int32_t slot, uint64_t touches, bool held) {
   Node& node = nodes_[slot];
   node.touches = touches;
   node.attached = true;
-  node.bucket = buckets_.try_emplace(BucketFor(touches)).first;
+  node.bucket = buckets_.try_emplace(held ? kHeldBucket : BucketFor(touches)).first;
   List& list = node.bucket->second;
   node.prev = list.tail;
   node.next = kNone;
@@ -72,7 +72,8 @@ void EvictionOrder::Detach(int32_t slot) {
 }
 
 int32_t EvictionOrder::Victim() const {
-  return buckets_.empty() ? kNone : buckets_.begin()->second.head;
+  if (buckets_.empty() || buckets_.begin()->first == kHeldBucket) return kNone;
+  return buckets_.begin()->second.head;
 }
 
 }  // namespace het

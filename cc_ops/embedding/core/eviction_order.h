@@ -4,7 +4,9 @@
 // victim is the head of the lowest non-empty bucket. LRU keeps one bucket,
 // LFU buckets by touch count (ties go to the least recently touched), and
 // LFU-opt moves rows that reach the pin threshold into a top bucket that is
-// only drawn on when nothing else is left: HET's hot rows stay put.
+// only drawn on when nothing else is left: HET's hot rows stay put. Under
+// any policy a slot can be attached held, above them all: a held slot is
+// never a victim (FAE's hot rows, pinned by key).
 #ifndef HET_TF_EMBEDDING_CORE_EVICTION_ORDER_H_
 #define HET_TF_EMBEDDING_CORE_EVICTION_ORDER_H_
 
@@ -31,15 +33,19 @@ class EvictionOrder {
   EvictionOrder(const EvictionOrder&) = delete;
   EvictionOrder& operator=(const EvictionOrder&) = delete;
 
-  // Adds a detached slot with the given touch count at the most recent end.
-  void Attach(int32_t slot, uint64_t touches);
+  // Adds a detached slot with the given touch count at the most recent end
+  // of its bucket: the held one if `held`.
+  void Attach(int32_t slot, uint64_t touches, bool held = false);
   void Detach(int32_t slot);
   bool attached(int32_t slot) const { return nodes_[slot].attached; }
   uint64_t touches(int32_t slot) const { return nodes_[slot].touches; }
   bool pinned(int32_t slot) const {
     return attached(slot) && nodes_[slot].bucket->first == kPinnedBucket;
   }
-  // The slot to evict next, or kNone when no slot is attached.
+  bool held(int32_t slot) const {
+    return attached(slot) && nodes_[slot].bucket->first == kHeldBucket;
+  }
+  // The slot to evict next, or kNone when every attached slot is held.
   int32_t Victim() const;
   // Bytes each slot's place in the order takes once used.
   static constexpr size_t NodeBytes() { return sizeof(Node); }
@@ -47,7 +53,8 @@ class EvictionOrder {
   void Prefetch(int32_t slot) const { __builtin_prefetch(&nodes_[slot]); }
 
  private:
-  static constexpr uint64_t kPinnedBucket = ~uint64_t{0};
+  static constexpr uint64_t kHeldBucket = ~uint64_t{0};
+  static constexpr uint64_t kPinnedBucket = kHeldBucket - 1;
   struct List {
     int32_t head = kNone;
     int32_t tail = kNone;

@@ -223,6 +223,36 @@ Status WorkerCache::CheckReturnedClocks(const int64_t* clocks, int64_t n) const 
   return Status::Ok();
 }
 
+Status WorkerCache::Pin(const int64_t* keys, int64_t n) {
+  HET_RETURN_IF_ERROR(CheckKeys(config_.table_name, config_.vocabulary_size, keys, n));
+  KeyIndex pinned(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    if (pinned.Find(keys[i]) == KeyIndex::kAbsent) pinned.Insert(keys[i], 0);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  std::swap(pinned_, pinned);
+  // Cached rows whose pin changed take their new place; a batch's own rows
+  // (out of the order between its lookup and its update) take it when they
+  // go back.
+  for (int64_t slot = 0; slot < slots_used_; ++slot) {
+    const int32_t s = static_cast<int32_t>(slot);
+    if (!order_.attached(s)) continue;
+    const int64_t key = entries_[s].key;
+    const bool was = pinned.size() > 0 && pinned.Find(key) != KeyIndex::kAbsent;
+    const bool is = pinned_.size() > 0 && pinned_.Find(key) != KeyIndex::kAbsent;
+    if (was == is) continue;
+    const uint64_t touches = order_.touches(s);
+    order_.Detach(s);
+    AttachSlot(s, touches);
+  }
+  return Status::Ok();
+}
+
+int64_t WorkerCache::pinned_keys() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(pinned_.size());
+}
+
 void WorkerCache::Clear() {
   std::lock_guard<std::mutex> lock(mu_);
   ClearLocked();

@@ -226,6 +226,14 @@ class WorkerCache {
   // entries stay pending until their push is acknowledged.
   void Flush(Pushes* out);
 
+  // Makes `keys` the pinned rows (FAE's hot rows under
+  // ParameterServerStrategy, docs/fae.md), replacing the last set: once
+  // cached, a pinned row is never evicted, under any policy (a row that
+  // finds only pinned rows and the batch's own passes through). Rows
+  // already cached move at once. The set outlives Clear.
+  Status Pin(const int64_t* keys, int64_t n);
+  int64_t pinned_keys() const;
+
   // Drops every entry and pending update: after a restore the cached copies
   // and their pending updates belong to an abandoned timeline. The cache
   // takes a new generation, so the shards drop their record of it.
@@ -310,12 +318,18 @@ class WorkerCache {
                      std::vector<const float*>* fresh, std::vector<int64_t>* fresh_clocks);
   // A free or evicted slot takes a row fetched at the shard's clock.
   void InsertRow(int32_t slot, int64_t key, const float* state, int64_t clock);
+  // Puts a cached slot back in the eviction order, pinned if its key is.
+  void AttachSlot(int32_t slot, uint64_t touches) {
+    order_.Attach(slot, touches,
+                  pinned_.size() > 0 && pinned_.Find(entries_[slot].key) != KeyIndex::kAbsent);
+  }
 
   const CacheConfig config_;
   const int width_;
   mutable std::mutex mu_;
   KeyIndex index_;
   EvictionOrder order_;
+  KeyIndex pinned_;  // Pin's keys
   // Each slot's key and clocks together, and its state and pending delta
   // together (State): a batch touches each slot's fields at once.
   struct Entry {

@@ -107,7 +107,7 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
     const int32_t slot = slots[i];
     if (slot < 0) continue;  // passed through
     // A slot just taken still carries its previous occupant's count.
-    order_.Attach(slot, inserted[i] ? 1 : order_.touches(slot) + 1);
+    AttachSlot(slot, inserted[i] ? 1 : order_.touches(slot) + 1);
     std::memcpy(rows_out + size_t(i) * dim, State(slot), sizeof(float) * dim);
   }
   counters_.hits += hits;

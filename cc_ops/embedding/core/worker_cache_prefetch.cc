@@ -113,9 +113,9 @@ Status WorkerCache::EndPrefetch(const int64_t* unique_keys, int64_t u,
     fetched_ahead_.Insert(unique_keys[i], 0);
     inserted.push_back(slot);
   }
-  for (int32_t slot : held) order_.Attach(slot, order_.touches(slot));
+  for (int32_t slot : held) AttachSlot(slot, order_.touches(slot));
   // Not touched yet: the lookup that uses them counts their first touch.
-  for (int32_t slot : inserted) order_.Attach(slot, 0);
+  for (int32_t slot : inserted) AttachSlot(slot, 0);
   counters_.prefetched += inserted.size();
   return Status::Ok();
 }

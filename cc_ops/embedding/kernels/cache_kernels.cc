@@ -329,6 +329,16 @@ class HetCacheClearOp : public CacheKernel {
   void Run(OpKernelContext*, WorkerCache& cache) override { cache.Clear(); }
 };
 
+class HetCachePinOp : public CacheKernel {
+ public:
+  using CacheKernel::CacheKernel;
+  void Run(OpKernelContext* ctx, WorkerCache& cache) override {
+    const Tensor& keys = ctx->input(1);
+    OP_REQUIRES_OK(ctx, CheckVector(cache.config().table_name, "pinned keys", keys));
+    OP_REQUIRES_OK(ctx, ToTf(cache.Pin(keys.flat<int64_t>().data(), keys.NumElements())));
+  }
+};
+
 class HetCacheStatsOp : public CacheKernel {
  public:
   using CacheKernel::CacheKernel;
@@ -354,12 +364,14 @@ class HetCacheStatsOp : public CacheKernel {
                                              {"steps", int64_t(c.steps)},
                                              {"prefetched", int64_t(c.prefetched)},
                                              {"prefetch_hits", int64_t(c.prefetch_hits)},
+                                             {"pinned_keys", cache.pinned_keys()},
                                          }));
   }
 };
 
 HET_CPU_KERNEL("HetCache", HetCacheOp);
 HET_CPU_KERNEL("HetCachePrepare", HetCachePrepareOp);
+HET_CPU_KERNEL("HetCachePin", HetCachePinOp);
 HET_CPU_KERNEL("HetCacheBeginExchange", HetCacheBeginExchangeOp);
 HET_CPU_KERNEL("HetCacheEndExchange", HetCacheEndExchangeOp);
 HET_CPU_KERNEL("HetCacheStage", HetCacheStageOp);

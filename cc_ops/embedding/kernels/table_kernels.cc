@@ -228,42 +228,55 @@ class HetTablePushOp : public TableKernel {
   bool return_rows_;
 };
 
-class HetTableExportOp : public TableKernel {
+// A kernel whose outputs end with rows' whole states (OutputRowStates).
+class RowStatesKernel : public TableKernel {
  public:
-  explicit HetTableExportOp(OpKernelConstruction* ctx) : TableKernel(ctx) {
+  explicit RowStatesKernel(OpKernelConstruction* ctx) : TableKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("num_slots", &num_slots_));
   }
   void Run(OpKernelContext* ctx, TableShard& table) override {
     OP_REQUIRES_OK(ctx, CheckNumSlots(table, num_slots_, false));
-    int64_t offset, limit;
-    OP_REQUIRES_OK(ctx, ReadScalar(table.config().name, "export offset", ctx->input(1), &offset));
-    OP_REQUIRES_OK(ctx, ReadScalar(table.config().name, "export limit", ctx->input(2), &limit));
     TableChunk chunk;
-    OP_REQUIRES_OK(ctx, ToTf(table.Export(offset, limit, &chunk)));
-    OP_REQUIRES_OK(ctx, OutputVector(ctx, 0, chunk.keys));
-    OutputRowStates(ctx, 1, chunk, num_slots_, dim_);
+    int first = 0;
+    ReadRows(ctx, table, &chunk, &first);
+    if (ctx->status().ok()) OutputRowStates(ctx, first, chunk, num_slots_, dim_);
   }
+
+ protected:
+  // Fills `chunk` and writes any outputs before the states, the first of
+  // which is then `*first`.
+  virtual void ReadRows(OpKernelContext* ctx, TableShard& table, TableChunk* chunk, int* first) = 0;
 
  private:
   int64_t num_slots_;
 };
 
-class HetTableReadOp : public TableKernel {
+class HetTableExportOp : public RowStatesKernel {
  public:
-  explicit HetTableReadOp(OpKernelConstruction* ctx) : TableKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_slots", &num_slots_));
+  using RowStatesKernel::RowStatesKernel;
+
+ protected:
+  void ReadRows(OpKernelContext* ctx, TableShard& table, TableChunk* chunk, int* first) override {
+    int64_t offset, limit;
+    OP_REQUIRES_OK(ctx, ReadScalar(table.config().name, "export offset", ctx->input(1), &offset));
+    OP_REQUIRES_OK(ctx, ReadScalar(table.config().name, "export limit", ctx->input(2), &limit));
+    OP_REQUIRES_OK(ctx, ToTf(table.Export(offset, limit, chunk)));
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 0, chunk->keys));
+    *first = 1;
   }
-  void Run(OpKernelContext* ctx, TableShard& table) override {
-    OP_REQUIRES_OK(ctx, CheckNumSlots(table, num_slots_, false));
+};
+
+class HetTableReadOp : public RowStatesKernel {
+ public:
+  using RowStatesKernel::RowStatesKernel;
+
+ protected:
+  void ReadRows(OpKernelContext* ctx, TableShard& table, TableChunk* chunk, int* first) override {
     const Tensor& keys = ctx->input(1);
     OP_REQUIRES_OK(ctx, CheckVector(table.config().name, "keys", keys));
-    TableChunk chunk;
-    OP_REQUIRES_OK(ctx, ToTf(table.Read(keys.flat<int64_t>().data(), keys.NumElements(), &chunk)));
-    OutputRowStates(ctx, 0, chunk, num_slots_, dim_);
+    OP_REQUIRES_OK(ctx, ToTf(table.Read(keys.flat<int64_t>().data(), keys.NumElements(), chunk)));
+    *first = 0;
   }
-
- private:
-  int64_t num_slots_;
 };
 
 class HetTableImportOp : public TableKernel {

@@ -225,6 +225,16 @@ REGISTER_OP("HetCacheClear")
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
     .Doc("Drops every entry and pending update, as after restoring a checkpoint.");
 
+REGISTER_OP("HetCachePin")
+    .Input("cache: resource")
+    .Input("keys: int64")
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc(R"doc(
+Makes `keys` the pinned rows, replacing the last set: once cached, a pinned
+row is never evicted (FAE's hot rows under ParameterServerStrategy). The set
+outlives HetCacheClear.
+)doc");
+
 REGISTER_OP("HetCacheStats")
     .Input("cache: resource")
     .Output("names: string")

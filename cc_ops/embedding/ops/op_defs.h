@@ -31,6 +31,15 @@
       .SetIsStateful()                  \
       .SetShapeFn(tensorflow::shape_inference::ScalarShape)
 
+// Rows' whole states as outputs (RowStatesShape gives their shapes).
+#define HET_ROW_STATE_OUTPUTS()    \
+  Output("values: float")          \
+      .Output("slots: float")      \
+      .Output("row_clocks: int64") \
+      .Output("steps: int64")      \
+      .Attr("dim: int >= 1")       \
+      .Attr("num_slots: int >= 0")
+
 namespace het {
 
 // A row's state (values then num_slots slots) as a dimension: dim * (1 + num_slots).

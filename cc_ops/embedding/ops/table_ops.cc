@@ -196,12 +196,7 @@ REGISTER_OP("HetTableExport")
     .Input("offset: int64")
     .Input("limit: int64")
     .Output("keys: int64")
-    .Output("values: float")
-    .Output("slots: float")
-    .Output("row_clocks: int64")
-    .Output("steps: int64")
-    .Attr("dim: int >= 1")
-    .Attr("num_slots: int >= 0")
+    .HET_ROW_STATE_OUTPUTS()
     .SetShapeFn([](InferenceContext* c) {
       DimensionHandle n = c->UnknownDim();
       c->set_output(0, c->Vector(n));
@@ -212,12 +207,7 @@ REGISTER_OP("HetTableExport")
 REGISTER_OP("HetTableRead")
     .Input("table: resource")
     .Input("keys: int64")
-    .Output("values: float")
-    .Output("slots: float")
-    .Output("row_clocks: int64")
-    .Output("steps: int64")
-    .Attr("dim: int >= 1")
-    .Attr("num_slots: int >= 0")
+    .HET_ROW_STATE_OUTPUTS()
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle keys;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &keys));

@@ -85,8 +85,9 @@ def add_arguments(p):
                    "refresh)")
     p.add_argument("--hot-rows", type=int, default=0,
                    help="FAE: replicate this many of the most accessed rows on every rank "
-                   "(hybrid and local mode), found by profiling a sample of the training data "
-                   "first; hot and cold batches then train apart (docs/fae.md; 0: off)")
+                   "(hybrid and local mode; ps mode pins them in every worker's cache), found "
+                   "by profiling a sample of the training data first; hot and cold batches "
+                   "then train apart (docs/fae.md; 0: off)")
     p.add_argument("--hot-bytes", type=int, default=0,
                    help="FAE: the hot rows' budget in bytes of row state instead of rows")
     p.add_argument("--hot-share", type=float, default=0.05,
@@ -176,9 +177,6 @@ def _check_hot(args):
     if args.embedding != "het":
         raise ValueError("--hot-rows / --hot-bytes replicate HetEmbedding rows: they need "
                          "--embedding het")
-    if args.mode == "ps":
-        raise ValueError("--hot-rows / --hot-bytes: ps mode's workers cannot exchange the hot "
-                         "rows' gradients; use --mode hybrid (docs/fae.md)")
     if not 0 < args.hot_share <= 1:
         raise ValueError(f"--hot-share must be in (0, 1], got {args.hot_share}")
 

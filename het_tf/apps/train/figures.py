@@ -73,7 +73,7 @@ def embedding_figures(model, ranks=1):
     if not layers:
         return {}
     totals = {"hits": 0, "unique_keys": 0, "table_rows": 0, "prefetch_hits": 0}
-    traffic, per_sample = 0, 0.0
+    traffic, per_sample, hot_per_sample = 0, 0.0, None
     for layer in layers:
         stats = layer.het_stats()
         for counter in ("hits", "unique_keys", "prefetch_hits"):
@@ -82,9 +82,13 @@ def embedding_figures(model, ranks=1):
         samples = max(stats["samples"], 1) * (1 if "cache_hits" in stats else ranks)
         traffic += stats["embedding_bytes"]
         per_sample += stats["embedding_bytes"] / samples
+        if "hot_bytes_exchanged" in stats:  # FAE's exchange between the ranks, in that
+            hot_per_sample = (hot_per_sample or 0) + stats["hot_bytes_exchanged"] / samples
     figures = {"embedding_bytes": int(traffic), "table_rows": int(totals["table_rows"]),
                "table_rows_per_task": rows_per_task(layers),
                "embedding_bytes_per_sample": per_sample}
+    if hot_per_sample is not None:
+        figures["hot_bytes_per_sample"] = hot_per_sample
     if totals["unique_keys"]:
         figures["cache_hit_rate"] = hit_rate(totals)
         # Misses the lookahead fetched before their step (het_tf.lookahead).

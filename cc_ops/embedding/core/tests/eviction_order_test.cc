@@ -42,3 +42,13 @@ HET_TEST(UnknownPolicyIsRejected) {
   EXPECT_OK(het::ParseCachePolicy("LFU-opt", &p));
   EXPECT_TRUE(p == het::CachePolicy::kLFUPinned);
 }
+
+HET_TEST(HeldSlotsAreNeverVictims) {
+  het::EvictionOrder order(het::CachePolicy::kLFUPinned, 3, 5);
+  order.Attach(0, 1, /*held=*/true);
+  order.Attach(1, 100);  // pinned by touches
+  EXPECT_TRUE(order.held(0) && !order.pinned(0) && order.pinned(1));
+  EXPECT_EQ(order.Victim(), 1);  // a row pinned by touches goes before a held one
+  order.Detach(1);
+  EXPECT_EQ(order.Victim(), het::EvictionOrder::kNone);
+}

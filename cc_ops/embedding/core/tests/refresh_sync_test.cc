@@ -214,3 +214,37 @@ HET_TEST(ABatchLargerThanTheCacheTrainsAndLosesNothing) {
     EXPECT_TRUE(!cache->FirstPassThrough());
   }
 }
+
+HET_TEST(PinnedRowsStayCachedWhateverThePolicy) {
+  const int dim = 2;
+  LocalCluster cluster(SgdTable(dim), 1);
+  auto cache = RefreshCache(dim, 4, 10, 10, 1);  // LRU, 4 rows
+  het::LookupPlan plan;
+  std::vector<float> rows;
+  const std::vector<int64_t> hot = {1, 2};
+  // Two other keys a step push every older row out of an LRU cache of 4.
+  auto stream = [&](int64_t from) {
+    for (int64_t k = from; k < from + 6; k += 2) {
+      EXPECT_OK(cluster.Lookup(*cache, {k, k + 1}, true, &plan, &rows));
+    }
+  };
+  auto hits_of_hot = [&]() {
+    const uint64_t before = cache->Counters().hits;
+    EXPECT_OK(cluster.Lookup(*cache, hot, true, &plan, &rows));
+    return cache->Counters().hits - before;
+  };
+  EXPECT_OK(cluster.Lookup(*cache, hot, true, &plan, &rows));
+  stream(100);
+  EXPECT_EQ(hits_of_hot(), 0u);          // not pinned: evicted
+  EXPECT_OK(cache->Pin(hot.data(), 2));  // cached now: pinned in place
+  EXPECT_EQ(cache->pinned_keys(), 2);
+  stream(200);
+  EXPECT_EQ(hits_of_hot(), 2u);
+  cache->Clear();  // the pins outlive it; the rows come back on a miss
+  EXPECT_EQ(hits_of_hot(), 0u);
+  stream(300);
+  EXPECT_EQ(hits_of_hot(), 2u);
+  EXPECT_OK(cache->Pin(nullptr, 0));  // unpinned in place
+  stream(400);
+  EXPECT_EQ(hits_of_hot(), 0u);
+}
