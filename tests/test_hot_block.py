@@ -111,7 +111,7 @@ def test_the_pipeline_forms_hot_and_cold_batches_as_they_fill():
     batches = list(het_tf.hot_and_cold_batches(dataset_of(x, y), model, BATCH))
     is_hot = np.isin(x, hot_ids).all(axis=1)
     kinds = []
-    for features, labels in batches:
+    for features, _ in batches:
         verdict = np.isin(features.numpy(), hot_ids).all(axis=1)
         assert verdict.all() or not verdict.any()
         kinds.append(bool(verdict[0]))
