@@ -1,6 +1,8 @@
 """The ids a model's HetEmbedding layers look up, computed from a batch of
 its inputs outside the model's step: what the lookahead stages and what
-the hot-row profile counts."""
+the hot-row profile counts; and the end marker both input pipelines that
+hold batches back put after the last one."""
+import tensorflow as tf
 import tf_keras
 
 from het_tf.keras_layers.combiners import lookup_ids
@@ -36,3 +38,27 @@ def batch_ids(ids_of, layers, element):
     """Each layer's ids of one dataset element, as the layer looks them up."""
     return [lookup_ids(ids) for ids in layer_ids(ids_of, layers, element)]
 
+
+
+def with_end_marker(dataset, who):
+    """(`dataset`'s elements as (True, element) and then one (False,
+    marker), the marker, and whether elements are single rather than
+    tuples). The marker is a placeholder of the element's type with every
+    unknown dimension 0: a pipeline that holds elements back knows from it
+    when to let them go. `who` names the caller in errors."""
+    spec = dataset.element_spec
+
+    def placeholder(spec):
+        if not isinstance(spec, tf.TensorSpec):
+            raise ValueError(f"{who} needs dense tensors in the dataset's elements; got "
+                             f"{type(spec).__name__}")
+        return tf.zeros([0 if d is None else d for d in spec.shape.as_list()], spec.dtype)
+
+    marker = tf.nest.map_structure(placeholder, spec)
+    single = not isinstance(spec, tuple)
+
+    def tag(*element):
+        return tf.constant(True), element[0] if single else element
+
+    end = tf.data.Dataset.from_tensors((tf.constant(False), marker))
+    return dataset.map(tag).concatenate(end), marker, single

@@ -21,7 +21,7 @@ import logging
 import tensorflow as tf
 
 from het_tf.keras_layers.het_embedding import het_embedding_layers
-from het_tf.keras_layers.layer_inputs import batch_ids, ids_model
+from het_tf.keras_layers.layer_inputs import batch_ids, ids_model, with_end_marker
 
 _log = logging.getLogger("het_tf")
 
@@ -40,14 +40,6 @@ def _layers_that_prefetch(model):
     return cached
 
 
-def _placeholder(spec):
-    """A value of spec's type with every unknown dimension 0: the end marker."""
-    if not isinstance(spec, tf.TensorSpec):
-        raise ValueError(f"het_tf.lookahead needs dense tensors in the dataset's elements; got "
-                         f"{type(spec).__name__}")
-    return tf.zeros([0 if d is None else d for d in spec.shape.as_list()], spec.dtype)
-
-
 def lookahead(dataset, model):
     """`dataset` (a tf.data.Dataset of model.fit's elements) with each
     batch's HetEmbedding ids staged before the batch ahead of it is handed
@@ -61,20 +53,12 @@ def lookahead(dataset, model):
     if not layers:
         return dataset
     ids_of = ids_model(model, layers, "het_tf.lookahead")
-    spec = dataset.element_spec
-    single = not isinstance(spec, tuple)
-    placeholder = tf.nest.map_structure(_placeholder, spec)
+    # An end marker after the last element, so that the last one comes out.
+    tagged, placeholder, _ = with_end_marker(dataset, "het_tf.lookahead")
 
     def stage(element):
         return [layer.cache.stage(ids)
                 for layer, ids in zip(layers, batch_ids(ids_of, layers, element))]
-
-    def tag(*element):
-        return tf.constant(True), element[0] if single else element
-
-    # An end marker after the last element, so that the last one comes out.
-    tagged = dataset.map(tag).concatenate(
-        tf.data.Dataset.from_tensors((tf.constant(False), placeholder)))
 
     def hand_over(previous, current):
         # The element before `current` goes out once `current`'s ids are staged.
