@@ -117,16 +117,19 @@ def test_the_lookahead_prefetches_on_every_worker_and_loses_no_update(tmp_path):
 
 
 def test_hot_rows_stay_pinned_in_every_workers_cache(tmp_path):
-    """FAE under ParameterServerStrategy: the profile's 40 rows, pinned in
-    each worker's LRU cache of 60 rows (a batch's own rows fill it), are all
-    still cached on both workers after training."""
+    """FAE under ParameterServerStrategy: the profile's 10 rows, pinned in
+    each worker's LRU cache of 30 rows (a batch's own rows fill it), are all
+    still cached on both workers after training. (The 10 hottest ids are in
+    7 batches of 10: each worker looks each up many times in 80 steps,
+    however the steps fall; the 40th hottest was missed by a worker once.)"""
     code, result, log = run_training(
-        tmp_path, "pinned", ps=1, extra=["--epochs", "1", "--hot-rows", "40", "--cache-policy",
-                                         "lru", "--cache-capacity", "60"])
+        tmp_path, "pinned", ps=1, extra=["--epochs", "1", "--steps-per-epoch", "80",
+                                         "--hot-rows", "10", "--cache-policy", "lru",
+                                         "--cache-capacity", "30"])
     assert code == 0, log[-5000:]
-    assert len(result["hot_keys"]) == 40
-    assert result["pinned_hits"] == 2 * 40
-    assert result["stats"]["cache_pinned_keys"] == 2 * 40
+    assert len(result["hot_keys"]) == 10
+    assert result["pinned_hits"] == 2 * 10
+    assert result["stats"]["cache_pinned_keys"] == 2 * 10
 
 
 def test_a_sidecar_evaluator_task_evaluates_the_checkpoints(trained):

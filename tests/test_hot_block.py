@@ -135,6 +135,29 @@ def test_the_pipeline_forms_hot_and_cold_batches_as_they_fill():
         het_tf.hot_and_cold_batches(dataset_of(x, y), build("none")[0], BATCH)
 
 
+def test_a_new_hot_set_writes_the_old_one_back_first():
+    """The hot set recomputed between epochs: rows that leave it keep what
+    they learned (on the shards), rows that join it start from the shards'."""
+    x, y = data()
+    model, layer = build("drift", optimizer="adagrad", hot_rows=20)
+    make_hot(model, layer, np.arange(20))
+    model.fit(dataset_of(x, y), epochs=1, verbose=0)
+    before = layer.hot_block.state()
+    make_hot(model, layer, np.arange(10, 30))
+    np.testing.assert_array_equal(layer.hot_keys, np.arange(10, 30))
+    left = [t.numpy() for t in layer.table.read_rows(tf.constant(np.arange(10)))]
+    for a, b in zip(left, before[1:]):  # values, slots, clocks, steps of ids 0..9
+        np.testing.assert_array_equal(a, b[:10])
+    after = layer.hot_block.state()
+    for a, b in zip(after[1:], before[1:]):  # ids 10..19 stayed hot, unchanged
+        np.testing.assert_array_equal(a[:10], b[10:])
+    joined = [t.numpy() for t in layer.table.read_rows(tf.constant(np.arange(20, 30)))]
+    for a, b in zip(after[1:], joined):
+        np.testing.assert_array_equal(a[10:], b)
+    model.fit(dataset_of(x, y), epochs=1, verbose=0)  # and trains on
+    assert layer.hot_block.state()[3].sum() > after[3].sum()
+
+
 def test_checkpoints_set_weights_and_exports_see_one_table(tmp_path):
     x, y = data()
     model, layer = build("saved", optimizer="adam", hot_rows=30)

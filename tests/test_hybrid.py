@@ -44,11 +44,11 @@ def run_ranks(log_dir, ps, ranks, command):
     assert all(c is None for c in ps_codes.values()), f"a PS task died: {ps_codes}"
 
 
-def run_hybrid(result_dir, ps, extra=()):
-    run_ranks(result_dir, ps, 2, [sys.executable, SCRIPT, "--result-dir", str(result_dir),
-                                  "--samples", str(SAMPLES), "--batch-size", str(BATCH_SIZE),
-                                  "--epochs", str(EPOCHS), *extra])
-    return [json.loads((result_dir / f"rank{r}.json").read_text()) for r in range(2)]
+def run_hybrid(result_dir, ps, extra=(), ranks=2):
+    run_ranks(result_dir, ps, ranks, [sys.executable, SCRIPT, "--result-dir", str(result_dir),
+                                      "--samples", str(SAMPLES), "--batch-size", str(BATCH_SIZE),
+                                      "--epochs", str(EPOCHS), *extra])
+    return [json.loads((result_dir / f"rank{r}.json").read_text()) for r in range(ranks)]
 
 
 def test_ranks_connect_to_the_ps_tasks_one_at_a_time(tmp_path):
@@ -121,12 +121,14 @@ def test_hot_rows_stay_identical_on_every_rank_and_off_the_shards(tmp_path):
     assert ranks[0]["hot_clocks"] > ranks[0]["hot_clocks_loaded"]
     assert_served_without_het_tf(tmp_path / "export", ranks[0])
 
-    resumed = run_hybrid(tmp_path / "resumed", 2, [*hot, "--epochs", "1",
-                                                   "--checkpoint-dir", str(tmp_path / "ckpt")])
+    # Resumed on 1 PS task and 3 ranks: one table, whatever the numbers.
+    resumed = run_hybrid(tmp_path / "resumed", 1, [*hot, "--epochs", "1",
+                                                   "--checkpoint-dir", str(tmp_path / "ckpt")],
+                         ranks=3)
     for r in resumed:
         assert r["restored_rows"] == ranks[0]["table_rows"]
         assert r["hot_clocks_loaded"] == ranks[0]["hot_clocks"]  # the block starts as saved
-    assert resumed[0]["hot_digest"] == resumed[1]["hot_digest"]
+    assert len({r["hot_digest"] for r in resumed}) == 1
 
 
 @pytest.mark.parametrize("model", ["--sequence", "--ragged"])
