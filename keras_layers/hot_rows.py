@@ -333,7 +333,7 @@ def use_hot_rows(model, profile):
     if unknown:
         raise ValueError(f"het_tf.use_hot_rows: the profile names {unknown}, which are not "
                          f"HetEmbedding layers of the model ({sorted(layers)})")
-    keys = {name: np.sort(np.asarray(hot.keys, np.int64)) for name, hot in profile.items()}
+    keys = {name: np.asarray(hot.keys, np.int64) for name, hot in profile.items()}
     if horovod.num_ps() is not None:
         # One hot set on every rank, or their blocks would differ; and
         # every rank's pending updates reach the shards before any rank
