@@ -8,10 +8,12 @@ CC_SOURCES := $(shell find cc_ops -name '*.cc' -o -name '*.h')
 # The plain C++ cores of each area, with the shared status and hashing.
 CORE_SOURCES := cc_ops/common/status.h cc_ops/common/hashing.h \
   $(wildcard cc_ops/embedding/core/*.cc cc_ops/embedding/core/*.h \
-             cc_ops/data/core/*.cc cc_ops/data/core/*.h)
+             cc_ops/data/core/*.cc cc_ops/data/core/*.h \
+             cc_ops/schedule/core/*.cc cc_ops/schedule/core/*.h)
 CORE_TEST_SOURCES := $(wildcard cc_ops/common/tests/*.cc cc_ops/common/tests/*.h \
   cc_ops/embedding/core/tests/*.cc cc_ops/embedding/core/tests/*.h \
-  cc_ops/data/core/tests/*.cc cc_ops/data/core/tests/*.h)
+  cc_ops/data/core/tests/*.cc cc_ops/data/core/tests/*.h \
+  cc_ops/schedule/core/tests/*.cc)
 # Debian's bazel-bootstrap (4.2.3, offline) installs bazel-4; elsewhere
 # `bazel` is bazelisk, which reads .bazelversion.
 BAZEL ?= $(shell command -v bazel-4 || echo bazel)

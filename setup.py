@@ -16,7 +16,7 @@ LIBRARY = "het_tf._het_ops"
 def _sources():
     """The shared kernel glue, then each area's core, ops and kernels."""
     found = sorted(glob.glob(os.path.join("cc_ops", "common", "*.cc")))
-    for area in ("embedding", "data"):
+    for area in ("embedding", "data", "schedule"):
         for sub in ("core", "ops", "kernels"):
             found += sorted(glob.glob(os.path.join("cc_ops", area, sub, "*.cc")))
     return found

@@ -34,6 +34,11 @@ def parse_args():
     add_arguments(p)
     p.add_argument("--samples", type=int, default=2048, help="samples per rank and epoch")
     p.add_argument("--result-dir", help="each rank writes rank<N>.json here")
+    p.add_argument("--allocate-every", type=int, default=0,
+                   help="Herald's location-aware allocation: share the caches' summaries "
+                   "every this many steps (0: off; docs/herald.md)")
+    p.add_argument("--summary-rows", type=int, default=4096,
+                   help="the most used keys of each cache that the allocation shares")
     return p.parse_args()
 
 
@@ -50,7 +55,8 @@ def main():
     args = parse_args()
     hybrid.init()  # first, like hvd.init(): before any model is built
     model, layer = build_model(args)
-    hybrid.distribute(model)  # before compile
+    hybrid.distribute(model, allocate_every=args.allocate_every,
+                      summary_rows=args.summary_rows)  # before compile
     # Horovod's convention: scale the learning rate with the number of ranks.
     model.compile(tf_keras.optimizers.Adam(0.005 * hybrid.size()), "binary_crossentropy")
     rank = hybrid.rank()
@@ -76,12 +82,19 @@ def main():
         result["hot_keys"] = layer.hot_keys.tolist()
         result["hot_clocks_loaded"] = int(hot.state()[3].sum())
 
-    step_digests, hot_digests = [], []
+    step_digests, hot_digests, assignments, trained_on = [], [], [], []
+    allocation = hybrid.het_allocation(model)
 
     def after_step(batch, logs):
         step_digests.append(dense_digest(model))
         if hot is not None:
             hot_digests.append(digest(hot.state()))
+        if allocation is not None:
+            workers, samples = allocation.last_step()
+            assignments.append(workers.tolist())
+            # Each sample as its ids and label, to check none was lost or doubled.
+            trained_on.append([[*map(int, ids_), float(label)]
+                               for ids_, label in zip(samples[0], samples[1].ravel())])
 
     if args.result_dir:  # the weights after every step, to compare the ranks
         callbacks.append(tf_keras.callbacks.LambdaCallback(on_train_batch_end=after_step))
@@ -100,6 +113,13 @@ def main():
                       hot_clocks=int(block[3].sum()),
                       hot_bytes_exchanged=stats["hot_bytes_exchanged"],
                       cache_lookups=stats["cache_lookups"])
+    if allocation is not None:
+        result.update(assignments=assignments, trained_on=trained_on,
+                      read=[[*map(int, i), float(lab)] for i, lab in zip(ids, labels)],
+                      **allocation.stats())
+    if layer.sync == "herald":
+        result.update(plan_bytes=stats.get("plan_bytes", 0),
+                      cache_rows_pushed=stats["cache_rows_pushed"])
     result.update(
         losses=history.history.get("loss", []),
         dense_digest=dense_digest(model), step_digests=step_digests,

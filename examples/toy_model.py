@@ -40,6 +40,9 @@ def add_arguments(parser):
                         help="the table's server-side optimizer")
     parser.add_argument("--l2", type=float, default=0.0,
                         help="an L2 embeddings_regularizer on the rows each batch looks up")
+    parser.add_argument("--sync", default="refresh", choices=["refresh", "check", "herald"],
+                        help="how training lookups meet the shards; herald is exact and "
+                        "ignores --staleness (docs/herald.md)")
 
 
 def build_model(args):
@@ -48,7 +51,8 @@ def build_model(args):
     inputs = tf_keras.Input(shape=shape, dtype="int64", name="ids", ragged=args.ragged)
     layer = HetEmbedding(args.vocab, args.dim, cache_capacity=args.cache_capacity,
                          cache_policy=args.cache_policy,
-                         staleness=args.staleness, name="items", mask_zero=args.sequence,
+                         staleness="auto" if args.sync == "herald" else args.staleness,
+                         sync=args.sync, name="items", mask_zero=args.sequence,
                          embeddings_regularizer=tf_keras.regularizers.L2(args.l2) if args.l2
                          else None, hot_rows=args.hot_rows,
                          optimizer=TABLE_OPTIMIZERS[args.optimizer](),

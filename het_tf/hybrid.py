@@ -31,10 +31,11 @@ from het_tf.keras_layers.hybrid_training import (
                                        Checkpoint,
                                        distribute,
                                        flush_and_clear,
+                                       het_allocation,
                                        restore,
                                        save,
 )
 
 __all__ = ["CLIENT_HOST_ENV", "PS_ENV", "Checkpoint", "allreduce_sum", "barrier", "distribute",
-           "flush_and_clear", "init", "num_ps", "ps_addresses", "rank", "restore", "save",
-           "size"]
+           "flush_and_clear", "het_allocation", "init", "num_ps", "ps_addresses", "rank",
+           "restore", "save", "size"]

@@ -29,6 +29,7 @@ from het_tf.keras_layers.table_weights import TableWeights
 from het_tf.runtime.cache import WorkerCache, hit_rate, lookup_without_cache, push_without_cache
 from het_tf.runtime.checkpoint import TableCheckpoint
 from het_tf.runtime.config import UNBOUNDED, TableConfig
+from het_tf.runtime.herald_plan import HeraldPlan
 from het_tf.runtime.hot_block import HotBlock
 from het_tf.runtime.table import ShardedTable
 
@@ -81,7 +82,10 @@ class HetEmbedding(tf_keras.layers.Layer):
         the shards, which send back those rows and the fresh states of this
         worker's copies that other workers moved past the read bound, so a
         hit costs no bytes. "check": HET's rule, every id of the batch goes
-        with its clock, hit or miss (docs/consistency.md).
+        with its clock, hit or miss (docs/consistency.md). "herald": exact,
+        with no staleness (hybrid mode or one process): before each step the
+        Horovod ranks share the ids they will read, and each pushes only the
+        pending rows another rank reads (docs/herald.md).
       seed: seeds the initializer; None derives one from the layer name, so
         a model rebuilt in another process gets the same rows.
       pin_threshold: touches after which lfu_opt pins a row.
@@ -187,6 +191,7 @@ class HetEmbedding(tf_keras.layers.Layer):
         self._table = None
         self._cache = None
         self._hot = None
+        self._plan = None  # Herald's, see _make_plan
         self._pinned = np.zeros([0], np.int64)  # hot rows pinned in the workers' caches
         self._serving_lookup = None  # see set_serving_lookup
         self._lookahead = False  # see het_tf.lookahead
@@ -251,6 +256,7 @@ class HetEmbedding(tf_keras.layers.Layer):
                                       shared_name=f"het_cache/{self.name}/{instance}",
                                       worker_devices=worker_devices)
         self._hot = self._make_hot_block(worker_devices, instance)
+        self._plan = self._make_plan(worker_devices)
         self._table_checkpoint = TableCheckpoint(self._table, self._flush_ops, self.clear_cache,
                                                  restored=self.reload_hot_rows)
         if self._initializer[0] == "materialize":
@@ -267,6 +273,20 @@ class HetEmbedding(tf_keras.layers.Layer):
         if horovod.num_ps() is None:
             return HotBlock(self._table, instance)
         return HotBlock(self._table, instance, exchange=horovod.allgather, ranks=horovod.size())
+
+    def _make_plan(self, worker_devices):
+        """Herald's plan, for sync "herald" with more than one Horovod rank
+        (one process alone has no one to push for)."""
+        if self._cache is None or self._cache.config.sync != "herald":
+            return None
+        if worker_devices is not None:
+            raise ValueError(f"{self._owner}: sync='herald' needs hybrid mode (Horovod ranks "
+                             "that share the ids they read); under ParameterServerStrategy the "
+                             "workers cannot, use sync='refresh' (docs/herald.md)")
+        if horovod.num_ps() is None or horovod.size() == 1:
+            return None
+        return HeraldPlan(self._cache, horovod.size(), horovod.rank(), horovod.allgather,
+                          horovod.sum_over_ranks)
 
     def _write_initial_rows(self):
         values = tf.cast(self._initializer[1](shape=(self.input_dim, self.output_dim),
@@ -300,6 +320,7 @@ class HetEmbedding(tf_keras.layers.Layer):
                                    ids.shape.concatenate([self.output_dim]))
         table, cache, hot, dim, owner = (self._table, self._cache, self._hot, self.output_dim,
                                          self._owner)
+        plan = self._plan if training else None
         regularizer, mask_zero = self.embeddings_regularizer, self.mask_zero
 
         lookahead = self.lookahead_active and training
@@ -311,7 +332,8 @@ class HetEmbedding(tf_keras.layers.Layer):
             if hot is not None:
                 rows, unique, inverse, is_hot = _lookup_hot_and_cold(hot, cache, ids, training)
             elif cache is not None:
-                rows, unique, inverse = cache.lookup(ids, training, lookahead=lookahead)
+                rows, unique, inverse = cache.lookup(ids, training, lookahead=lookahead,
+                                                     plan=plan)
                 if lookahead:
                     prefetched.append(cache.prefetch(ids, rows))
             else:
@@ -546,6 +568,9 @@ class HetEmbedding(tf_keras.layers.Layer):
         if self._hot is not None:
             stats.update({f"hot_{k}": v for k, v in self._hot.stats().items()})
             traffic += stats["hot_bytes_exchanged"]
+        if self._plan is not None:
+            stats.update(self._plan.stats())
+            traffic += stats["plan_bytes"]
         stats["samples"] = int(self._samples.numpy()) if tf.executing_eagerly() else 0
         stats["embedding_bytes"] = traffic
         stats["bytes_per_id"] = traffic / max(lookups, 1)

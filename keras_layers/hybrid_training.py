@@ -5,6 +5,7 @@ import tensorflow as tf
 import tf_keras
 
 from het_tf.distribute.horovod import barrier, initialized, num_ps, rank
+from het_tf.keras_layers.allocation import Allocation
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 from het_tf.keras_layers.table_weights import model_variables
 
@@ -16,10 +17,13 @@ def _check_built_after_init(model):
                              "het_tf.hybrid.init(): call init() first, before building the model")
 
 
-def _hybrid_train_step(model, data):
+def _hybrid_train_step(model, data, allocation=None):
     """Keras' train step with the dense gradients averaged over the ranks.
-    The embedding updates happen inside tape.gradient, on each rank's cache."""
+    The embedding updates happen inside tape.gradient, on each rank's cache.
+    With `allocation` the step first re-divides the samples over the ranks."""
     hvd = initialized()
+    if allocation is not None:
+        data = allocation(data)
     x, y, sample_weight = tf_keras.utils.unpack_x_y_sample_weight(data)
     with tf.GradientTape() as tape:
         y_pred = model(x, training=True)
@@ -35,20 +39,36 @@ def _hybrid_train_step(model, data):
     return model.compute_metrics(x, y, y_pred, sample_weight)
 
 
-def distribute(model):
+def distribute(model, allocate_every=0, summary_rows=4096):
     """Makes a plain tf_keras model, built after init(), hybrid-ready; call
     it before compile. Broadcasts the weights from rank 0 and averages dense
     gradients over the ranks in every training step; the HetEmbedding tables
-    are on the PS tasks, shared by every rank."""
+    are on the PS tasks, shared by every rank.
+
+    allocate_every > 0 turns on Herald's location-aware allocation
+    (docs/herald.md): each step's samples train on the rank whose cache
+    holds most of their rows, each rank sharing its caches' `summary_rows`
+    most used keys every `allocate_every` steps. Returns the model; its
+    allocation, if any, is `het_allocation(model)`."""
     if num_ps() is None:
         raise ValueError("call het_tf.hybrid.init() first, before building the model")
     hvd = initialized()
     if getattr(model, "_is_compiled", False):
         raise ValueError("call het_tf.hybrid.distribute(model) before model.compile")
     _check_built_after_init(model)
-    model.train_step = lambda data: _hybrid_train_step(model, data)
+    allocation = None
+    if allocate_every:
+        allocation = Allocation(model, allocate_every, summary_rows, hvd.size(), hvd.rank(),
+                                hvd.allgather, hvd.alltoall)
+    model._het_allocation = allocation
+    model.train_step = lambda data: _hybrid_train_step(model, data, allocation)
     hvd.broadcast_variables(model_variables(model), root_rank=0)
     return model
+
+
+def het_allocation(model):
+    """The model's Allocation (distribute's allocate_every), or None."""
+    return getattr(model, "_het_allocation", None)
 
 
 def flush_and_clear(model):

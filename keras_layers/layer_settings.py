@@ -6,7 +6,14 @@ import tensorflow as tf
 import tf_keras
 
 from het_tf.distribute import horovod, server
-from het_tf.runtime.config import MATERIALIZE_LIMIT, CacheConfig, cache_rows, staleness_bounds
+from het_tf.runtime.config import (
+    AUTO,
+    MATERIALIZE_LIMIT,
+    UNBOUNDED,
+    CacheConfig,
+    cache_rows,
+    staleness_bounds,
+)
 
 
 def resolve_initializer(init, input_dim, output_dim, owner):
@@ -89,6 +96,17 @@ def resolve_cache(capacity, policy, staleness, read_staleness, write_staleness, 
                   input_dim, owner, sync="refresh"):
     """The layer's CacheConfig, or None for no cache."""
     rows = cache_rows(capacity, input_dim, owner)
+    if sync == "herald":
+        # Exact: the plan, not a bound, decides what goes when.
+        if rows == 0:
+            raise ValueError(f"{owner}: sync='herald' needs the cache on (it schedules the "
+                             "cached rows); cache_capacity is 0")
+        if (not (isinstance(staleness, str) and staleness == AUTO)
+                or read_staleness is not None or write_staleness is not None):
+            raise ValueError(f"{owner}: sync='herald' is exact and takes no staleness bound; "
+                             "leave staleness, read_staleness and write_staleness unset")
+        return CacheConfig(rows, policy if isinstance(policy, str) else repr(policy), 0,
+                           UNBOUNDED, pin_threshold, sync="herald").validate(owner)
     if rows == 0:
         return None
     read, write, ramp = staleness_bounds(owner, staleness, read_staleness, write_staleness)
@@ -113,6 +131,9 @@ def resolve_hot_rows(hot_rows, input_dim, cache_config, owner):
     if input_dim is not None and hot_rows > input_dim:
         raise ValueError(f"{owner}: hot_rows={hot_rows} is more rows than the table's "
                          f"{input_dim} (input_dim)")
+    if cache_config is not None and cache_config.sync == "herald":
+        raise ValueError(f"{owner}: hot_rows and sync='herald' do not combine: choose FAE's "
+                         "hot block or Herald's plan (docs/herald.md)")
     if cache_config is None:
         raise ValueError(f"{owner}: hot_rows needs the cache on, for the cold rows (FAE "
                          "trains cold rows through it); it is off (cache_capacity=0, or "

@@ -226,8 +226,16 @@ def build_call(draw, op, ctx):
     if op == "HetTableExport":
         return ([th, np.int64(draw(st.integers(0, 5))), np.int64(draw(st.integers(0, 5)))],
                 dict(dim=DIM, num_slots=1))
-    if op == "HetCachePin":
+    if op in ("HetCachePin", "HetCacheMarkDue"):
         return [ch, unique_keys(draw)], {}
+    if op == "HetCacheMostUsed":
+        return [ch, np.int64(draw(st.integers(0, 8)))], {}
+    if op == "HetAssignSamples":
+        sizes = np.array(draw(st.lists(st.integers(0, 3), min_size=1, max_size=3)), np.int64)
+        scores = np.array(draw(st.lists(st.integers(0, 5), min_size=int(sizes.sum() * len(sizes)),
+                                        max_size=int(sizes.sum() * len(sizes)))), np.int32)
+        return ([scores.reshape(int(sizes.sum()), len(sizes)), sizes],
+                dict(stay_bonus=draw(st.integers(0, 2))))
     if op == "HetTableRead":
         return [th, unique_keys(draw)], dict(dim=DIM, num_slots=1)
     if op == "HetTableImport":
@@ -359,7 +367,7 @@ FUZZED_OPS = sorted(OP_DEFS)
 
 def test_every_op_is_fuzzed():
     """The fuzz below covers the library's whole op list, found at run time."""
-    assert len(FUZZED_OPS) == 36 and all(OP_DEFS[name] is not None for name in FUZZED_OPS)
+    assert len(FUZZED_OPS) == 39 and all(OP_DEFS[name] is not None for name in FUZZED_OPS)
 
 
 @pytest.mark.parametrize("op_name", FUZZED_OPS)

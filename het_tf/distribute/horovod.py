@@ -115,6 +115,12 @@ def allgather(tensor):
     return initialized().allgather(tensor)
 
 
+def sum_over_ranks(tensor):
+    """The elementwise sum of a tensor over the ranks (in a graph, too)."""
+    hvd = initialized()
+    return hvd.allreduce(tensor, op=hvd.Sum)
+
+
 def broadcast_object(value):
     """Rank 0's value, on every rank."""
     return initialized().broadcast_object(value, root_rank=0)

@@ -71,7 +71,7 @@ class WorkerCache:
                 vocabulary_size=self.table.config.vocabulary_size, policy=c.policy,
                 pin_threshold=c.pin_threshold, read_staleness=c.read_staleness,
                 write_staleness=c.write_staleness, staleness_ramp=c.staleness_ramp,
-                sync=c.sync, num_shards=self.table.num_shards, shared_name=self.shared_name,
+                sync=c.op_sync, num_shards=self.table.num_shards, shared_name=self.shared_name,
                 **self.table.config.optimizer.op_attrs())
 
     def stats(self):
@@ -107,16 +107,19 @@ class WorkerCache:
 
         return self._on_every_worker(one)
 
-    def lookup(self, ids, training, lookahead=False):
+    def lookup(self, ids, training, lookahead=False, plan=None):
         """Rows of int64 `ids` (any shape) plus the batch's unique keys and
         the inverse map, for the gradient step. Training syncs as the
         config says; evaluation checks every key, so that it changes
         nothing. With `lookahead` (sync "refresh", training) the step's own
         exchange asks only for ids not cached: the step's `prefetch` carries
-        its updates."""
+        its updates. `plan` (sync "herald", training): the HeraldPlan whose
+        pushes the lookup waits for."""
         ids = self.table.check_ids(ids)
-        if training and self.config.sync == "refresh":
-            return self._lookup_by_refresh(ids, carry_updates=not lookahead)
+        if training and self.config.op_sync == "refresh":
+            after = [] if plan is None else [plan.before_read(ids)]
+            with tf.control_dependencies(after):
+                return self._lookup_by_refresh(ids, carry_updates=not lookahead)
         with self._placed(self.device):
             unique, inverse, clocks, read_staleness = self._ops.het_cache_prepare(
                 self.handle(), ids)
@@ -141,6 +144,25 @@ class WorkerCache:
         with self._placed(self.device):
             rows = self._ops.het_cache_end_exchange(self.handle(), unique, answers, dim=self.dim)
         return rows, unique, inverse
+
+    def mark_due(self, keys):
+        """Herald's plan: of `keys`, the rows other ranks read next, those
+        this cache holds with pending updates go with the next exchange.
+        Returns how many rows that exchange will push (0: it need not run)."""
+        with self._placed(self.device):
+            return self._ops.het_cache_mark_due(self.handle(), keys)
+
+    def push_due(self):
+        """An exchange that asks for no rows: it pushes what is due and the
+        outbox, and takes the refreshes the shards queued. Returns a scalar
+        to wait on."""
+        rows, _, _ = self._lookup_by_refresh(tf.zeros([0], tf.int64), carry_updates=True)
+        return tf.size(rows, out_type=tf.int64)
+
+    def most_used(self, count):
+        """Up to `count` cached keys, the most touched first."""
+        with self._placed(self.device):
+            return self._ops.het_cache_most_used(self.handle(), tf.constant(count, tf.int64))
 
     def stage(self, ids):
         """The lookahead's input side, run by the input pipeline on the
@@ -169,7 +191,7 @@ class WorkerCache:
             pushes = self._ops.het_cache_accumulate(
                 self.handle(), unique_keys, unique_grads, tf.cast(learning_rate, tf.float32),
                 dim=self.dim)
-        if self.config.sync == "refresh":
+        if self.config.op_sync == "refresh":
             return pushes[0]
         return self._push_and_ack(pushes, learning_rate)
 

@@ -19,8 +19,10 @@ INITIALIZERS = ("uniform", "normal", "truncated_normal", "constant", "zeros")
 POLICIES = ("lru", "lfu", "lfu_opt")
 # How a cache's training lookups sync with the shards (docs/consistency.md):
 # "refresh", the shards tell the worker which copies went stale and a hit
-# costs no bytes; "check", HET's, every key goes with its clock.
-SYNC_MODES = ("refresh", "check")
+# costs no bytes; "check", HET's, every key goes with its clock; "herald",
+# exact: refresh with a read bound of 0 and no write bound, each rank pushing
+# before a step the rows others read in it (docs/herald.md).
+SYNC_MODES = ("refresh", "check", "herald")
 # Slots per row of each optimizer, as the C++ core keeps them.
 NUM_SLOTS = {"sgd": 0, "adagrad": 1, "adam": 2, "ftrl": 2}
 # The slot of a sum or average of squared gradients, whose part of a cache's
@@ -254,7 +256,16 @@ class CacheConfig:
                   f"{self.staleness_ramp!r}")
         if self.sync not in SYNC_MODES:
             _fail(owner, f"unknown sync {self.sync!r}; expected one of {', '.join(SYNC_MODES)}")
+        if self.sync == "herald" and (self.read_staleness, self.write_staleness,
+                                      self.staleness_ramp) != (0, UNBOUNDED, 0):
+            _fail(owner, "sync 'herald' is exact: it reads with a bound of 0 and writes "
+                  "with none; give it no staleness")
         return self
+
+    @property
+    def op_sync(self):
+        """The sync the cache op runs: Herald's plan drives a sync by refresh."""
+        return "refresh" if self.sync == "herald" else self.sync
 
 
 def _is_int(value):

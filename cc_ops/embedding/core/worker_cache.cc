@@ -253,6 +253,38 @@ int64_t WorkerCache::pinned_keys() const {
   return static_cast<int64_t>(pinned_.size());
 }
 
+int64_t WorkerCache::MarkDue(const int64_t* keys, int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t slot = SlotOf(keys[i]);
+    // CollectPushes sends a key once however often it is listed.
+    if (slot >= 0 && PendingCount(slot) > 0) due_keys_.push_back(keys[i]);
+  }
+  // A key listed twice counts twice here; the answer only has to be 0
+  // exactly when nothing would go.
+  return static_cast<int64_t>(outbox_.size() + due_keys_.size());
+}
+
+std::vector<int64_t> WorkerCache::MostUsed(int64_t n) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<uint64_t, int64_t>> held;  // (touches, key)
+  held.reserve(index_.size());
+  for (int64_t slot = 0; slot < slots_used_; ++slot) {
+    const int64_t key = entries_[slot].key;
+    if (SlotOf(key) != slot) continue;  // a victim's slot, not yet taken again
+    held.emplace_back(order_.touches(static_cast<int32_t>(slot)), key);
+  }
+  const auto first = [](const std::pair<uint64_t, int64_t>& a,
+                        const std::pair<uint64_t, int64_t>& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  };
+  const size_t keep = std::min(held.size(), static_cast<size_t>(std::max<int64_t>(n, 0)));
+  std::partial_sort(held.begin(), held.begin() + keep, held.end(), first);
+  std::vector<int64_t> keys(keep);
+  for (size_t i = 0; i < keep; ++i) keys[i] = held[i].second;
+  return keys;
+}
+
 void WorkerCache::Clear() {
   std::lock_guard<std::mutex> lock(mu_);
   ClearLocked();

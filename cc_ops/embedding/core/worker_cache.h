@@ -234,6 +234,17 @@ class WorkerCache {
   Status Pin(const int64_t* keys, int64_t n);
   int64_t pinned_keys() const;
 
+  // Herald's communication plan (docs/herald.md): of `keys`, the rows
+  // other workers read in their next step, those cached here with pending
+  // updates are made due, so the next exchange pushes them. Keys not cached
+  // are skipped (any int64 is safe to ask about). Returns how many rows
+  // that exchange will push, the outbox included: 0 means it need not run.
+  int64_t MarkDue(const int64_t* keys, int64_t n);
+
+  // Up to n cached keys, the most touched first (ties: the smaller key):
+  // the summary of this cache that location-aware allocation shares.
+  std::vector<int64_t> MostUsed(int64_t n) const;
+
   // Drops every entry and pending update: after a restore the cached copies
   // and their pending updates belong to an abandoned timeline. The cache
   // takes a new generation, so the shards drop their record of it.

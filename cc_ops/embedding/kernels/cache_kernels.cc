@@ -339,6 +339,31 @@ class HetCachePinOp : public CacheKernel {
   }
 };
 
+class HetCacheMarkDueOp : public CacheKernel {
+ public:
+  using CacheKernel::CacheKernel;
+  void Run(OpKernelContext* ctx, WorkerCache& cache) override {
+    const Tensor& keys = ctx->input(1);
+    OP_REQUIRES_OK(ctx, CheckVector(cache.config().table_name, "keys read elsewhere", keys));
+    Tensor* pushes = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &pushes));
+    pushes->scalar<int64_t>()() = cache.MarkDue(keys.flat<int64_t>().data(), keys.NumElements());
+  }
+};
+
+class HetCacheMostUsedOp : public CacheKernel {
+ public:
+  using CacheKernel::CacheKernel;
+  void Run(OpKernelContext* ctx, WorkerCache& cache) override {
+    const Tensor& count = ctx->input(1);
+    OP_REQUIRES(ctx, count.dims() == 0 && count.scalar<int64_t>()() >= 0,
+                tensorflow::errors::InvalidArgument(
+                    TableLabel(cache.config().table_name),
+                    ": the number of most used keys must be a non-negative scalar"));
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 0, cache.MostUsed(count.scalar<int64_t>()())));
+  }
+};
+
 class HetCacheStatsOp : public CacheKernel {
  public:
   using CacheKernel::CacheKernel;
@@ -382,6 +407,8 @@ HET_CPU_KERNEL("HetCacheAccumulate", HetCacheAccumulateOp);
 HET_CPU_KERNEL("HetCacheAckPush", HetCacheAckPushOp);
 HET_CPU_KERNEL("HetCacheFlush", HetCacheFlushOp);
 HET_CPU_KERNEL("HetCacheClear", HetCacheClearOp);
+HET_CPU_KERNEL("HetCacheMarkDue", HetCacheMarkDueOp);
+HET_CPU_KERNEL("HetCacheMostUsed", HetCacheMostUsedOp);
 HET_CPU_KERNEL("HetCacheStats", HetCacheStatsOp);
 
 }  // namespace het

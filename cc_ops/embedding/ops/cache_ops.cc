@@ -235,6 +235,30 @@ row is never evicted (FAE's hot rows under ParameterServerStrategy). The set
 outlives HetCacheClear.
 )doc");
 
+REGISTER_OP("HetCacheMarkDue")
+    .Input("cache: resource")
+    .Input("keys: int64")
+    .Output("pushes: int64")
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
+    .Doc(R"doc(
+Herald's plan: of `keys` (the rows other workers read in their next step),
+those cached with pending updates go with the next exchange. `pushes` is how
+many rows that exchange will push, the outbox included: 0 when it need not run.
+)doc");
+
+REGISTER_OP("HetCacheMostUsed")
+    .Input("cache: resource")
+    .Input("count: int64")
+    .Output("keys: int64")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      c->set_output(0, c->Vector(c->UnknownDim()));
+      return tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+Up to `count` cached keys, the most touched first: the summary of the cache
+that location-aware allocation shares.
+)doc");
+
 REGISTER_OP("HetCacheStats")
     .Input("cache: resource")
     .Output("names: string")

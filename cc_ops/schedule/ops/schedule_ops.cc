@@ -1,0 +1,33 @@
+// Ops of Herald's embedding scheduling (docs/herald.md): where each sample
+// of a global batch trains.
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace het {
+
+using tensorflow::shape_inference::InferenceContext;
+using tensorflow::shape_inference::ShapeHandle;
+
+REGISTER_OP("HetAssignSamples")
+    .Input("scores: int32")
+    .Input("sizes: int64")
+    .Output("workers: int32")
+    .Attr("stay_bonus: int >= 0 = 0")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle scores, sizes;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &scores));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &sizes));
+      c->set_output(0, c->Vector(c->Dim(scores, 0)));
+      return tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+Location-aware allocation: scores[i, w] is how many of sample i's rows
+worker w's cache holds, sizes[w] how many samples worker w read (the batch
+holds worker 0's first, in rank order). Each sample gets the worker it
+trains on, every worker keeping its count; the answer depends only on the
+inputs, so every worker computes the same one. stay_bonus is added to a
+sample's score at the worker that read it.
+)doc");
+
+}  // namespace het
