@@ -518,6 +518,14 @@ class RefCache:
         else:
             self._push_and_ack(due, lr)
 
+    def mark_due(self, keys):
+        """Herald's plan: of `keys` (what other workers read next), the rows
+        cached here with pending updates go with the next exchange.
+        Returns how many rows it will push (0: no need to run it)."""
+        self.due += [k for k in keys if k in self.entries
+                     and self.entries[k]["cc"] > self.entries[k]["cs"]]
+        return len(self.outbox) + len(self.due)
+
     def _exchange_pushes(self):
         """What an exchange carries: the outbox, then the entries the last
         update made due that are still cached and pending (and not beside

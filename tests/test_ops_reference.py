@@ -228,6 +228,77 @@ def test_two_workers_on_few_rows_stay_within_the_read_bound(
         assert clock == ref_table.rows[key]["clock"]
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    steps=st.lists(st.lists(st.lists(st.integers(0, 14), min_size=1, max_size=6), min_size=3,
+                            max_size=3), min_size=1, max_size=10),
+    workers=st.integers(2, 3),
+    capacity=st.integers(3, 20),  # below 6 a batch may not fit: rows pass through
+    policy=st.sampled_from(["lru", "lfu"]),
+    shards=st.integers(1, 2),
+    optimizer=st.sampled_from(["sgd", "adagrad", "adam", "ftrl"]),
+)
+def test_the_herald_plan_is_exact_and_matches_reference(unique_name, steps, workers, capacity,
+                                                        policy, shards, optimizer):
+    """sync="herald" on random streams of 2 or 3 workers stepping together:
+    before each step every worker pushes the pending rows the others read in
+    it, then all read and update. The ops follow the NumPy model row for row;
+    every read has seen every update of the steps before it (its copy's
+    clock, its own pending updates included, is the number of updates made
+    to the row so far, and no other worker holds one unpushed); and with SGD
+    each row read equals the synchronous table's, the no-cache path with
+    every worker's gradients applied after each step."""
+    dim = 3
+    config = het_tf.TableConfig(unique_name(), dim, seed=5,
+                                optimizer=het_tf.OptimizerConfig(optimizer))
+    table = het_tf.ShardedTable(config, [None] * shards)
+    cache_config = het_tf.CacheConfig(capacity, policy, 0, -1, sync="herald")
+    caches = [het_tf.WorkerCache(table, cache_config) for _ in range(workers)]
+    ref_table = RefTable(dim, optimizer, seed=5)
+    ref_caches = [RefCache(ref_table, capacity, policy, 0, -1, 100, "refresh")
+                  for _ in range(workers)]
+    sync_table = RefTable(dim, optimizer, seed=5)  # one synchronous table, no cache
+    made = {}  # key -> updates made so far, by every worker
+    for step, batches in enumerate(steps):
+        batches = batches[:workers]
+        for w in range(workers):
+            others = [k for o in range(workers) if o != w for k in dict.fromkeys(batches[o])]
+            pending = caches[w].mark_due(tf.constant(others, tf.int64))
+            assert int(pending) == ref_caches[w].mark_due(others)
+            if int(pending):
+                caches[w].push_due()
+                ref_caches[w].lookup([], True)
+        sync_rows = {k: sync_table.row(k)["w"].copy() for b in batches for k in b}
+        updates = []
+        for w, batch in enumerate(batches):
+            rows, unique, _ = caches[w].lookup(tf.constant(batch, tf.int64), True)
+            ref_unique, ref_rows = ref_caches[w].lookup(batch, True)
+            np.testing.assert_array_equal(rows.numpy(), np.stack(ref_rows))
+            for i, k in enumerate(ref_unique):
+                entry = ref_caches[w].entries.get(k)
+                if entry is not None:  # cached (a row passing through is read fresh)
+                    assert entry["cc"] == made.get(k, 0), (step, w, k)
+                if optimizer == "sgd":
+                    np.testing.assert_allclose(rows.numpy()[i], sync_rows[k], atol=1e-6)
+            grads = grads_for(rows.numpy(), step)
+            updates.append((ref_unique, grads))
+            caches[w].apply_gradients(unique, tf.constant(grads), LR)
+            ref_caches[w].apply_gradients(ref_unique, grads, LR)
+        for unique, grads in updates:
+            for k, g in zip(unique, grads):
+                sync_table.push(k, g, 1, LR)
+                made[k] = made.get(k, 0) + 1
+    for cache, ref in zip(caches, ref_caches):
+        stats = cache.stats()
+        for name in ("stale_refreshes", "passed_through", "evictions", "rows_pushed"):
+            assert stats[name] == ref.counters[name], name
+        cache.flush(LR)
+        ref.flush(LR)
+    for key, (values, clock) in export_all(table).items():
+        np.testing.assert_array_equal(values, ref_table.rows[key]["w"])
+        assert clock == ref_table.rows[key]["clock"] == made[key]
+
+
 def test_rows_and_shards_follow_the_documented_hashes(unique_name):
     keys = [0, 1, -1, 2**40 + 3, -(2**63), 2**63 - 1]
     config = het_tf.TableConfig(unique_name(), 4, seed=9)
