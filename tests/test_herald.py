@@ -2,18 +2,29 @@
 exact communication plan, on real Horovod ranks sharing PS tasks."""
 import collections
 
+import numpy as np
+import pytest
+import tf_keras
+
+from het_tf.keras_layers import HetEmbedding
+from het_tf.keras_layers.allocation import Allocation
+from tests.test_cluster import assert_served_without_het_tf
 from tests.test_hybrid import BATCH_SIZE, EPOCHS, SAMPLES, run_hybrid
 
 STEPS = SAMPLES // BATCH_SIZE * EPOCHS
 
 
+HERALD = ["--sync", "herald", "--allocate-every", "4", "--summary-rows", "200",
+          "--cache-capacity", "300"]
+
+
 def test_allocation_and_plan_agree_on_every_rank_and_lose_no_sample(tmp_path):
     """2 ranks, sync="herald" with allocation every 4 steps: every rank
     computes the same assignment each step, each keeps its batch size, and
-    the samples trained in a step are exactly the samples read in it."""
-    results = run_hybrid(tmp_path / "run", 1, ["--sync", "herald", "--allocate-every", "4",
-                                                "--summary-rows", "200",
-                                                "--cache-capacity", "300"])
+    the samples trained in a step are exactly the samples read in it. The
+    checkpoint resumes, and the export serves without het_tf."""
+    results = run_hybrid(tmp_path / "run", 1, [*HERALD, "--export-dir", str(tmp_path / "export"),
+                                                "--checkpoint-dir", str(tmp_path / "ckpt")])
     first, second = results
     assert len(first["assignments"]) == STEPS
     assert first["assignments"] == second["assignments"]
@@ -35,3 +46,66 @@ def test_allocation_and_plan_agree_on_every_rank_and_lose_no_sample(tmp_path):
     for r in results:
         assert r["table_updates_applied"] == sum(x["cache_updates_pushed"] for x in results)
         assert r["plan_bytes"] > 0
+    assert first["dense_digest"] == second["dense_digest"]
+    assert first["losses"][-1] < first["losses"][0] - 0.02
+    assert_served_without_het_tf(tmp_path / "export", first)
+
+    resumed = run_hybrid(tmp_path / "resumed", 1, [*HERALD, "--epochs", "1",
+                                                    "--checkpoint-dir", str(tmp_path / "ckpt")])
+    for r in resumed:
+        assert r["resumed_from"].startswith(str(tmp_path / "ckpt"))
+        assert r["restored_rows"] == first["table_rows"]
+        assert r["assignments"] == resumed[0]["assignments"]
+    assert resumed[0]["dense_digest"] == resumed[1]["dense_digest"]
+
+
+def _model(**layer):
+    inputs = tf_keras.Input(shape=(3,), dtype="int64")
+    embedding = HetEmbedding(100, 4, name="items", **layer)
+    model = tf_keras.Model(inputs, tf_keras.layers.Flatten()(embedding(inputs)))
+    return model, embedding
+
+
+def test_bad_herald_settings_name_the_layer():
+    with pytest.raises(ValueError, match="'items'.*herald.*no staleness"):
+        _model(sync="herald", staleness=10)
+    with pytest.raises(ValueError, match="'items'.*herald.*no staleness"):
+        _model(sync="herald", read_staleness=0)
+    with pytest.raises(ValueError, match="'items'.*herald.*needs the cache on"):
+        _model(sync="herald", cache_capacity=0)
+    with pytest.raises(ValueError, match="'items'.*hot_rows and sync='herald'"):
+        _model(sync="herald", hot_rows=5)
+
+
+def test_bad_allocation_settings_are_refused():
+    model, _ = _model(sync="herald")
+    args = dict(ranks=2, rank=0, allgather=None, alltoall=None)
+    with pytest.raises(ValueError, match="summary_rows .* must be a positive int, got 0"):
+        Allocation(model, 4, 0, **args)
+    with pytest.raises(ValueError, match="every .* must be a positive int, got -1"):
+        Allocation(model, -1, 10, **args)
+    with pytest.raises(ValueError, match="at least 2 Horovod ranks.*has 1"):
+        Allocation(model, 4, 10, **{**args, "ranks": 1})
+    uncached, _ = _model(cache_capacity=0)
+    with pytest.raises(ValueError, match="no HetEmbedding layer with a cache"):
+        Allocation(uncached, 4, 10, **args)
+    checked, _ = _model(sync="check")
+    with pytest.raises(ValueError, match="'items' syncs by 'check'"):
+        Allocation(checked, 4, 10, **args)
+
+
+def test_herald_alone_pushes_only_at_evictions_and_the_flush():
+    """One process has no other rank to push for: its updates stay pending
+    until a row is evicted or the flush, which delivers every one."""
+    model, layer = _model(sync="herald", cache_capacity=20)
+    model.compile("sgd", "mse")
+    ids = (np.arange(600).reshape(200, 3) * 7) % 30
+    model.fit(ids, np.zeros((200, 12)), batch_size=5, epochs=2, shuffle=False, verbose=0)
+    before = layer.het_stats()
+    assert before["cache_passed_through"] == 0
+    # Only evicted rows went (the last step's wait in the outbox).
+    assert 0 < before["cache_rows_pushed"] <= before["cache_dirty_evictions"]
+    layer.flush()
+    after = layer.het_stats()
+    made = 2 * sum(len(set(ids[i:i + 5].ravel())) for i in range(0, 200, 5))
+    assert after["table_updates_applied"] == after["cache_updates_pushed"] == made
