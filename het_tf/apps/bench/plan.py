@@ -36,6 +36,15 @@ CONFIGURATIONS = (
     ("fae", "FAE: 50,000 hot rows replicated on every rank, hot and cold batches, the rest "
      "through a 10% LFU cache at staleness 100, hybrid",
      ["--mode", "hybrid", "--staleness", "100", "--hot-rows", "50000"]),
+    ("herald-alloc", "Herald's allocation alone: samples sent to the rank caching their rows "
+     "(16,384-key summaries every 8 steps), 10% LFU cache at staleness 100, hybrid",
+     ["--mode", "hybrid", "--staleness", "100", "--no-lookahead", "--allocate-every", "8",
+      "--summary-rows", "16384"]),
+    ("herald-plan", "Herald's plan alone: exact, each rank pushes only the rows another reads "
+     "next, 10% LFU cache, hybrid", ["--mode", "hybrid", "--sync", "herald"]),
+    ("herald", "Herald: allocation and plan, exact, 10% LFU cache, hybrid",
+     ["--mode", "hybrid", "--sync", "herald", "--allocate-every", "8",
+      "--summary-rows", "16384"]),
 )
 # The staleness sweep for AUC: s10 and s100 come from the configurations above.
 STALENESS_SWEEP = (("het-s0", "0"), ("het-s10", "10"), ("het-s100", "100"),

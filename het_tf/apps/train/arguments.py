@@ -74,10 +74,18 @@ def add_arguments(p):
     p.add_argument("--staleness", type=_staleness, default="auto",
                    help="bound on cached rows' staleness in updates, 'inf', or 'auto' (the "
                    "default: up to 100, and at most a tenth of each worker's steps so far)")
-    p.add_argument("--sync", choices=("refresh", "check"), default="refresh",
+    p.add_argument("--sync", choices=("refresh", "check", "herald"), default="refresh",
                    help="how cached lookups meet the shards: 'refresh' (only misses travel; "
-                   "the shards send fresh rows of copies past the bound) or 'check' (HET's: "
-                   "every id with its clock)")
+                   "the shards send fresh rows of copies past the bound), 'check' (HET's: "
+                   "every id with its clock) or 'herald' (exact, no staleness: each rank "
+                   "pushes only the rows another rank reads next; hybrid or local mode, "
+                   "docs/herald.md)")
+    p.add_argument("--allocate-every", type=int, default=0,
+                   help="Herald's location-aware allocation (hybrid mode, 2 ranks or more): "
+                   "each step's samples train on the rank whose cache holds most of their "
+                   "rows, the caches' summaries shared every this many steps (0: off)")
+    p.add_argument("--summary-rows", type=int, default=4096,
+                   help="the most used keys of each cache that the allocation shares")
     p.add_argument("--lookahead", action=argparse.BooleanOptionalAction, default=None,
                    help="the input pipeline stages each batch's ids a step ahead, and each "
                    "training step prefetches the next batch's rows while it computes "
@@ -142,6 +150,7 @@ def check(args):
         raise ValueError("--link shapes the local cluster that ps or hybrid mode starts by "
                          "itself; local mode has none")
     _check_hot(args)
+    _check_herald(args)
     if args.lookahead is None:
         # The lookahead leaves layers with hot rows alone.
         args.lookahead = args.embedding == "het" and args.sync == "refresh" and not args.hot
@@ -163,6 +172,28 @@ def check(args):
                 f"{parquet[0]!r}: in ps mode the workers read Parquet with tensorflow-io, "
                 "which this TensorFlow cannot load (it supports 2.16). Use --mode local or "
                 "hybrid (their processes read Parquet with pyarrow), or TSV files")
+
+
+def _check_herald(args):
+    """Herald's options: the plan (--sync herald) and the allocation."""
+    if args.sync == "herald" and args.mode == "ps":
+        raise ValueError("--sync herald needs hybrid or local mode: ParameterServerStrategy's "
+                         "workers cannot share the ids they read")
+    if args.sync == "herald" and args.staleness != "auto":
+        raise ValueError("--sync herald is exact and takes no --staleness")
+    if args.allocate_every < 0:
+        raise ValueError(f"--allocate-every must be >= 0 (0: off), got {args.allocate_every}")
+    if not args.allocate_every:
+        return
+    if args.summary_rows < 1:
+        raise ValueError(f"--summary-rows must be a positive number of keys, got "
+                         f"{args.summary_rows}")
+    if args.mode != "hybrid" or args.workers < 2:
+        raise ValueError("--allocate-every moves samples between Horovod ranks: it needs "
+                         "--mode hybrid and --workers 2 or more")
+    if args.embedding != "het" or args.hot:
+        raise ValueError("--allocate-every sends samples to HetEmbedding caches: it needs "
+                         "--embedding het and no hot rows")
 
 
 def _check_hot(args):

@@ -13,6 +13,7 @@ import het_tf
 from het_tf.apps.launch import LOCAL_TASKS_ENV
 from het_tf.data.synthetic import HELD_OUT_STREAM
 from het_tf.keras_layers.het_embedding import het_embedding_layers
+from het_tf.keras_layers.hybrid_training import het_allocation
 from het_tf.runtime.cache import hit_rate
 
 # Keras's clipping of probabilities in binary cross-entropy.
@@ -73,7 +74,7 @@ def embedding_figures(model, ranks=1):
     if not layers:
         return {}
     totals = {"hits": 0, "unique_keys": 0, "table_rows": 0, "prefetch_hits": 0}
-    traffic, per_sample, hot_per_sample = 0, 0.0, None
+    traffic, per_sample, hot_per_sample, plan_per_sample = 0, 0.0, None, None
     for layer in layers:
         stats = layer.het_stats()
         for counter in ("hits", "unique_keys", "prefetch_hits"):
@@ -84,11 +85,23 @@ def embedding_figures(model, ranks=1):
         per_sample += stats["embedding_bytes"] / samples
         if "hot_bytes_exchanged" in stats:  # FAE's exchange between the ranks, in that
             hot_per_sample = (hot_per_sample or 0) + stats["hot_bytes_exchanged"] / samples
+        if "plan_bytes" in stats:  # Herald's ids shared between the ranks, in that too
+            plan_per_sample = (plan_per_sample or 0) + stats["plan_bytes"] / samples
     figures = {"embedding_bytes": int(traffic), "table_rows": int(totals["table_rows"]),
                "table_rows_per_task": rows_per_task(layers),
                "embedding_bytes_per_sample": per_sample}
     if hot_per_sample is not None:
         figures["hot_bytes_per_sample"] = hot_per_sample
+    if plan_per_sample is not None:
+        figures["plan_bytes_per_sample"] = plan_per_sample
+    allocation = het_allocation(model)
+    if allocation is not None:  # Herald's: summaries, scores and the samples moved
+        stats = allocation.stats()
+        samples = max(stats["allocation_samples"], 1)
+        figures["allocation_bytes_per_sample"] = stats["allocation_bytes"] / samples
+        figures["allocation_moved_share"] = stats["allocation_moved"] / samples
+        figures["embedding_bytes"] += stats["allocation_bytes"]
+        figures["embedding_bytes_per_sample"] += stats["allocation_bytes"] / samples
     if totals["unique_keys"]:
         figures["cache_hit_rate"] = hit_rate(totals)
         # Misses the lookahead fetched before their step (het_tf.lookahead).
