@@ -7,6 +7,7 @@ cache (and through it to the table's server-side optimizer) as a side
 effect. A trainable scalar anchor carries that gradient path, so the layer
 drops into any model and `model.fit` with no subclassing.
 """
+import collections
 import copy
 import dataclasses
 import zlib
@@ -288,6 +289,18 @@ class HetEmbedding(tf_keras.layers.Layer):
         return HeraldPlan(self._cache, horovod.size(), horovod.rank(), horovod.allgather,
                           horovod.sum_over_ranks)
 
+    def _split(self, training):
+        """The rows a step takes apart from the cache, if any: the hot
+        block's (training or not), or in training the rows Herald's plan
+        finds shared with other ranks."""
+        if self._hot is not None:
+            hot = self._hot
+            return _Split(hot.is_hot, hot.gather, hot.apply_gradients)
+        if self._plan is not None and training:
+            plan = self._plan
+            return _Split(plan.shared, plan.read, plan.keep)
+        return None
+
     def _write_initial_rows(self):
         values = tf.cast(self._initializer[1](shape=(self.input_dim, self.output_dim),
                                               dtype=tf.float32), tf.float32)
@@ -318,9 +331,8 @@ class HetEmbedding(tf_keras.layers.Layer):
             # The saved lookup takes ids of any shape: give its rows theirs.
             return tf.ensure_shape(self._serving_lookup(ids),
                                    ids.shape.concatenate([self.output_dim]))
-        table, cache, hot, dim, owner = (self._table, self._cache, self._hot, self.output_dim,
-                                         self._owner)
-        plan = self._plan if training else None
+        table, cache, dim, owner = self._table, self._cache, self.output_dim, self._owner
+        split = self._split(training)
         regularizer, mask_zero = self.embeddings_regularizer, self.mask_zero
 
         lookahead = self.lookahead_active and training
@@ -328,12 +340,11 @@ class HetEmbedding(tf_keras.layers.Layer):
 
         @tf.custom_gradient
         def lookup(anchor):
-            is_hot = None
-            if hot is not None:
-                rows, unique, inverse, is_hot = _lookup_hot_and_cold(hot, cache, ids, training)
+            is_first = None
+            if split is not None:
+                rows, unique, inverse, is_first = _lookup_split(split, cache, ids, training)
             elif cache is not None:
-                rows, unique, inverse = cache.lookup(ids, training, lookahead=lookahead,
-                                                     plan=plan)
+                rows, unique, inverse = cache.lookup(ids, training, lookahead=lookahead)
                 if lookahead:
                     prefetched.append(cache.prefetch(ids, rows))
             else:
@@ -356,9 +367,9 @@ class HetEmbedding(tf_keras.layers.Layer):
                                                 tf.shape(unique_grads, out_type=tf.int64))
                     unique_grads += penalty
                 lr = self._current_learning_rate()
-                if is_hot is not None:
-                    update = _update_hot_and_cold(hot, cache, unique, unique_grads, lr, is_hot,
-                                                  kept)
+                if is_first is not None:
+                    update = _update_split(split, cache, unique, unique_grads, lr, is_first,
+                                           kept)
                 else:
                     keys = unique
                     if kept is not None:  # padding: no gradient, no update, no clock tick
@@ -454,6 +465,8 @@ class HetEmbedding(tf_keras.layers.Layer):
 
     def _flush_ops(self):
         ops = [] if self._hot is None else tf.nest.flatten(self._hot.write_back())
+        if self._plan is not None:  # the shared rows' gradients kept for the next step
+            ops += [self._plan.flush()]
         if self._cache is None:
             return ops
         return ops + tf.nest.flatten(self._cache.flush(self._current_learning_rate()))
@@ -461,6 +474,8 @@ class HetEmbedding(tf_keras.layers.Layer):
     def clear_cache(self):
         """Drops this worker's cached rows and pending updates (flush first
         to keep them); returns the ops."""
+        if self._plan is not None:
+            self._plan.clear()
         return [] if self._cache is None else [self._cache.clear()]
 
     def reload_hot_rows(self):
@@ -570,7 +585,7 @@ class HetEmbedding(tf_keras.layers.Layer):
             traffic += stats["hot_bytes_exchanged"]
         if self._plan is not None:
             stats.update(self._plan.stats())
-            traffic += stats["plan_bytes"]
+            traffic += stats["plan_bytes"] + stats["plan_direct_bytes"]
         stats["samples"] = int(self._samples.numpy()) if tf.executing_eagerly() else 0
         stats["embedding_bytes"] = traffic
         stats["bytes_per_id"] = traffic / max(lookups, 1)
@@ -627,42 +642,50 @@ class HetEmbedding(tf_keras.layers.Layer):
         return cls(**config)
 
 
-def _lookup_hot_and_cold(hot, cache, ids, training):
-    """(rows, unique ids, inverse, which unique ids are hot): hot rows from
-    the hot block, the others through the cache. A batch with no cold id
-    (a hot batch) does not meet the shards at all."""
-    ids = hot.table.check_ids(ids)
+class _Split(collections.namedtuple("_Split", "is_first gather apply")):
+    """Rows a step takes apart from the cache: `is_first(unique)` says which
+    of the step's unique keys they are, `gather(keys)` reads them and
+    `apply(keys, grads, learning_rate)` updates them. FAE's hot rows (the
+    hot block) or Herald's shared rows (the shards, after the plan)."""
+
+
+def _lookup_split(split, cache, ids, training):
+    """(rows, unique ids, inverse, which unique ids are the split's): the
+    split's rows from it, the others through the cache. A batch with none
+    of the others does not meet the cache at all."""
+    ids = cache.table.check_ids(ids)
     unique, inverse = tf.unique(tf.reshape(ids, [-1]), out_idx=tf.int32)
-    is_hot = hot.is_hot(unique)
-    hot_at, cold_at = (tf.cast(tf.where(x)[:, 0], tf.int32) for x in (is_hot, ~is_hot))
-    cold_keys = tf.gather(unique, cold_at)
+    is_first = split.is_first(unique)
+    first_at, rest_at = (tf.cast(tf.where(x)[:, 0], tf.int32) for x in (is_first, ~is_first))
+    rest_keys = tf.gather(unique, rest_at)
 
-    def cold_rows():
-        rows, cold_unique, cold_inverse = cache.lookup(cold_keys, training)
-        return tf.gather(rows, cold_inverse)
+    def rest_rows():
+        rows, _, rest_inverse = cache.lookup(rest_keys, training)
+        return tf.gather(rows, rest_inverse)
 
-    cold = tf.cond(tf.size(cold_keys) > 0, cold_rows,
-                   lambda: tf.zeros([0, hot.dim], tf.float32))
-    rows = tf.dynamic_stitch([hot_at, cold_at], [hot.gather(tf.gather(unique, hot_at)), cold])
-    return rows, unique, tf.reshape(inverse, tf.shape(ids)), is_hot
+    rest = tf.cond(tf.size(rest_keys) > 0, rest_rows,
+                   lambda: tf.zeros([0, cache.dim], tf.float32))
+    rows = tf.dynamic_stitch([first_at, rest_at],
+                             [split.gather(tf.gather(unique, first_at)), rest])
+    return rows, unique, tf.reshape(inverse, tf.shape(ids)), is_first
 
 
-def _update_hot_and_cold(hot, cache, unique, grads, learning_rate, is_hot, kept):
-    """The step's update: the hot rows' gradients to every rank's hot block,
-    the cold rows' to the cache (only if the lookup met it). Padding
-    (`kept` False) takes no update."""
-    hot_now, cold_now = (is_hot, ~is_hot) if kept is None else (is_hot & kept, ~is_hot & kept)
-    update_hot = hot.apply_gradients(tf.boolean_mask(unique, hot_now),
-                                     tf.boolean_mask(grads, hot_now), learning_rate)
+def _update_split(split, cache, unique, grads, learning_rate, is_first, kept):
+    """The step's update: the split's rows' gradients to it, the others' to
+    the cache (only if the lookup met it). Padding (`kept` False) takes no
+    update."""
+    first, rest = (is_first, ~is_first) if kept is None else (is_first & kept, ~is_first & kept)
+    update_first = split.apply(tf.boolean_mask(unique, first), tf.boolean_mask(grads, first),
+                               learning_rate)
 
-    def update_cold():
-        update = cache.apply_gradients(tf.boolean_mask(unique, cold_now),
-                                       tf.boolean_mask(grads, cold_now), learning_rate)
+    def update_rest():
+        update = cache.apply_gradients(tf.boolean_mask(unique, rest),
+                                       tf.boolean_mask(grads, rest), learning_rate)
         with tf.control_dependencies(tf.nest.flatten(update)):
             return tf.constant(True)
 
-    cold_update = tf.cond(tf.reduce_any(~is_hot), update_cold, lambda: tf.constant(False))
-    return [update_hot, cold_update]
+    rest_update = tf.cond(tf.reduce_any(~is_first), update_rest, lambda: tf.constant(False))
+    return [update_first, rest_update]
 
 
 def _initializer_from_weights(weights, input_dim, output_dim, owner):

@@ -518,13 +518,20 @@ class RefCache:
         else:
             self._push_and_ack(due, lr)
 
-    def mark_due(self, keys):
-        """Herald's plan: of `keys` (what other workers read next), the rows
-        cached here with pending updates go with the next exchange.
-        Returns how many rows it will push (0: no need to run it)."""
-        self.due += [k for k in keys if k in self.entries
-                     and self.entries[k]["cc"] > self.entries[k]["cs"]]
-        return len(self.outbox) + len(self.due)
+    def drop(self, keys):
+        """Herald's plan: drops the copies of `keys` (the rows other workers
+        read next); pending updates join the outbox. Returns the outbox's
+        length (0: the next exchange has nothing to push)."""
+        for k in dict.fromkeys(keys):
+            e = self.entries.pop(k, None)
+            if e is None:
+                continue
+            if e["cc"] > e["cs"]:
+                self.outbox.append((k, e["pd"], e["cc"] - e["cs"], e["cs"]))
+                self.counters["dirty_evictions"] += 1
+            self.unreported.append(k)
+            self.counters["evictions"] += 1
+        return len(self.outbox)
 
     def _exchange_pushes(self):
         """What an exchange carries: the outbox, then the entries the last

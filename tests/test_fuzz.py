@@ -226,7 +226,7 @@ def build_call(draw, op, ctx):
     if op == "HetTableExport":
         return ([th, np.int64(draw(st.integers(0, 5))), np.int64(draw(st.integers(0, 5)))],
                 dict(dim=DIM, num_slots=1))
-    if op in ("HetCachePin", "HetCacheMarkDue"):
+    if op in ("HetCachePin", "HetCacheDrop"):
         return [ch, unique_keys(draw)], {}
     if op == "HetCacheMostUsed":
         return [ch, np.int64(draw(st.integers(0, 8)))], {}

@@ -240,14 +240,15 @@ def test_two_workers_on_few_rows_stay_within_the_read_bound(
 )
 def test_the_herald_plan_is_exact_and_matches_reference(unique_name, steps, workers, capacity,
                                                         policy, shards, optimizer):
-    """sync="herald" on random streams of 2 or 3 workers stepping together:
-    before each step every worker pushes the pending rows the others read in
-    it, then all read and update. The ops follow the NumPy model row for row;
-    every read has seen every update of the steps before it (its copy's
-    clock, its own pending updates included, is the number of updates made
-    to the row so far, and no other worker holds one unpushed); and with SGD
-    each row read equals the synchronous table's, the no-cache path with
-    every worker's gradients applied after each step."""
+    """sync="herald" on random streams of 2 or 3 workers stepping together.
+    Before each step every worker pushes its last step's gradients of the
+    rows several workers read, and drops its copies of the rows the others
+    read now, pushing their pending updates; then each reads those rows
+    from the shards and its own from its cache. The caches follow the NumPy
+    model row for row; every cached read has seen every update of the steps
+    before it (its clock, its pending updates included, counts them all, so
+    no other worker holds one unpushed); and with SGD every row read equals
+    the synchronous table's, all workers' gradients applied after each step."""
     dim = 3
     config = het_tf.TableConfig(unique_name(), dim, seed=5,
                                 optimizer=het_tf.OptimizerConfig(optimizer))
@@ -259,39 +260,64 @@ def test_the_herald_plan_is_exact_and_matches_reference(unique_name, steps, work
                   for _ in range(workers)]
     sync_table = RefTable(dim, optimizer, seed=5)  # one synchronous table, no cache
     made = {}  # key -> updates made so far, by every worker
+    kept = [([], None)] * workers  # each worker's last gradients of shared rows
+
+    def push_kept(w):
+        keys, grads = kept[w]
+        if keys:
+            table.push(tf.constant(keys, tf.int64), tf.constant(grads),
+                       tf.ones([len(keys)], tf.int64), LR, return_rows=False)
+            for k, g in zip(keys, grads):
+                ref_table.push(k, g, 1, LR)
+
     for step, batches in enumerate(steps):
-        batches = batches[:workers]
+        batches = [list(dict.fromkeys(b)) for b in batches[:workers]]
+        others = [sorted({k for o in range(workers) if o != w for k in batches[o]})
+                  for w in range(workers)]
         for w in range(workers):
-            others = [k for o in range(workers) if o != w for k in dict.fromkeys(batches[o])]
-            pending = caches[w].mark_due(tf.constant(others, tf.int64))
-            assert int(pending) == ref_caches[w].mark_due(others)
-            if int(pending):
+            push_kept(w)
+            outbox = caches[w].drop(tf.constant(others[w], tf.int64))
+            assert int(outbox) == ref_caches[w].drop(others[w])
+            if int(outbox):
                 caches[w].push_due()
                 ref_caches[w].lookup([], True)
         sync_rows = {k: sync_table.row(k)["w"].copy() for b in batches for k in b}
         updates = []
         for w, batch in enumerate(batches):
-            rows, unique, _ = caches[w].lookup(tf.constant(batch, tf.int64), True)
-            ref_unique, ref_rows = ref_caches[w].lookup(batch, True)
-            np.testing.assert_array_equal(rows.numpy(), np.stack(ref_rows))
-            for i, k in enumerate(ref_unique):
-                entry = ref_caches[w].entries.get(k)
-                if entry is not None:  # cached (a row passing through is read fresh)
-                    assert entry["cc"] == made.get(k, 0), (step, w, k)
+            shared = [k for k in batch if k in others[w]]
+            own = [k for k in batch if k not in others[w]]
+            read = {}
+            if shared:
+                rows = table.gather(tf.constant(shared, tf.int64)).numpy()
+                np.testing.assert_array_equal(rows, [ref_table.row(k)["w"] for k in shared])
+                read.update(zip(shared, rows))
+            if own:
+                rows, unique, _ = caches[w].lookup(tf.constant(own, tf.int64), True)
+                ref_unique, ref_rows = ref_caches[w].lookup(own, True)
+                np.testing.assert_array_equal(rows.numpy(), np.stack(ref_rows))
+                read.update(zip(ref_unique, rows.numpy()))
+                for k in ref_unique:
+                    entry = ref_caches[w].entries.get(k)
+                    if entry is not None:  # cached (a row passing through is read fresh)
+                        assert entry["cc"] == made.get(k, 0), (step, w, k)
+            for k in batch:
                 if optimizer == "sgd":
-                    np.testing.assert_allclose(rows.numpy()[i], sync_rows[k], atol=1e-6)
-            grads = grads_for(rows.numpy(), step)
-            updates.append((ref_unique, grads))
-            caches[w].apply_gradients(unique, tf.constant(grads), LR)
-            ref_caches[w].apply_gradients(ref_unique, grads, LR)
-        for unique, grads in updates:
-            for k, g in zip(unique, grads):
-                sync_table.push(k, g, 1, LR)
-                made[k] = made.get(k, 0) + 1
-    for cache, ref in zip(caches, ref_caches):
+                    np.testing.assert_allclose(read[k], sync_rows[k], atol=1e-6)
+            grad = dict(zip(batch, grads_for(np.stack([read[k] for k in batch]), step)))
+            if own:
+                own_grads = np.stack([grad[k] for k in own])
+                caches[w].apply_gradients(tf.constant(own, tf.int64), tf.constant(own_grads), LR)
+                ref_caches[w].apply_gradients(own, own_grads, LR)
+            kept[w] = (shared, np.stack([grad[k] for k in shared]) if shared else None)
+            updates += list(grad.items())
+        for k, g in updates:
+            sync_table.push(k, g, 1, LR)
+            made[k] = made.get(k, 0) + 1
+    for w, (cache, ref) in enumerate(zip(caches, ref_caches)):
         stats = cache.stats()
         for name in ("stale_refreshes", "passed_through", "evictions", "rows_pushed"):
             assert stats[name] == ref.counters[name], name
+        push_kept(w)
         cache.flush(LR)
         ref.flush(LR)
     for key, (values, clock) in export_all(table).items():

@@ -223,6 +223,13 @@ def test_a_first_run_on_a_small_criteo_file_just_works_and_is_quiet(tmp_path):
     (["--hot-rows", "10", "--embedding", "keras"], "they need --embedding het"),
     (["--hot-rows", "-1"], "must be >= 0"),
     (["--hot-rows", "10", "--hot-share", "0"], "--hot-share must be in (0, 1]"),
+    (["--sync", "herald", "--mode", "ps"], "--sync herald needs hybrid or local mode"),
+    (["--sync", "herald", "--staleness", "10"], "--sync herald is exact and takes no"),
+    (["--allocate-every", "-1"], "--allocate-every must be >= 0"),
+    (["--allocate-every", "4"], "it needs --mode hybrid and --workers 2 or more"),
+    (["--allocate-every", "4", "--mode", "hybrid", "--workers", "1"], "--workers 2 or more"),
+    (["--allocate-every", "4", "--mode", "hybrid", "--summary-rows", "0"],
+     "--summary-rows must be a positive"),
 ])
 def test_train_rejects_bad_arguments(tmp_path, args, message):
     result = run(HET_TF + ["train", "--run-dir", str(tmp_path / "r"), *args], timeout=120)

@@ -107,19 +107,16 @@ class WorkerCache:
 
         return self._on_every_worker(one)
 
-    def lookup(self, ids, training, lookahead=False, plan=None):
+    def lookup(self, ids, training, lookahead=False):
         """Rows of int64 `ids` (any shape) plus the batch's unique keys and
         the inverse map, for the gradient step. Training syncs as the
         config says; evaluation checks every key, so that it changes
         nothing. With `lookahead` (sync "refresh", training) the step's own
         exchange asks only for ids not cached: the step's `prefetch` carries
-        its updates. `plan` (sync "herald", training): the HeraldPlan whose
-        pushes the lookup waits for."""
+        its updates."""
         ids = self.table.check_ids(ids)
         if training and self.config.op_sync == "refresh":
-            after = [] if plan is None else [plan.before_read(ids)]
-            with tf.control_dependencies(after):
-                return self._lookup_by_refresh(ids, carry_updates=not lookahead)
+            return self._lookup_by_refresh(ids, carry_updates=not lookahead)
         with self._placed(self.device):
             unique, inverse, clocks, read_staleness = self._ops.het_cache_prepare(
                 self.handle(), ids)
@@ -145,12 +142,12 @@ class WorkerCache:
             rows = self._ops.het_cache_end_exchange(self.handle(), unique, answers, dim=self.dim)
         return rows, unique, inverse
 
-    def mark_due(self, keys):
-        """Herald's plan: of `keys`, the rows other ranks read next, those
-        this cache holds with pending updates go with the next exchange.
-        Returns how many rows that exchange will push (0: it need not run)."""
+    def drop(self, keys):
+        """Herald's plan: drops the cached copies of `keys`, the rows other
+        ranks read next; the pending updates of those held join the outbox.
+        Returns the rows the next exchange will push (0: it need not run)."""
         with self._placed(self.device):
-            return self._ops.het_cache_mark_due(self.handle(), keys)
+            return self._ops.het_cache_drop(self.handle(), keys)
 
     def push_due(self):
         """An exchange that asks for no rows: it pushes what is due and the

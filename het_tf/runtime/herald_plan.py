@@ -1,21 +1,33 @@
 """Herald's communication plan for one worker cache (docs/herald.md): exact
-reads without a per-key check and without pushing every update.
+reads, as one synchronous table gives, without a per-key check and without
+pushing every update.
 
-The cache runs the sync by refresh with a read bound of 0 and no write
-bound: a row's updates stay pending in the cache that made them, and any
-push by another writer makes this cache's copy stale, to be refreshed with
-its next exchange. Before each training lookup the ranks share the unique
-ids their steps will read (`allgather`), and each pushes, from what it holds
-pending, only the rows some other rank is about to read, with its outbox
-(rows evicted or passed through). The pushes land before any rank reads:
-a sum over the ranks (`sum_over_ranks`) that follows every rank's push is
-the barrier. So every read sees every update made before it in the step
-order, as one synchronous table would give, while a row that only one rank
-touches is pushed only when it leaves that rank's cache or at a flush.
+Each step, before any rank reads:
+
+1. Each rank pushes the gradients its last step gave the *shared* rows (read
+   by more than one rank in that step), which it kept back until now.
+2. The ranks share the unique ids their steps will read (`allgather`).
+3. Each rank drops from its cache every row another rank reads now; the
+   pending updates of those it held, and its outbox (rows evicted), go to
+   the shards in one exchange.
+4. A sum over the ranks (`sum_over_ranks`) that follows every rank's pushes
+   is the barrier.
+
+Then a rank reads its *own* rows (read by no other rank this step) from its
+cache, where no other rank has written them since it cached them, and the
+shared rows from the shards, where every update of the earlier steps has
+landed and none of this step's has (they wait for step 1 of the next one,
+which no rank reaches before every rank has read: the allgather waits for
+all). A row only one rank reads stays in its cache with no traffic at all,
+pending until evicted or flushed; a row several ranks read costs what the
+cache-off path costs (its read, and its gradient pushed once).
 """
 import tensorflow as tf
 
-# Bytes a rank sends to each other rank per id it shares (an int64 key).
+# What a rank sends each other rank per id it shares (an int64 key), and
+# the cache-off path's wire sizes (cc_ops/embedding/core/wire_sizes.h): a
+# read sends 8 bytes a key and takes 4 * dim a row; a push sends
+# 4 * dim + 16 a key and 4 a shard.
 _ID_BYTES = 8
 
 
@@ -26,38 +38,117 @@ class HeraldPlan:
 
     def __init__(self, cache, ranks, rank, allgather, sum_over_ranks):
         self.cache = cache
+        self.table = cache.table
         self._ranks, self._rank = int(ranks), int(rank)
         self._allgather, self._sum = allgather, sum_over_ranks
+        dim = self.table.dim
         with tf.init_scope():
-            # What this rank sent to and received from the others for the
-            # plan: the ids, their counts and the barrier's sum.
-            self._bytes = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                      name="het_plan_bytes")
-            self._pushed_for_others = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                                  name="het_plan_pushes")
+            # The last step's gradients of its shared rows, pushed before the
+            # next step reads (or by a flush).
+            self._kept_keys = tf.Variable(tf.zeros([0], tf.int64), trainable=False,
+                                          shape=tf.TensorShape([None]), name="het_plan_keys")
+            self._kept_grads = tf.Variable(tf.zeros([0, dim]), trainable=False,
+                                           shape=tf.TensorShape([None, dim]),
+                                           name="het_plan_grads")
+            self._kept_rate = tf.Variable(0.0, trainable=False, name="het_plan_rate")
+            # Their number, kept apart: TensorFlow may rewrite the size of a
+            # variable's read into the variable's shape, read after a later
+            # assignment in the same function.
+            self._kept_count = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                           name="het_plan_count")
+            # Bytes this rank sent and received for the plan: the ids shared
+            # with the other ranks and the barrier; and for the shared rows,
+            # read and pushed as the cache-off path does.
+            self._plan_bytes = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                           name="het_plan_bytes")
+            self._direct_bytes = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                             name="het_plan_direct_bytes")
+            self._shared_keys = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                            name="het_plan_shared_keys")
 
-    def before_read(self, ids):
-        """Runs the plan for a training lookup of `ids` (checked by the
-        caller); returns the tensor the lookup must wait for."""
-        unique, _ = tf.unique(tf.reshape(ids, [-1]))
+    # ----- the step -----
+
+    def _push_kept(self):
+        """Pushes the kept-back gradients and forgets them; returns the op."""
+        keys, grads = self._kept_keys.read_value(), self._kept_grads.read_value()
+        n = self._kept_count.read_value()
+
+        def push():
+            # The keys were checked by the lookup that read them.
+            update = self.table.push(keys, grads, tf.ones(tf.reshape(n, [1]), tf.int64),
+                                     self._kept_rate,
+                                     return_rows=False, keys_checked=True)
+            with tf.control_dependencies(tf.nest.flatten(update)):
+                return tf.identity(n)
+
+        pushed = tf.cond(n > 0, push, lambda: tf.constant(0, tf.int64))
+        with tf.control_dependencies([pushed]):
+            cleared = [self._kept_keys.assign(tf.zeros([0], tf.int64)),
+                       self._kept_grads.assign(tf.zeros([0, self.table.dim])),
+                       self._kept_count.assign(0),
+                       self._direct_bytes.assign_add(
+                           n * (4 * self.table.dim + 16)
+                           + tf.cast(n > 0, tf.int64) * 4 * self.table.num_shards)]
+        with tf.control_dependencies(cleared):
+            return tf.identity(pushed)
+
+    def shared(self, unique):
+        """Runs the plan before a training lookup of the unique keys
+        `unique` (checked); returns which of them are shared this step,
+        once no rank can read before every rank's pushes have landed."""
+        pushed = self._push_kept()
         count = tf.size(unique, out_type=tf.int64)
         counts = self._allgather(tf.reshape(count, [1]))
         everyone = self._allgather(unique)
         start = tf.reduce_sum(counts[:self._rank])
         place = tf.range(tf.size(everyone, out_type=tf.int64))
-        others = tf.boolean_mask(everyone, (place < start) | (place >= start + count))
-        pending = self.cache.mark_due(others)
-        pushed = tf.cond(pending > 0, self.cache.push_due,
-                         lambda: tf.constant(0, tf.int64))
-        with tf.control_dependencies([pushed]):
+        others = tf.sort(tf.boolean_mask(everyone, (place < start) | (place >= start + count)))
+        outbox = self.cache.drop(others)
+        sent = tf.cond(outbox > 0, self.cache.push_due, lambda: tf.constant(0, tf.int64))
+        with tf.control_dependencies([pushed, sent]):
             # The barrier: no rank reads before every rank's pushes landed.
-            total = self._sum(tf.reshape(tf.cast(pending, tf.float32), [1]))
-        shared = (count * (self._ranks - 1) + tf.size(others, out_type=tf.int64)) * _ID_BYTES
-        counted = self._bytes.assign_add(shared + 2 * _ID_BYTES * (self._ranks - 1) + 8)
-        noted = self._pushed_for_others.assign_add(pending)
-        with tf.control_dependencies([counted, noted]):
-            return tf.identity(total)
+            done = self._sum(tf.reshape(tf.cast(outbox, tf.float32), [1]))
+        at = tf.searchsorted(others, unique)
+        is_shared = tf.gather(tf.concat([others, [0]], 0), at) == unique
+        is_shared &= at < tf.size(others, out_type=at.dtype)
+        shared_count = tf.reduce_sum(tf.cast(is_shared, tf.int64))
+        counted = [self._plan_bytes.assign_add(
+                       (count * (self._ranks - 1) + tf.size(others, out_type=tf.int64)
+                        + 2 * (self._ranks - 1)) * _ID_BYTES + 8),
+                   # The shared rows' read: a key out, a row back.
+                   self._direct_bytes.assign_add(shared_count * (8 + 4 * self.table.dim)),
+                   self._shared_keys.assign_add(shared_count)]
+        with tf.control_dependencies([done, *counted]):
+            return tf.identity(is_shared)
+
+    def read(self, keys):
+        """The shared rows of a step, from the shards (after `shared`)."""
+        return tf.cond(tf.size(keys) > 0, lambda: self.table.gather(keys),
+                       lambda: tf.zeros([0, self.table.dim], tf.float32))
+
+    def keep(self, keys, grads, learning_rate):
+        """Keeps this step's gradient sums of its shared rows for the next
+        step's start (or a flush)."""
+        return [self._kept_keys.assign(keys), self._kept_grads.assign(grads),
+                # The shape, not tf.size: under a custom gradient, the size of a
+                # tensor assigned to a variable was read as the variable's.
+                self._kept_count.assign(tf.shape(keys, out_type=tf.int64)[0]),
+                self._kept_rate.assign(tf.cast(learning_rate, tf.float32))]
+
+    # ----- outside the steps (eager) -----
+
+    def flush(self):
+        """Pushes the kept-back gradients."""
+        return self._push_kept()
+
+    def clear(self):
+        """Forgets the kept-back gradients (after a restore they belong to an
+        abandoned timeline)."""
+        self._kept_keys.assign(tf.zeros([0], tf.int64))
+        self._kept_grads.assign(tf.zeros([0, self.table.dim]))
+        self._kept_count.assign(0)
 
     def stats(self):
-        return {"plan_bytes": int(self._bytes.numpy()),
-                "plan_push_rounds": int(self._pushed_for_others.numpy())}
+        return {"plan_bytes": int(self._plan_bytes.numpy()),
+                "plan_direct_bytes": int(self._direct_bytes.numpy()),
+                "plan_shared_keys": int(self._shared_keys.numpy())}

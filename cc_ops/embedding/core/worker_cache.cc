@@ -253,16 +253,24 @@ int64_t WorkerCache::pinned_keys() const {
   return static_cast<int64_t>(pinned_.size());
 }
 
-int64_t WorkerCache::MarkDue(const int64_t* keys, int64_t n) {
+int64_t WorkerCache::Drop(const int64_t* keys, int64_t n) {
   std::lock_guard<std::mutex> lock(mu_);
   for (int64_t i = 0; i < n; ++i) {
     const int32_t slot = SlotOf(keys[i]);
-    // CollectPushes sends a key once however often it is listed.
-    if (slot >= 0 && PendingCount(slot) > 0) due_keys_.push_back(keys[i]);
+    if (slot < 0) continue;  // not cached, or listed twice
+    // Between steps every cached row is in the eviction order.
+    if (order_.attached(slot)) order_.Detach(slot);
+    if (PendingCount(slot) > 0) {
+      outbox_.Add(keys[i], PendingDelta(slot), width_, PendingCount(slot),
+                  entries_[slot].server_clock);
+      ++counters_.dirty_evictions;
+    }
+    index_.Erase(keys[i]);
+    if (config_.sync == SyncMode::kRefresh) unreported_evictions_.push_back(keys[i]);
+    ++counters_.evictions;
+    free_slots_.push_back(slot);
   }
-  // A key listed twice counts twice here; the answer only has to be 0
-  // exactly when nothing would go.
-  return static_cast<int64_t>(outbox_.size() + due_keys_.size());
+  return static_cast<int64_t>(outbox_.size());
 }
 
 std::vector<int64_t> WorkerCache::MostUsed(int64_t n) const {
@@ -296,6 +304,7 @@ void WorkerCache::ClearLocked() {
     if (order_.attached(static_cast<int32_t>(slot))) order_.Detach(static_cast<int32_t>(slot));
   }
   slots_used_ = 0;
+  free_slots_.clear();
   outbox_ = Pushes();
   due_keys_.clear();
   sent_.clear();

@@ -234,12 +234,14 @@ class WorkerCache {
   Status Pin(const int64_t* keys, int64_t n);
   int64_t pinned_keys() const;
 
-  // Herald's communication plan (docs/herald.md): of `keys`, the rows
-  // other workers read in their next step, those cached here with pending
-  // updates are made due, so the next exchange pushes them. Keys not cached
-  // are skipped (any int64 is safe to ask about). Returns how many rows
-  // that exchange will push, the outbox included: 0 means it need not run.
-  int64_t MarkDue(const int64_t* keys, int64_t n);
+  // Herald's plan (docs/herald.md): drops the cached copies of `keys`, the
+  // rows other workers read in their next step, which read and write them
+  // on the shards directly. A dropped row with pending updates joins the
+  // outbox, which the next exchange pushes, and its copy is reported gone
+  // (both count as an eviction). Keys not cached are skipped (any int64 is
+  // safe to ask about). Returns the rows in the outbox: 0 means the next
+  // exchange has nothing to push.
+  int64_t Drop(const int64_t* keys, int64_t n);
 
   // Up to n cached keys, the most touched first (ties: the smaller key):
   // the summary of this cache that location-aware allocation shares.
@@ -353,7 +355,8 @@ class WorkerCache {
   ZeroedArray<Entry> entries_;
   ZeroedArray<float> rows_;  // capacity * 2 * width_
   int64_t slots_used_ = 0;
-  Pushes outbox_;  // evicted with pending updates, not yet acknowledged
+  std::vector<int32_t> free_slots_;  // below slots_used_, emptied by Drop
+  Pushes outbox_;                    // evicted with pending updates, not yet acknowledged
   uint64_t generation_ = 0;
   std::vector<int64_t> unreported_evictions_;  // kRefresh: since the last completed exchange
   size_t evictions_in_flight_ = 0;             // of those, sent by the last BeginExchange

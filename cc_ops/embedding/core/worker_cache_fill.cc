@@ -10,6 +10,11 @@
 namespace het {
 
 int32_t WorkerCache::TakeSlot() {
+  if (!free_slots_.empty()) {
+    const int32_t slot = free_slots_.back();
+    free_slots_.pop_back();
+    return slot;
+  }
   if (slots_used_ < config_.capacity) return static_cast<int32_t>(slots_used_++);
   const int32_t slot = order_.Victim();
   if (slot == EvictionOrder::kNone) return slot;

@@ -339,15 +339,15 @@ class HetCachePinOp : public CacheKernel {
   }
 };
 
-class HetCacheMarkDueOp : public CacheKernel {
+class HetCacheDropOp : public CacheKernel {
  public:
   using CacheKernel::CacheKernel;
   void Run(OpKernelContext* ctx, WorkerCache& cache) override {
     const Tensor& keys = ctx->input(1);
     OP_REQUIRES_OK(ctx, CheckVector(cache.config().table_name, "keys read elsewhere", keys));
-    Tensor* pushes = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &pushes));
-    pushes->scalar<int64_t>()() = cache.MarkDue(keys.flat<int64_t>().data(), keys.NumElements());
+    Tensor* outbox = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &outbox));
+    outbox->scalar<int64_t>()() = cache.Drop(keys.flat<int64_t>().data(), keys.NumElements());
   }
 };
 
@@ -407,7 +407,7 @@ HET_CPU_KERNEL("HetCacheAccumulate", HetCacheAccumulateOp);
 HET_CPU_KERNEL("HetCacheAckPush", HetCacheAckPushOp);
 HET_CPU_KERNEL("HetCacheFlush", HetCacheFlushOp);
 HET_CPU_KERNEL("HetCacheClear", HetCacheClearOp);
-HET_CPU_KERNEL("HetCacheMarkDue", HetCacheMarkDueOp);
+HET_CPU_KERNEL("HetCacheDrop", HetCacheDropOp);
 HET_CPU_KERNEL("HetCacheMostUsed", HetCacheMostUsedOp);
 HET_CPU_KERNEL("HetCacheStats", HetCacheStatsOp);
 

@@ -235,15 +235,16 @@ row is never evicted (FAE's hot rows under ParameterServerStrategy). The set
 outlives HetCacheClear.
 )doc");
 
-REGISTER_OP("HetCacheMarkDue")
+REGISTER_OP("HetCacheDrop")
     .Input("cache: resource")
     .Input("keys: int64")
-    .Output("pushes: int64")
+    .Output("outbox: int64")
     .SetShapeFn(tensorflow::shape_inference::ScalarShape)
     .Doc(R"doc(
-Herald's plan: of `keys` (the rows other workers read in their next step),
-those cached with pending updates go with the next exchange. `pushes` is how
-many rows that exchange will push, the outbox included: 0 when it need not run.
+Herald's plan: drops the cached copies of `keys`, the rows other workers read
+next (they read and write them on the shards directly); pending updates join
+the outbox. `outbox` is how many rows the next exchange will push: 0 when it
+need not run.
 )doc");
 
 REGISTER_OP("HetCacheMostUsed")
