@@ -119,7 +119,7 @@ def main():
                       **allocation.stats())
     if layer.sync == "herald":
         result.update(plan_bytes=stats.get("plan_bytes", 0),
-                      plan_shared_keys=stats.get("plan_shared_keys", 0),
+                      plan_direct_keys=stats.get("plan_direct_keys", 0),
                       cache_rows_pushed=stats["cache_rows_pushed"])
     result.update(
         losses=history.history.get("loss", []),

@@ -292,13 +292,13 @@ class HetEmbedding(tf_keras.layers.Layer):
     def _split(self, training):
         """The rows a step takes apart from the cache, if any: the hot
         block's (training or not), or in training the rows Herald's plan
-        finds shared with other ranks."""
+        reads and writes on the shards directly."""
         if self._hot is not None:
             hot = self._hot
             return _Split(hot.is_hot, hot.gather, hot.apply_gradients)
         if self._plan is not None and training:
             plan = self._plan
-            return _Split(plan.shared, plan.read, plan.keep)
+            return _Split(plan.direct, plan.read, plan.keep)
         return None
 
     def _write_initial_rows(self):

@@ -110,11 +110,13 @@ def resolve_cache(capacity, policy, staleness, read_staleness, write_staleness, 
     if rows == 0:
         return None
     read, write, ramp = staleness_bounds(owner, staleness, read_staleness, write_staleness)
-    if read == 0 and write == 0:
+    if read == 0 and write == 0 and sync != "check":
         # Synchronous: a cached copy could only serve what the shards
         # hold, while its clock checks, slot transfers and push
         # acknowledgements would cost more bytes than the direct path,
-        # whose numbers are the same (docs/consistency.md).
+        # whose numbers are the same (docs/consistency.md). HET's own rule
+        # (sync "check") keeps its cache, as HET's s=0 does: the baseline
+        # that Herald's traffic is measured against.
         return None
     return CacheConfig(rows, policy if isinstance(policy, str) else repr(policy), read, write,
                        pin_threshold, staleness_ramp=ramp,

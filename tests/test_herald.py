@@ -45,8 +45,8 @@ def test_allocation_and_plan_agree_on_every_rank_and_lose_no_sample(tmp_path):
     # the caches or, for the rows both ranks read in a step, directly.
     for r in results:
         assert r["table_updates_applied"] == r["clock_sum"] == sum(
-            x["cache_updates_pushed"] + x["plan_shared_keys"] for x in results)
-        assert r["plan_bytes"] > 0 and r["plan_shared_keys"] > 0
+            x["cache_updates_pushed"] + x["plan_direct_keys"] for x in results)
+        assert r["plan_bytes"] > 0 and r["plan_direct_keys"] > 0
     assert first["dense_digest"] == second["dense_digest"]
     assert first["losses"][-1] < first["losses"][0] - 0.02
     assert_served_without_het_tf(tmp_path / "export", first)

@@ -63,8 +63,11 @@ class HeraldPlan:
                                            name="het_plan_bytes")
             self._direct_bytes = tf.Variable(0, dtype=tf.int64, trainable=False,
                                              name="het_plan_direct_bytes")
-            self._shared_keys = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                            name="het_plan_shared_keys")
+            self._direct_keys = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                            name="het_plan_direct_keys")
+            # The unique keys of this rank's last step, sorted.
+            self._last_keys = tf.Variable(tf.zeros([0], tf.int64), trainable=False,
+                                          shape=tf.TensorShape([None]), name="het_plan_last")
 
     # ----- the step -----
 
@@ -92,42 +95,48 @@ class HeraldPlan:
         with tf.control_dependencies(cleared):
             return tf.identity(pushed)
 
-    def shared(self, unique):
+    def direct(self, unique):
         """Runs the plan before a training lookup of the unique keys
-        `unique` (checked); returns which of them are shared this step,
-        once no rank can read before every rank's pushes have landed."""
+        `unique` (checked); returns which of them this step reads and
+        writes on the shards directly (the rest through the cache), once no
+        rank can read before every rank's pushes have landed."""
         pushed = self._push_kept()
-        count = tf.size(unique, out_type=tf.int64)
+        count = tf.shape(unique, out_type=tf.int64)[0]
         counts = self._allgather(tf.reshape(count, [1]))
         everyone = self._allgather(unique)
         start = tf.reduce_sum(counts[:self._rank])
-        place = tf.range(tf.size(everyone, out_type=tf.int64))
+        place = tf.range(tf.shape(everyone, out_type=tf.int64)[0])
         others = tf.sort(tf.boolean_mask(everyone, (place < start) | (place >= start + count)))
-        outbox = self.cache.drop(others)
+        # A row only this rank reads goes through the cache from its second
+        # step in a row on: a row read once would cost its whole state
+        # (slots too) both ways, where the shards' path moves a row and a
+        # gradient.
+        last = self._last_keys.read_value()
+        is_direct = _members(unique, others) | ~_members(unique, last)
+        with tf.control_dependencies([is_direct]):
+            remembered = self._last_keys.assign(tf.sort(unique))
+        outbox = self.cache.drop(tf.concat([others, tf.boolean_mask(unique, is_direct)], 0))
         sent = tf.cond(outbox > 0, self.cache.push_due, lambda: tf.constant(0, tf.int64))
         with tf.control_dependencies([pushed, sent]):
             # The barrier: no rank reads before every rank's pushes landed.
             done = self._sum(tf.reshape(tf.cast(outbox, tf.float32), [1]))
-        at = tf.searchsorted(others, unique)
-        is_shared = tf.gather(tf.concat([others, [0]], 0), at) == unique
-        is_shared &= at < tf.size(others, out_type=at.dtype)
-        shared_count = tf.reduce_sum(tf.cast(is_shared, tf.int64))
+        direct_count = tf.reduce_sum(tf.cast(is_direct, tf.int64))
         counted = [self._plan_bytes.assign_add(
-                       (count * (self._ranks - 1) + tf.size(others, out_type=tf.int64)
+                       (count * (self._ranks - 1) + tf.shape(others, out_type=tf.int64)[0]
                         + 2 * (self._ranks - 1)) * _ID_BYTES + 8),
-                   # The shared rows' read: a key out, a row back.
-                   self._direct_bytes.assign_add(shared_count * (8 + 4 * self.table.dim)),
-                   self._shared_keys.assign_add(shared_count)]
-        with tf.control_dependencies([done, *counted]):
-            return tf.identity(is_shared)
+                   # The direct rows' read: a key out, a row back.
+                   self._direct_bytes.assign_add(direct_count * (8 + 4 * self.table.dim)),
+                   self._direct_keys.assign_add(direct_count)]
+        with tf.control_dependencies([done, remembered, *counted]):
+            return tf.identity(is_direct)
 
     def read(self, keys):
-        """The shared rows of a step, from the shards (after `shared`)."""
+        """The direct rows of a step, from the shards (after `direct`)."""
         return tf.cond(tf.size(keys) > 0, lambda: self.table.gather(keys),
                        lambda: tf.zeros([0, self.table.dim], tf.float32))
 
     def keep(self, keys, grads, learning_rate):
-        """Keeps this step's gradient sums of its shared rows for the next
+        """Keeps this step's gradient sums of its direct rows for the next
         step's start (or a flush)."""
         return [self._kept_keys.assign(keys), self._kept_grads.assign(grads),
                 # The shape, not tf.size: under a custom gradient, the size of a
@@ -147,8 +156,17 @@ class HeraldPlan:
         self._kept_keys.assign(tf.zeros([0], tf.int64))
         self._kept_grads.assign(tf.zeros([0, self.table.dim]))
         self._kept_count.assign(0)
+        self._last_keys.assign(tf.zeros([0], tf.int64))
 
     def stats(self):
         return {"plan_bytes": int(self._plan_bytes.numpy()),
                 "plan_direct_bytes": int(self._direct_bytes.numpy()),
-                "plan_shared_keys": int(self._shared_keys.numpy())}
+                "plan_direct_keys": int(self._direct_keys.numpy())}
+
+
+def _members(keys, sorted_keys):
+    """[n] bool: which of `keys` are in the ascending `sorted_keys`."""
+    at = tf.searchsorted(sorted_keys, keys)
+    n = tf.shape(sorted_keys, out_type=at.dtype)[0]
+    found = tf.gather(tf.concat([sorted_keys, [0]], 0), at) == keys
+    return found & (at < n)

@@ -33,6 +33,8 @@ CONFIGURATIONS = (
      ["--mode", "hybrid", "--staleness", "100", "--lookahead"]),
     ("hybrid-s0", "HetEmbedding, staleness 0 (synchronous: the cache's bound at 0), hybrid",
      ["--mode", "hybrid", "--staleness", "0"]),
+    ("hybrid-s0-check", "HET's cache at staleness 0: every key checked, every update pushed "
+     "at once, hybrid", ["--mode", "hybrid", "--staleness", "0", "--sync", "check"]),
     ("fae", "FAE: 50,000 hot rows replicated on every rank, hot and cold batches, the rest "
      "through a 10% LFU cache at staleness 100, hybrid",
      ["--mode", "hybrid", "--staleness", "100", "--hot-rows", "50000"]),
