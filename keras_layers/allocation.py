@@ -26,6 +26,7 @@ import tf_keras
 from het_tf import _op_library
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 from het_tf.keras_layers.layer_inputs import ids_model, layer_ids
+from het_tf.runtime.counters import counter
 
 # After each rank's sorted summary, so that a search never runs off its end.
 _SENTINEL = np.iinfo(np.int64).max
@@ -79,14 +80,10 @@ class Allocation:
             self._starts = [tf.Variable(np.arange(self._ranks + 1, dtype=np.int64),
                                         trainable=False, name="het_allocation_starts")
                             for _ in cached]
-            self._steps = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                      name="het_allocation_steps")
-            self._bytes = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                      name="het_allocation_bytes")
-            self._moved = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                      name="het_allocation_moved")
-            self._samples = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                        name="het_allocation_samples")
+            self._steps = counter("het_allocation_steps")
+            self._bytes = counter("het_allocation_bytes")
+            self._moved = counter("het_allocation_moved")
+            self._samples = counter("het_allocation_samples")
             # The last step's assignment of the whole batch, and the samples
             # this rank trained on: what last_step() shows.
             self._assigned = tf.Variable(np.zeros([0], np.int32), trainable=False,

@@ -24,6 +24,8 @@ cache-off path costs (its read, and its gradient pushed once).
 """
 import tensorflow as tf
 
+from het_tf.runtime.counters import counter
+
 # What a rank sends each other rank per id it shares (an int64 key), and
 # the cache-off path's wire sizes (cc_ops/embedding/core/wire_sizes.h): a
 # read sends 8 bytes a key and takes 4 * dim a row; a push sends
@@ -54,17 +56,13 @@ class HeraldPlan:
             # Their number, kept apart: TensorFlow may rewrite the size of a
             # variable's read into the variable's shape, read after a later
             # assignment in the same function.
-            self._kept_count = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                           name="het_plan_count")
+            self._kept_count = counter("het_plan_count")
             # Bytes this rank sent and received for the plan: the ids shared
             # with the other ranks and the barrier; and for the shared rows,
             # read and pushed as the cache-off path does.
-            self._plan_bytes = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                           name="het_plan_bytes")
-            self._direct_bytes = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                             name="het_plan_direct_bytes")
-            self._direct_keys = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                            name="het_plan_direct_keys")
+            self._plan_bytes = counter("het_plan_bytes")
+            self._direct_bytes = counter("het_plan_direct_bytes")
+            self._direct_keys = counter("het_plan_direct_keys")
             # The unique keys of this rank's last step, sorted.
             self._last_keys = tf.Variable(tf.zeros([0], tf.int64), trainable=False,
                                           shape=tf.TensorShape([None]), name="het_plan_last")

@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from het_tf import _op_library
+from het_tf.runtime.counters import counter
 from het_tf.runtime.table import ShardedTable
 
 # After the sorted hot keys, so that a search never runs off the end.
@@ -45,8 +46,7 @@ class HotBlock:
                                      shape=tf.TensorShape([None]), name="het_hot_keys")
             # Bytes this rank sent to and received from the others for the
             # hot rows: every key and gradient of the exchange.
-            self._exchanged = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                          name="het_hot_bytes")
+            self._exchanged = counter("het_hot_bytes")
 
     @property
     def dim(self):
