@@ -465,7 +465,7 @@ class HetEmbedding(tf_keras.layers.Layer):
 
     def _flush_ops(self):
         ops = [] if self._hot is None else tf.nest.flatten(self._hot.write_back())
-        if self._plan is not None:  # the shared rows' gradients kept for the next step
+        if self._plan is not None:  # the direct rows' gradients kept for the next step
             ops += [self._plan.flush()]
         if self._cache is None:
             return ops
@@ -646,7 +646,7 @@ class _Split(collections.namedtuple("_Split", "is_first gather apply")):
     """Rows a step takes apart from the cache: `is_first(unique)` says which
     of the step's unique keys they are, `gather(keys)` reads them and
     `apply(keys, grads, learning_rate)` updates them. FAE's hot rows (the
-    hot block) or Herald's shared rows (the shards, after the plan)."""
+    hot block) or Herald's direct rows (the shards, after the plan)."""
 
 
 def _lookup_split(split, cache, ids, training):

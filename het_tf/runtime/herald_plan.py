@@ -4,23 +4,25 @@ pushing every update.
 
 Each step, before any rank reads:
 
-1. Each rank pushes the gradients its last step gave the *shared* rows (read
-   by more than one rank in that step), which it kept back until now.
+1. Each rank pushes the gradients its last step gave its *direct* rows
+   (below), which it kept back until now.
 2. The ranks share the unique ids their steps will read (`allgather`).
-3. Each rank drops from its cache every row another rank reads now; the
-   pending updates of those it held, and its outbox (rows evicted), go to
-   the shards in one exchange.
+3. A rank's direct rows this step are those another rank reads too, and
+   those it did not read in its own last step. It drops from its cache
+   every row another rank reads and every direct row; the pending updates
+   of those it held, and its outbox (rows evicted), go to the shards in one
+   exchange.
 4. A sum over the ranks (`sum_over_ranks`) that follows every rank's pushes
    is the barrier.
 
-Then a rank reads its *own* rows (read by no other rank this step) from its
-cache, where no other rank has written them since it cached them, and the
-shared rows from the shards, where every update of the earlier steps has
-landed and none of this step's has (they wait for step 1 of the next one,
-which no rank reaches before every rank has read: the allgather waits for
-all). A row only one rank reads stays in its cache with no traffic at all,
-pending until evicted or flushed; a row several ranks read costs what the
-cache-off path costs (its read, and its gradient pushed once).
+Then a rank reads its other rows, which it alone reads, from its cache,
+where no other rank has written them since it cached them, and its direct
+rows from the shards, where every update of the earlier steps has landed
+and none of this step's has (they wait for step 1 of the next one, which no
+rank reaches before every rank has read: the allgather waits for all). A
+row one rank alone reads step after step stays in its cache with no
+traffic, pending until evicted, dropped or flushed; a direct row costs what
+the cache-off path costs (its read, and its gradient pushed once).
 """
 import tensorflow as tf
 
@@ -45,7 +47,7 @@ class HeraldPlan:
         self._allgather, self._sum = allgather, sum_over_ranks
         dim = self.table.dim
         with tf.init_scope():
-            # The last step's gradients of its shared rows, pushed before the
+            # The last step's gradients of its direct rows, pushed before the
             # next step reads (or by a flush).
             self._kept_keys = tf.Variable(tf.zeros([0], tf.int64), trainable=False,
                                           shape=tf.TensorShape([None]), name="het_plan_keys")
@@ -58,7 +60,7 @@ class HeraldPlan:
             # assignment in the same function.
             self._kept_count = counter("het_plan_count")
             # Bytes this rank sent and received for the plan: the ids shared
-            # with the other ranks and the barrier; and for the shared rows,
+            # with the other ranks and the barrier; and for the direct rows,
             # read and pushed as the cache-off path does.
             self._plan_bytes = counter("het_plan_bytes")
             self._direct_bytes = counter("het_plan_direct_bytes")
