@@ -27,9 +27,8 @@ from het_tf import _op_library
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 from het_tf.keras_layers.layer_inputs import ids_model, layer_ids
 from het_tf.runtime.counters import counter
+from het_tf.runtime.herald_plan import members
 
-# After each rank's sorted summary, so that a search never runs off its end.
-_SENTINEL = np.iinfo(np.int64).max
 _KEY_BYTES = 8
 
 
@@ -73,11 +72,11 @@ class Allocation:
         # than its own bytes stays (docs/herald.md).
         self._row_bytes = min(layer.table.config.state_bytes + 4 for layer in cached)
         with tf.init_scope():
-            self._summaries = [tf.Variable(np.full([self._ranks], _SENTINEL, np.int64),
+            self._summaries = [tf.Variable(np.zeros([0], np.int64),
                                            trainable=False, shape=tf.TensorShape([None]),
                                            name="het_allocation_summary") for _ in cached]
             # Where each rank's part of a summary starts, and the end.
-            self._starts = [tf.Variable(np.arange(self._ranks + 1, dtype=np.int64),
+            self._starts = [tf.Variable(np.zeros([self._ranks + 1], np.int64),
                                         trainable=False, name="het_allocation_starts")
                             for _ in cached]
             self._steps = counter("het_allocation_steps")
@@ -101,9 +100,8 @@ class Allocation:
         sent = tf.constant(0, tf.int64)
         updates = []
         for layer, summary, starts in zip(self._layers, self._summaries, self._starts):
-            keys = tf.sort(layer.cache.most_used(self.summary_rows))
-            mine = tf.concat([keys, [_SENTINEL]], 0)
-            size = tf.size(mine, out_type=tf.int64)
+            mine = tf.sort(layer.cache.most_used(self.summary_rows))
+            size = tf.shape(mine, out_type=tf.int64)[0]
             sizes = self._allgather(tf.reshape(size, [1]))
             everyone = self._allgather(mine)
             updates += [summary.assign(everyone),
@@ -127,9 +125,7 @@ class Allocation:
             flat = tf.reshape(ids, [-1])
             columns = []
             for r in range(self._ranks):
-                part = summary[starts[r]:starts[r + 1]]
-                place = tf.searchsorted(part, flat)  # the sentinel keeps it in range
-                held = tf.equal(tf.gather(part, tf.minimum(place, tf.size(part) - 1)), flat)
+                held = members(flat, summary[starts[r]:starts[r + 1]])
                 held = tf.reshape(tf.cast(held, tf.int32), [tf.shape(ids)[0], -1])
                 columns.append(tf.reduce_sum(held, axis=1))
             scores = tf.stack(columns, axis=1)

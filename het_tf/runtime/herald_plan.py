@@ -112,7 +112,7 @@ class HeraldPlan:
         # (slots too) both ways, where the shards' path moves a row and a
         # gradient.
         last = self._last_keys.read_value()
-        is_direct = _members(unique, others) | ~_members(unique, last)
+        is_direct = members(unique, others) | ~members(unique, last)
         with tf.control_dependencies([is_direct]):
             remembered = self._last_keys.assign(tf.sort(unique))
         outbox = self.cache.drop(tf.concat([others, tf.boolean_mask(unique, is_direct)], 0))
@@ -164,7 +164,7 @@ class HeraldPlan:
                 "plan_direct_keys": int(self._direct_keys.numpy())}
 
 
-def _members(keys, sorted_keys):
+def members(keys, sorted_keys):
     """[n] bool: which of `keys` are in the ascending `sorted_keys`."""
     at = tf.searchsorted(sorted_keys, keys)
     n = tf.shape(sorted_keys, out_type=at.dtype)[0]
