@@ -98,8 +98,13 @@ def main():
 
     if args.result_dir:  # the weights after every step, to compare the ranks
         callbacks.append(tf_keras.callbacks.LambdaCallback(on_train_batch_end=after_step))
-    history = model.fit(ids, labels, batch_size=args.batch_size, epochs=args.epochs,
-                        shuffle=False, verbose=2 if rank == 0 else 0, callbacks=callbacks)
+    fit_data = dict(x=ids, y=labels, batch_size=args.batch_size, shuffle=False)
+    if args.window > 1:
+        # Herald's window: the pipeline stages the batches ahead of each step.
+        fit_data = dict(x=het_tf.lookahead(tf.data.Dataset.from_tensor_slices(
+            (ids, labels)).batch(args.batch_size), model))
+    history = model.fit(**fit_data, epochs=args.epochs, verbose=2 if rank == 0 else 0,
+                        callbacks=callbacks)
 
     hybrid.flush_and_clear(model)
     hybrid.barrier()  # every rank's updates are on the shards now
@@ -120,6 +125,7 @@ def main():
     if layer.sync == "herald":
         result.update(plan_bytes=stats.get("plan_bytes", 0),
                       plan_direct_keys=stats.get("plan_direct_keys", 0),
+                      plan_ahead_keys=stats.get("plan_ahead_keys", 0),
                       cache_rows_pushed=stats["cache_rows_pushed"])
     result.update(
         losses=history.history.get("loss", []),

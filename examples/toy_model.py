@@ -43,6 +43,9 @@ def add_arguments(parser):
     parser.add_argument("--sync", default="refresh", choices=["refresh", "check", "herald"],
                         help="how training lookups meet the shards; herald is exact and "
                         "ignores --staleness (docs/herald.md)")
+    parser.add_argument("--window", type=int, default=1,
+                        help="--sync herald: the batches its plan looks ahead over (the "
+                        "input pipeline stages them with het_tf.lookahead)")
 
 
 def build_model(args):
@@ -52,7 +55,8 @@ def build_model(args):
     layer = HetEmbedding(args.vocab, args.dim, cache_capacity=args.cache_capacity,
                          cache_policy=args.cache_policy,
                          staleness="auto" if args.sync == "herald" else args.staleness,
-                         sync=args.sync, name="items", mask_zero=args.sequence,
+                         sync=args.sync, window=args.window, name="items",
+                         mask_zero=args.sequence,
                          embeddings_regularizer=tf_keras.regularizers.L2(args.l2) if args.l2
                          else None, hot_rows=args.hot_rows,
                          optimizer=TABLE_OPTIMIZERS[args.optimizer](),

@@ -87,6 +87,11 @@ class HetEmbedding(tf_keras.layers.Layer):
         with no staleness (hybrid mode or one process): before each step the
         Horovod ranks share the ids they will read, and each pushes only the
         pending rows another rank reads (docs/herald.md).
+      window: sync="herald" only: the batches its plan looks ahead over, the
+        step's own and the window - 1 after it, which het_tf.lookahead
+        stages (1: none staged). A row this rank alone reads is cached if it
+        read it last step or reads it again within the window; otherwise it
+        is read and written on the shards directly.
       seed: seeds the initializer; None derives one from the layer name, so
         a model rebuilt in another process gets the same rows.
       pin_threshold: touches after which lfu_opt pins a row.
@@ -113,7 +118,7 @@ class HetEmbedding(tf_keras.layers.Layer):
                  read_staleness=None, write_staleness=None, seed=None, name=None,
                  pin_threshold=100, max_rows=None, sync="refresh", hot_rows=None, mask_zero=False,
                  input_length=None, embeddings_regularizer=None, activity_regularizer=None,
-                 embeddings_constraint=None, sparse=False, **kwargs):
+                 embeddings_constraint=None, sparse=False, window=1, **kwargs):
         kwargs.setdefault("autocast", False)  # ids must stay ints
         if "input_shape" not in kwargs and "batch_input_shape" not in kwargs:
             # As Keras' Embedding: a Sequential model may start with this
@@ -166,6 +171,7 @@ class HetEmbedding(tf_keras.layers.Layer):
         self.pin_threshold = pin_threshold
         self.max_rows = max_rows
         self.sync = sync
+        self.window = window
         self.mask_zero = bool(mask_zero)
         self.input_length = input_length
         self.sparse = bool(sparse)
@@ -184,7 +190,7 @@ class HetEmbedding(tf_keras.layers.Layer):
         self.optimizer = optimizer
         self._cache_config = resolve_cache(cache_capacity, cache_policy, staleness,
                                            read_staleness, write_staleness, pin_threshold,
-                                           self.input_dim, owner, sync)
+                                           self.input_dim, owner, sync, window)
         self.hot_rows = hot_rows
         self._hot_rows = resolve_hot_rows(hot_rows, self.input_dim, self._cache_config, owner)
         # Validates name, dims and optimizer now rather than at build.
@@ -295,7 +301,8 @@ class HetEmbedding(tf_keras.layers.Layer):
         reads and writes on the shards directly."""
         if self._hot is not None:
             hot = self._hot
-            return _Split(hot.is_hot, hot.gather, hot.apply_gradients)
+            return _Split(lambda unique, ids: hot.is_hot(unique), hot.gather,
+                          hot.apply_gradients)
         if self._plan is not None and training:
             plan = self._plan
             return _Split(plan.direct, plan.read, plan.keep)
@@ -612,6 +619,7 @@ class HetEmbedding(tf_keras.layers.Layer):
             "pin_threshold": self.pin_threshold,
             "max_rows": self.max_rows,
             "sync": self.sync,
+            "window": self.window,
             "hot_rows": self.hot_rows,
             "mask_zero": self.mask_zero,
             "input_length": self.input_length,
@@ -643,8 +651,8 @@ class HetEmbedding(tf_keras.layers.Layer):
 
 
 class _Split(collections.namedtuple("_Split", "is_first gather apply")):
-    """Rows a step takes apart from the cache: `is_first(unique)` says which
-    of the step's unique keys they are, `gather(keys)` reads them and
+    """Rows a step takes apart from the cache: `is_first(unique, ids)` says
+    which of the step's unique keys (of its flat `ids`) they are, `gather(keys)` reads them and
     `apply(keys, grads, learning_rate)` updates them. FAE's hot rows (the
     hot block) or Herald's direct rows (the shards, after the plan)."""
 
@@ -654,8 +662,9 @@ def _lookup_split(split, cache, ids, training):
     split's rows from it, the others through the cache. A batch with none
     of the others does not meet the cache at all."""
     ids = cache.table.check_ids(ids)
-    unique, inverse = tf.unique(tf.reshape(ids, [-1]), out_idx=tf.int32)
-    is_first = split.is_first(unique)
+    flat = tf.reshape(ids, [-1])
+    unique, inverse = tf.unique(flat, out_idx=tf.int32)
+    is_first = split.is_first(unique, flat)
     first_at, rest_at = (tf.cast(tf.where(x)[:, 0], tf.int32) for x in (is_first, ~is_first))
     rest_keys = tf.gather(unique, rest_at)
 

@@ -40,10 +40,10 @@ def batch_ids(ids_of, layers, element):
 
 
 
-def with_end_marker(dataset, who):
-    """(`dataset`'s elements as (True, element) and then one (False,
-    marker), the marker, and whether elements are single rather than
-    tuples). The marker is a placeholder of the element's type with every
+def with_end_marker(dataset, who, markers=1):
+    """(`dataset`'s elements as (True, element) and then `markers` times
+    (False, marker), the marker, and whether elements are single rather
+    than tuples). The marker is a placeholder of the element's type with every
     unknown dimension 0: a pipeline that holds elements back knows from it
     when to let them go. `who` names the caller in errors."""
     spec = dataset.element_spec
@@ -60,5 +60,5 @@ def with_end_marker(dataset, who):
     def tag(*element):
         return tf.constant(True), element[0] if single else element
 
-    end = tf.data.Dataset.from_tensors((tf.constant(False), marker))
+    end = tf.data.Dataset.from_tensors((tf.constant(False), marker)).repeat(markers)
     return dataset.map(tag).concatenate(end), marker, single

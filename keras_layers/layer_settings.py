@@ -11,6 +11,7 @@ from het_tf.runtime.config import (
     MATERIALIZE_LIMIT,
     UNBOUNDED,
     CacheConfig,
+    check_window,
     cache_rows,
     staleness_bounds,
 )
@@ -93,9 +94,10 @@ def resolve_constraint(constraint, owner):
 
 
 def resolve_cache(capacity, policy, staleness, read_staleness, write_staleness, pin_threshold,
-                  input_dim, owner, sync="refresh"):
+                  input_dim, owner, sync="refresh", window=1):
     """The layer's CacheConfig, or None for no cache."""
     rows = cache_rows(capacity, input_dim, owner)
+    check_window(window, sync, owner)
     if sync == "herald":
         # Exact: the plan, not a bound, decides what goes when.
         if rows == 0:
@@ -106,7 +108,7 @@ def resolve_cache(capacity, policy, staleness, read_staleness, write_staleness, 
             raise ValueError(f"{owner}: sync='herald' is exact and takes no staleness bound; "
                              "leave staleness, read_staleness and write_staleness unset")
         return CacheConfig(rows, policy if isinstance(policy, str) else repr(policy), 0,
-                           UNBOUNDED, pin_threshold, sync="herald").validate(owner)
+                           UNBOUNDED, pin_threshold, sync="herald", window=window).validate(owner)
     if rows == 0:
         return None
     read, write, ramp = staleness_bounds(owner, staleness, read_staleness, write_staleness)

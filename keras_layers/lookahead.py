@@ -1,6 +1,8 @@
 """het_tf.lookahead: the input pipeline hands each HetEmbedding cache the
 next batch's ids, so that a training step's exchange with the shards
-fetches the rows of the step after it while this step computes.
+fetches the rows of the step after it while this step computes; and a
+cache that Herald's plan drives over a window of W batches the next W - 1
+(docs/herald.md).
 
     dataset = het_tf.lookahead(dataset, model)   # model built, before fit
     model.fit(dataset, ...)
@@ -14,7 +16,10 @@ prefetch request per shard: its pushes, its evictions and the rows batch
 t + 1 lacks. docs/consistency.md states what a read sees.
 
 A step whose batch was not staged (another dataset, or the first step)
-fetches its missing rows itself, as without the lookahead.
+fetches its missing rows itself, as without the lookahead. With a window
+the pipeline holds W - 1 batches back, and a Herald step takes its
+window's ids from the cache (a batch whose samples allocation moved is
+matched by its place in the order).
 """
 import logging
 
@@ -26,57 +31,66 @@ from het_tf.keras_layers.layer_inputs import batch_ids, ids_model, with_end_mark
 _log = logging.getLogger("het_tf")
 
 
-def _layers_that_prefetch(model):
+def _layers_to_stage(model):
+    """(the layers whose training steps prefetch the next batch, the layers
+    whose Herald plan looks ahead over a window)."""
     layers = [layer for layer in het_embedding_layers(model) if layer.built]
     if not layers:
         raise ValueError("het_tf.lookahead: the model has no built HetEmbedding layer; build "
                          "the model (call it once, or give its Input shapes) first")
-    cached = [layer for layer in layers if layer.cache is not None and layer.hot_block is None
-              and layer.cache.config.sync == "refresh"]
+    cached = [layer for layer in layers if layer.cache is not None and layer.hot_block is None]
+    prefetching = [layer for layer in cached if layer.cache.config.sync == "refresh"]
+    windowed = [layer for layer in cached
+                if layer.cache.config.sync == "herald" and layer.cache.config.window > 1]
     for layer in layers:
-        if layer not in cached:
-            _log.info("het_tf.lookahead: HetEmbedding '%s' has no cache that syncs by refresh, "
-                      "or has hot rows; it looks up as before", layer.name)
-    return cached
+        if layer not in prefetching and layer not in windowed:
+            _log.info("het_tf.lookahead: HetEmbedding '%s' has no cache that syncs by refresh "
+                      "or by Herald's plan over a window, or has hot rows; it looks up as "
+                      "before", layer.name)
+    return prefetching, windowed
 
 
 def lookahead(dataset, model):
     """`dataset` (a tf.data.Dataset of model.fit's elements) with each
-    batch's HetEmbedding ids staged before the batch ahead of it is handed
-    over; see the module docstring. Also switches the model's HetEmbedding
-    layers that cache with sync "refresh" to prefetching training steps
-    (traced from here on)."""
+    batch's HetEmbedding ids staged before the batches ahead of it are
+    handed over; see the module docstring. Also switches the model's
+    HetEmbedding layers that cache with sync "refresh" to prefetching
+    training steps (traced from here on)."""
     if not isinstance(dataset, tf.data.Dataset):
         raise ValueError(f"het_tf.lookahead takes a tf.data.Dataset, got "
                          f"{type(dataset).__name__}")
-    layers = _layers_that_prefetch(model)
+    prefetching, windowed = _layers_to_stage(model)
+    layers = prefetching + windowed
     if not layers:
         return dataset
+    # Batches staged ahead of the one handed over: one for a prefetch, the
+    # window's others for a Herald plan.
+    depth = max([1] * bool(prefetching) + [layer.cache.config.window - 1 for layer in windowed])
     ids_of = ids_model(model, layers, "het_tf.lookahead")
-    # An end marker after the last element, so that the last one comes out.
-    tagged, placeholder, _ = with_end_marker(dataset, "het_tf.lookahead")
+    # End markers after the last element, so that the last ones come out.
+    tagged, placeholder, _ = with_end_marker(dataset, "het_tf.lookahead", markers=depth)
 
     def stage(element):
         return [layer.cache.stage(ids)
                 for layer, ids in zip(layers, batch_ids(ids_of, layers, element))]
 
-    def hand_over(previous, current):
-        # The element before `current` goes out once `current`'s ids are staged.
-        had_previous, previous_element = previous
+    def hand_over(held, current):
+        # The oldest element held goes out once `current`'s ids are staged.
         is_element, element = current
         staged = tf.cond(is_element, lambda: tf.group(stage(element)), tf.no_op)
         with tf.control_dependencies([staged]):
-            out = tf.nest.map_structure(tf.identity, (had_previous, previous_element))
-        return (is_element, element), out
+            out = tf.nest.map_structure(tf.identity, held[0])
+        return held[1:] + ((is_element, element),), out
 
-    staged = tagged.scan((tf.constant(False), placeholder), hand_over)
-    out = staged.filter(lambda had_previous, _: had_previous).map(lambda _, element: element)
+    empty = ((tf.constant(False), placeholder),) * depth
+    staged = tagged.scan(empty, hand_over)
+    out = staged.filter(lambda had_element, _: had_element).map(lambda _, element: element)
     # The filter hides the number of batches, which model.fit needs to know
     # with steps_per_execution > 1: it is the dataset's own.
     cardinality = tf.get_static_value(dataset.cardinality())
     if cardinality is not None and cardinality != tf.data.UNKNOWN_CARDINALITY:
         out = out.apply(tf.data.experimental.assert_cardinality(cardinality))
-    for layer in layers:
+    for layer in prefetching:
         layer.enable_lookahead()
     # A train function traced before would not prefetch.
     model.train_function = None

@@ -51,6 +51,18 @@ def test_allocation_and_plan_agree_on_every_rank_and_lose_no_sample(tmp_path):
     assert first["losses"][-1] < first["losses"][0] - 0.02
     assert_served_without_het_tf(tmp_path / "export", first)
 
+    # A window of 4: the rows a rank reads again within it go through its
+    # cache from their first read, so fewer go directly; exact all the same.
+    windowed = run_hybrid(tmp_path / "windowed", 1, [*HERALD, "--window", "4"])
+    assert windowed[0]["assignments"] == windowed[1]["assignments"]
+    for r in windowed:
+        assert r["table_updates_applied"] == r["clock_sum"] == sum(
+            x["cache_updates_pushed"] + x["plan_direct_keys"] for x in windowed)
+        assert r["plan_ahead_keys"] > 0
+    assert (sum(r["plan_direct_keys"] for r in windowed)
+            < sum(r["plan_direct_keys"] for r in results))
+    assert windowed[0]["dense_digest"] == windowed[1]["dense_digest"]
+
     resumed = run_hybrid(tmp_path / "resumed", 1, [*HERALD, "--epochs", "1",
                                                     "--checkpoint-dir", str(tmp_path / "ckpt")])
     for r in resumed:
@@ -76,6 +88,12 @@ def test_bad_herald_settings_name_the_layer():
         _model(sync="herald", cache_capacity=0)
     with pytest.raises(ValueError, match="'items'.*hot_rows and sync='herald'"):
         _model(sync="herald", hot_rows=5)
+    for window in (0, 33, 2.0):
+        with pytest.raises(ValueError, match="'items'.*window must be a number of batches "
+                           f"from 1 .* to 32, got {window}"):
+            _model(sync="herald", window=window)
+    with pytest.raises(ValueError, match="'items'.*window=2 is the lookahead of Herald's plan"):
+        _model(window=2)
 
 
 def test_bad_allocation_settings_are_refused():

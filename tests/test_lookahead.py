@@ -66,9 +66,13 @@ def test_steps_find_their_misses_prefetched_and_train_as_without(steps_per_execu
         np.testing.assert_allclose(a, b, atol=1e-5)
 
 
+@pytest.mark.parametrize("settings", [dict(staleness=10), dict(sync="herald", window=5)],
+                         ids=["prefetch", "herald window"])
 @pytest.mark.parametrize("shape", ["pairs", "triples", "dict", "x only"])
-def test_the_data_comes_out_unchanged_and_in_order(shape):
-    layer = HetEmbedding(VOCAB, DIM, cache_capacity=100, staleness=10)
+def test_the_data_comes_out_unchanged_and_in_order(shape, settings):
+    """A prefetch holds one batch back, a Herald window of 5 four (more
+    than the 3 here): the elements come out as they went in."""
+    layer = HetEmbedding(VOCAB, DIM, cache_capacity=100, **settings)
     inp = tf_keras.Input(shape=(FIELDS,), dtype="int64", name="ids")
     model = tf_keras.Model(inp, tf_keras.layers.Flatten()(layer(inp)))
     x, y = data(n=70)  # a last batch of 6
@@ -84,6 +88,10 @@ def test_the_data_comes_out_unchanged_and_in_order(shape):
     for a, b in zip(got, expected):
         tf.nest.map_structure(np.testing.assert_array_equal, a, b)
     assert list(het_tf.lookahead(source.take(0), model).as_numpy_iterator()) == []
+    if "window" in settings:  # every batch was staged, in order
+        batches = [x[i:i + BATCH] for i in range(0, 70, BATCH)]
+        ahead = layer.cache.staged_ahead(tf.constant(batches[0].ravel()), 4)
+        assert ahead.numpy().tolist() == np.unique(np.concatenate(batches[1:])).tolist()
 
 
 class Subclassed(tf_keras.Model):

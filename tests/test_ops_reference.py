@@ -237,24 +237,33 @@ def test_two_workers_on_few_rows_stay_within_the_read_bound(
     policy=st.sampled_from(["lru", "lfu"]),
     shards=st.integers(1, 2),
     optimizer=st.sampled_from(["sgd", "adagrad", "adam", "ftrl"]),
+    window=st.integers(1, 4),
 )
 def test_the_herald_plan_is_exact_and_matches_reference(unique_name, steps, workers, capacity,
-                                                        policy, shards, optimizer):
+                                                        policy, shards, optimizer, window):
     """sync="herald" on random streams of 2 or 3 workers stepping together.
-    Before each step every worker pushes its last step's gradients of the
-    rows several workers read, and drops its copies of the rows the others
-    read now, pushing their pending updates; then each reads those rows
-    from the shards and its own from its cache. The caches follow the NumPy
-    model row for row; every cached read has seen every update of the steps
-    before it (its clock, its pending updates included, counts them all, so
-    no other worker holds one unpushed); and with SGD every row read equals
-    the synchronous table's, all workers' gradients applied after each step."""
+    Before each step every worker pushes its last step's gradients of its
+    direct rows: those several workers read, and those it reads alone but
+    neither read last step nor reads again within its window (the staged
+    batches after its own, from the cache's op). It drops its copies of the
+    rows the others read now and of its direct rows, pushing their pending
+    updates; then each reads its direct rows from the shards and its others
+    from its cache. The caches follow the NumPy model row for row; every
+    cached read has seen every update of the steps before it (its clock,
+    its pending updates included, counts them all, so no other worker holds
+    one unpushed); and with SGD every row read equals the synchronous
+    table's, all workers' gradients applied after each step."""
     dim = 3
     config = het_tf.TableConfig(unique_name(), dim, seed=5,
                                 optimizer=het_tf.OptimizerConfig(optimizer))
     table = het_tf.ShardedTable(config, [None] * shards)
-    cache_config = het_tf.CacheConfig(capacity, policy, 0, -1, sync="herald")
+    cache_config = het_tf.CacheConfig(capacity, policy, 0, -1, sync="herald", window=window)
     caches = [het_tf.WorkerCache(table, cache_config) for _ in range(workers)]
+    streams = [[list(dict.fromkeys(b[w])) for b in steps] for w in range(workers)]
+    for cache, stream in zip(caches, streams):
+        for batch in stream:  # as the input pipeline stages them, in order
+            cache.stage(tf.constant(batch, tf.int64))
+    last = [set() for _ in range(workers)]  # each worker's last step's keys
     ref_table = RefTable(dim, optimizer, seed=5)
     ref_caches = [RefCache(ref_table, capacity, policy, 0, -1, 100, "refresh")
                   for _ in range(workers)]
@@ -274,18 +283,27 @@ def test_the_herald_plan_is_exact_and_matches_reference(unique_name, steps, work
         batches = [list(dict.fromkeys(b)) for b in batches[:workers]]
         others = [sorted({k for o in range(workers) if o != w for k in batches[o]})
                   for w in range(workers)]
+        direct = []
+        for w in range(workers):
+            ahead = caches[w].staged_ahead(tf.constant(batches[w], tf.int64), window - 1)
+            expected = sorted({k for b in streams[w][step + 1:step + window] for k in b})
+            assert ahead.numpy().tolist() == expected
+            direct.append({k for k in batches[w]
+                           if k in others[w] or (k not in last[w] and k not in expected)})
+            last[w] = set(batches[w])
         for w in range(workers):
             push_kept(w)
-            outbox = caches[w].drop(tf.constant(others[w], tf.int64))
-            assert int(outbox) == ref_caches[w].drop(others[w])
+            dropped = sorted(set(others[w]) | direct[w])
+            outbox = caches[w].drop(tf.constant(dropped, tf.int64))
+            assert int(outbox) == ref_caches[w].drop(dropped)
             if int(outbox):
                 caches[w].push_due()
                 ref_caches[w].lookup([], True)
         sync_rows = {k: sync_table.row(k)["w"].copy() for b in batches for k in b}
         updates = []
         for w, batch in enumerate(batches):
-            shared = [k for k in batch if k in others[w]]
-            own = [k for k in batch if k not in others[w]]
+            shared = [k for k in batch if k in direct[w]]
+            own = [k for k in batch if k not in direct[w]]
             read = {}
             if shared:
                 rows = table.gather(tf.constant(shared, tf.int64)).numpy()

@@ -225,6 +225,11 @@ class TableConfig:
                     **self.optimizer.op_attrs())
 
 
+# The longest window of Herald's plan: the cache keeps the last 64 batches
+# staged, the window's and those the input pipeline prefetches ahead of it.
+MAX_WINDOW = 32
+
+
 @dataclasses.dataclass(frozen=True)
 class CacheConfig:
     capacity: int  # rows
@@ -236,6 +241,9 @@ class CacheConfig:
     # staleness_ramp, until they reach the bounds above (docs/consistency.md).
     staleness_ramp: int = 0
     sync: str = "refresh"  # one of SYNC_MODES
+    # Herald's plan: the batches it looks ahead over, the step's own and the
+    # window - 1 the input pipeline staged after it (docs/herald.md).
+    window: int = 1
 
     def validate(self, owner):
         """Checks every field; `owner` names the table or layer in errors."""
@@ -260,12 +268,23 @@ class CacheConfig:
                                       self.staleness_ramp) != (0, UNBOUNDED, 0):
             _fail(owner, "sync 'herald' is exact: it reads with a bound of 0 and writes "
                   "with none; give it no staleness")
+        check_window(self.window, self.sync, owner)
         return self
 
     @property
     def op_sync(self):
         """The sync the cache op runs: Herald's plan drives a sync by refresh."""
         return "refresh" if self.sync == "herald" else self.sync
+
+
+def check_window(window, sync, owner):
+    """Herald's window: 1 to MAX_WINDOW batches, above 1 only for its sync."""
+    if not _is_int(window) or not 1 <= window <= MAX_WINDOW:
+        _fail(owner, f"window must be a number of batches from 1 (the step's own) to "
+              f"{MAX_WINDOW}, got {window!r}")
+    if window > 1 and sync != "herald":
+        _fail(owner, f"window={window} is the lookahead of Herald's plan: only sync='herald' "
+              "takes one")
 
 
 def _is_int(value):

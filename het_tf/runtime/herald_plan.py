@@ -8,7 +8,9 @@ Each step, before any rank reads:
    (below), which it kept back until now.
 2. The ranks share the unique ids their steps will read (`allgather`).
 3. A rank's direct rows this step are those another rank reads too, and
-   those it did not read in its own last step. It drops from its cache
+   those it neither read in its own last step nor reads again within its
+   window (the next window - 1 batches the input pipeline staged in its
+   cache, het_tf.lookahead). It drops from its cache
    every row another rank reads and every direct row; the pending updates
    of those it held, and its outbox (rows evicted), go to the shards in one
    exchange.
@@ -65,6 +67,8 @@ class HeraldPlan:
             self._plan_bytes = counter("het_plan_bytes")
             self._direct_bytes = counter("het_plan_direct_bytes")
             self._direct_keys = counter("het_plan_direct_keys")
+            # Rows read through the cache because the window sees them again.
+            self._ahead_keys = counter("het_plan_ahead_keys")
             # The unique keys of this rank's last step, sorted.
             self._last_keys = tf.Variable(tf.zeros([0], tf.int64), trainable=False,
                                           shape=tf.TensorShape([None]), name="het_plan_last")
@@ -95,11 +99,12 @@ class HeraldPlan:
         with tf.control_dependencies(cleared):
             return tf.identity(pushed)
 
-    def direct(self, unique):
+    def direct(self, unique, ids):
         """Runs the plan before a training lookup of the unique keys
-        `unique` (checked); returns which of them this step reads and
-        writes on the shards directly (the rest through the cache), once no
-        rank can read before every rank's pushes have landed."""
+        `unique` of the step's `ids` (checked, flat); returns which of them
+        this step reads and writes on the shards directly (the rest through
+        the cache), once no rank can read before every rank's pushes have
+        landed."""
         pushed = self._push_kept()
         count = tf.shape(unique, out_type=tf.int64)[0]
         counts = self._allgather(tf.reshape(count, [1]))
@@ -107,12 +112,14 @@ class HeraldPlan:
         start = tf.reduce_sum(counts[:self._rank])
         place = tf.range(tf.shape(everyone, out_type=tf.int64)[0])
         others = tf.sort(tf.boolean_mask(everyone, (place < start) | (place >= start + count)))
-        # A row only this rank reads goes through the cache from its second
-        # step in a row on: a row read once would cost its whole state
-        # (slots too) both ways, where the shards' path moves a row and a
-        # gradient.
-        last = self._last_keys.read_value()
-        is_direct = members(unique, others) | ~members(unique, last)
+        # A row only this rank reads goes through the cache if this rank
+        # read it last step or reads it again within the window: a row read
+        # once would cost its whole state (slots too) both ways, where the
+        # shards' path moves a row and a gradient.
+        last = members(unique, self._last_keys.read_value())
+        ahead = members(unique, self._ahead(ids))
+        is_other = members(unique, others)
+        is_direct = is_other | ~(last | ahead)
         with tf.control_dependencies([is_direct]):
             remembered = self._last_keys.assign(tf.sort(unique))
         outbox = self.cache.drop(tf.concat([others, tf.boolean_mask(unique, is_direct)], 0))
@@ -126,9 +133,18 @@ class HeraldPlan:
                         + 2 * (self._ranks - 1)) * _ID_BYTES + 8),
                    # The direct rows' read: a key out, a row back.
                    self._direct_bytes.assign_add(direct_count * (8 + 4 * self.table.dim)),
-                   self._direct_keys.assign_add(direct_count)]
+                   self._direct_keys.assign_add(direct_count),
+                   self._ahead_keys.assign_add(tf.reduce_sum(
+                       tf.cast(ahead & ~last & ~is_other, tf.int64)))]
         with tf.control_dependencies([done, remembered, *counted]):
             return tf.identity(is_direct)
+
+    def _ahead(self, ids):
+        """This rank's ids of the window's batches after the step's, sorted."""
+        window = self.cache.config.window
+        if window == 1:
+            return tf.zeros([0], tf.int64)
+        return self.cache.staged_ahead(ids, window - 1)
 
     def read(self, keys):
         """The direct rows of a step, from the shards (after `direct`)."""
@@ -161,7 +177,8 @@ class HeraldPlan:
     def stats(self):
         return {"plan_bytes": int(self._plan_bytes.numpy()),
                 "plan_direct_bytes": int(self._direct_bytes.numpy()),
-                "plan_direct_keys": int(self._direct_keys.numpy())}
+                "plan_direct_keys": int(self._direct_keys.numpy()),
+                "plan_ahead_keys": int(self._ahead_keys.numpy())}
 
 
 def members(keys, sorted_keys):

@@ -243,6 +243,13 @@ class WorkerCache {
   // exchange has nothing to push.
   int64_t Drop(const int64_t* keys, int64_t n);
 
+  // Herald's window (docs/herald.md): takes the staged batch of a step
+  // whose ids are `current` as BeginPrefetch does, or, if it
+  // was not staged as such (its samples were reallocated), the oldest one
+  // not taken; returns the distinct ids, ascending, of up to `batches`
+  // batches staged after it: what this worker reads next.
+  std::vector<int64_t> StagedAhead(const int64_t* current, int64_t n, int64_t batches);
+
   // Up to n cached keys, the most touched first (ties: the smaller key):
   // the summary of this cache that location-aware allocation shares.
   std::vector<int64_t> MostUsed(int64_t n) const;
@@ -390,6 +397,11 @@ class WorkerCache {
     std::vector<int64_t> ids;
     bool taken = false;  // a step looked it up and prefetched what follows
   };
+  // Finds the staged batch of `current` (by fingerprint; or with
+  // by_position, failing that, the oldest not taken), forgets the older
+  // ones, marks it taken and returns the ids of up to `batches` after it.
+  std::vector<int64_t> TakeStaged(const int64_t* current, int64_t n, int64_t batches,
+                                  bool by_position);
   mutable std::mutex staged_mu_;
   std::deque<StagedBatch> staged_;
   // FTRL's refresh recomputes a row from its slots with it; an entry has

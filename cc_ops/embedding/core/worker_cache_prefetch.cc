@@ -33,26 +33,40 @@ Status WorkerCache::Stage(const int64_t* ids, int64_t n) {
   return Status::Ok();
 }
 
-Status WorkerCache::BeginPrefetch(const int64_t* current, int64_t n, ExchangePlan* plan) {
-  // The batch after `current`. Batches before it were staged for steps
-  // that are done (or never ran). `current` stays at the front, marked
-  // taken: the next step's search starts after it, so that two equal
-  // batches in a row are told apart.
-  std::vector<int64_t> next;
-  {
-    const uint64_t fingerprint = Fingerprint(current, n);
-    std::lock_guard<std::mutex> lock(staged_mu_);
-    auto from = staged_.begin();
-    if (from != staged_.end() && from->taken) ++from;
-    const auto found = std::find_if(from, staged_.end(), [fingerprint](const StagedBatch& b) {
-      return b.fingerprint == fingerprint;
-    });
-    if (found != staged_.end()) {
-      staged_.erase(staged_.begin(), found);
-      staged_.front().taken = true;
-      if (staged_.size() > 1) next = staged_[1].ids;
-    }
+std::vector<int64_t> WorkerCache::TakeStaged(const int64_t* current, int64_t n, int64_t batches,
+                                             bool by_position) {
+  // Batches before `current` were staged for steps that are done (or never
+  // ran). `current` stays at the front, marked taken: the next step's
+  // search starts after it, so that two equal batches in a row are told
+  // apart.
+  const uint64_t fingerprint = Fingerprint(current, n);
+  std::lock_guard<std::mutex> lock(staged_mu_);
+  auto from = staged_.begin();
+  if (from != staged_.end() && from->taken) ++from;
+  auto found = std::find_if(from, staged_.end(), [fingerprint](const StagedBatch& b) {
+    return b.fingerprint == fingerprint;
+  });
+  if (found == staged_.end() && by_position) found = from;
+  std::vector<int64_t> after;
+  if (found == staged_.end()) return after;
+  staged_.erase(staged_.begin(), found);
+  staged_.front().taken = true;
+  for (size_t i = 1; i < staged_.size() && static_cast<int64_t>(i) <= batches; ++i) {
+    after.insert(after.end(), staged_[i].ids.begin(), staged_[i].ids.end());
   }
+  return after;
+}
+
+std::vector<int64_t> WorkerCache::StagedAhead(const int64_t* current, int64_t n,
+                                              int64_t batches) {
+  std::vector<int64_t> keys = TakeStaged(current, n, batches, /*by_position=*/true);
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  return keys;
+}
+
+Status WorkerCache::BeginPrefetch(const int64_t* current, int64_t n, ExchangePlan* plan) {
+  const std::vector<int64_t> next = TakeStaged(current, n, 1, /*by_position=*/false);
   std::lock_guard<std::mutex> lock(mu_);
   if (config_.sync != SyncMode::kRefresh) {
     return Status::FailedPrecondition(Name() +

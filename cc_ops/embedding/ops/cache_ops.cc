@@ -247,6 +247,21 @@ the outbox. `outbox` is how many rows the next exchange will push: 0 when it
 need not run.
 )doc");
 
+REGISTER_OP("HetCacheStagedAhead")
+    .Input("cache: resource")
+    .Input("ids: int64")
+    .Attr("batches: int >= 0")
+    .Output("keys: int64")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      c->set_output(0, c->Vector(c->UnknownDim()));
+      return tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+Herald's window: the distinct ids, ascending, of up to `batches` batches the
+input pipeline staged after the step's batch of `ids` (or, if that batch was
+not staged as such, after the oldest staged batch no step took).
+)doc");
+
 REGISTER_OP("HetCacheMostUsed")
     .Input("cache: resource")
     .Input("count: int64")

@@ -47,6 +47,9 @@ CONFIGURATIONS = (
     ("herald", "Herald: allocation and plan, exact, 10% LFU cache, hybrid",
      ["--mode", "hybrid", "--sync", "herald", "--allocate-every", "8",
       "--summary-rows", "16384"]),
+    ("herald-window", "Herald: allocation and plan over a window of 8 batches, exact, 10% LFU "
+     "cache, hybrid", ["--mode", "hybrid", "--sync", "herald", "--window", "8",
+                       "--allocate-every", "8", "--summary-rows", "16384"]),
 )
 # The staleness sweep for AUC: s10 and s100 come from the configurations above.
 STALENESS_SWEEP = (("het-s0", "0"), ("het-s10", "10"), ("het-s100", "100"),

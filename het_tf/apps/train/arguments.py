@@ -6,6 +6,7 @@ import math
 import os
 
 from het_tf.apps import link
+from het_tf.runtime.config import check_window
 
 MODES = ("local", "ps", "hybrid")
 DEFAULT_DIM = 16
@@ -80,6 +81,10 @@ def add_arguments(p):
                    "every id with its clock) or 'herald' (exact, no staleness: each rank "
                    "pushes only the rows another rank reads next; hybrid or local mode, "
                    "docs/herald.md)")
+    p.add_argument("--window", type=int, default=1,
+                   help="--sync herald: the batches its plan looks ahead over, the step's own "
+                   "and the next window - 1, which the input pipeline stages (1: none, the "
+                   "default; the lookahead is on with more)")
     p.add_argument("--allocate-every", type=int, default=0,
                    help="Herald's location-aware allocation (hybrid mode, 2 ranks or more): "
                    "each step's samples train on the rank whose cache holds most of their "
@@ -151,15 +156,21 @@ def check(args):
                          "itself; local mode has none")
     _check_hot(args)
     _check_herald(args)
+    # What the lookahead stages for: a prefetch, or a Herald plan's window.
+    stages = args.sync == "refresh" or (args.sync == "herald" and args.window > 1)
     if args.lookahead is None:
         # The lookahead leaves layers with hot rows alone.
-        args.lookahead = args.embedding == "het" and args.sync == "refresh" and not args.hot
+        args.lookahead = args.embedding == "het" and stages and not args.hot
     elif args.lookahead and args.hot:
         raise ValueError("--lookahead and --hot-rows / --hot-bytes: a layer with hot rows "
                          "does not prefetch; leave one out")
-    elif args.lookahead and (args.sync != "refresh" or args.embedding != "het"):
-        raise ValueError("--lookahead prefetches into HetEmbedding caches that sync by "
-                         "refresh: it needs --embedding het and --sync refresh")
+    elif args.lookahead and (not stages or args.embedding != "het"):
+        raise ValueError("--lookahead stages ids in HetEmbedding caches that sync by refresh "
+                         "or by Herald's plan over a window: it needs --embedding het and "
+                         "--sync refresh, or --sync herald with --window above 1")
+    elif args.lookahead is False and args.sync == "herald" and args.window > 1:
+        raise ValueError("--no-lookahead and --window: the window's batches are the ones the "
+                         "lookahead stages")
     if args.samples < args.batch_size:
         raise ValueError(f"--samples ({args.samples}) is less than one batch "
                          f"({args.batch_size})")
@@ -181,6 +192,8 @@ def _check_herald(args):
                          "workers cannot share the ids they read")
     if args.sync == "herald" and args.staleness != "auto":
         raise ValueError("--sync herald is exact and takes no --staleness")
+    # The window's bounds are the layer's (CacheConfig), checked here first.
+    check_window(args.window, args.sync, "--window")
     if args.allocate_every < 0:
         raise ValueError(f"--allocate-every must be >= 0 (0: off), got {args.allocate_every}")
     if not args.allocate_every:
