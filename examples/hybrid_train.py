@@ -10,6 +10,7 @@ import argparse
 import hashlib
 import json
 import os
+import signal
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -39,6 +40,9 @@ def parse_args():
                    "every this many steps (0: off; docs/herald.md)")
     p.add_argument("--summary-rows", type=int, default=4096,
                    help="the most used keys of each cache that the allocation shares")
+    p.add_argument("--lose-rank-at", type=int, nargs=2, metavar=("RANK", "STEP"),
+                   help="a fault drill: RANK kills itself (SIGKILL) as it begins training "
+                   "step STEP (counted over the epochs from 0), while the others are in it")
     return p.parse_args()
 
 
@@ -96,6 +100,15 @@ def main():
             trained_on.append([[*map(int, ids_), float(label)]
                                for ids_, label in zip(samples[0], samples[1].ravel())])
 
+    if args.lose_rank_at and args.lose_rank_at[0] == rank:
+        lost_at, steps_begun = args.lose_rank_at[1], []
+
+        def lose_this_rank(batch, logs):
+            if len(steps_begun) == lost_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            steps_begun.append(batch)
+
+        callbacks.append(tf_keras.callbacks.LambdaCallback(on_train_batch_begin=lose_this_rank))
     if args.result_dir:  # the weights after every step, to compare the ranks
         callbacks.append(tf_keras.callbacks.LambdaCallback(on_train_batch_end=after_step))
     fit_data = dict(x=ids, y=labels, batch_size=args.batch_size, shuffle=False)

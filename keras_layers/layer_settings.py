@@ -11,8 +11,8 @@ from het_tf.runtime.config import (
     MATERIALIZE_LIMIT,
     UNBOUNDED,
     CacheConfig,
-    check_window,
     cache_rows,
+    check_window,
     staleness_bounds,
 )
 

@@ -72,6 +72,26 @@ def test_allocation_and_plan_agree_on_every_rank_and_lose_no_sample(tmp_path):
     assert resumed[0]["dense_digest"] == resumed[1]["dense_digest"]
 
 
+def test_a_rank_lost_mid_step_fails_the_job_and_it_resumes(tmp_path):
+    """Rank 1 dies as it begins a step of the third epoch, while rank 0 is in
+    the step's plan: the job fails (it does not hang) with the PS tasks
+    alive, and a relaunch resumes from the second epoch's checkpoint, the
+    ranks agreeing again."""
+    ckpt = str(tmp_path / "ckpt")
+    lost_at = 2 * SAMPLES // BATCH_SIZE + 5
+    log = run_hybrid(tmp_path / "lost", 1, [*HERALD, "--window", "2", "--checkpoint-dir", ckpt,
+                                            "--lose-rank-at", "1", str(lost_at)], fails=True)
+    assert "Traceback" in log or "Error" in log, log[-3000:]
+    resumed = run_hybrid(tmp_path / "resumed", 1, [*HERALD, "--window", "2", "--epochs", "1",
+                                                    "--checkpoint-dir", ckpt])
+    for r in resumed:
+        assert r["resumed_from"] == ckpt + "/ckpt-2"
+        assert r["table_updates_applied"] == sum(
+            x["cache_updates_pushed"] + x["plan_direct_keys"] for x in resumed)
+    assert resumed[0]["assignments"] == resumed[1]["assignments"]
+    assert resumed[0]["dense_digest"] == resumed[1]["dense_digest"]
+
+
 def _model(**layer):
     inputs = tf_keras.Input(shape=(3,), dtype="int64")
     embedding = HetEmbedding(100, 4, name="items", **layer)

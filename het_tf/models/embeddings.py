@@ -137,7 +137,8 @@ class EmbeddingSpec:
 
         return HetEmbedding(None, dim, optimizer=self.table_optimizer(),
                             cache_capacity=self.cache_rows(), cache_policy=self.cache_policy,
-                            staleness=self.staleness, sync=self.sync, window=self.window, seed=self.seed,
+                            staleness=self.staleness, sync=self.sync, window=self.window,
+                            seed=self.seed,
                             hot_rows=self.hot_rows_of(dim), name=name)(keys)
 
     def hot_rows_of(self, dim):

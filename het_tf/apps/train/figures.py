@@ -74,7 +74,14 @@ def embedding_figures(model, ranks=1):
     if not layers:
         return {}
     totals = {"hits": 0, "unique_keys": 0, "table_rows": 0, "prefetch_hits": 0}
-    traffic, per_sample, hot_per_sample, plan_per_sample = 0, 0.0, None, None
+    traffic, per_sample = 0, 0.0
+    # Per sample, where a layer has them: FAE's exchange between the ranks
+    # and Herald's ids shared between them (both in embedding_bytes), and
+    # the rows Herald's plan read directly or cached for its window.
+    shares = {"hot_bytes_exchanged": "hot_bytes_per_sample", "plan_bytes": "plan_bytes_per_sample",
+              "plan_direct_keys": "plan_direct_keys_per_sample",
+              "plan_ahead_keys": "plan_ahead_keys_per_sample"}
+    figures = {}
     for layer in layers:
         stats = layer.het_stats()
         for counter in ("hits", "unique_keys", "prefetch_hits"):
@@ -83,17 +90,12 @@ def embedding_figures(model, ranks=1):
         samples = max(stats["samples"], 1) * (1 if "cache_hits" in stats else ranks)
         traffic += stats["embedding_bytes"]
         per_sample += stats["embedding_bytes"] / samples
-        if "hot_bytes_exchanged" in stats:  # FAE's exchange between the ranks, in that
-            hot_per_sample = (hot_per_sample or 0) + stats["hot_bytes_exchanged"] / samples
-        if "plan_bytes" in stats:  # Herald's ids shared between the ranks, in that too
-            plan_per_sample = (plan_per_sample or 0) + stats["plan_bytes"] / samples
-    figures = {"embedding_bytes": int(traffic), "table_rows": int(totals["table_rows"]),
-               "table_rows_per_task": rows_per_task(layers),
-               "embedding_bytes_per_sample": per_sample}
-    if hot_per_sample is not None:
-        figures["hot_bytes_per_sample"] = hot_per_sample
-    if plan_per_sample is not None:
-        figures["plan_bytes_per_sample"] = plan_per_sample
+        for stat, figure in shares.items():
+            if stat in stats:
+                figures[figure] = figures.get(figure, 0) + stats[stat] / samples
+    figures.update({"embedding_bytes": int(traffic), "table_rows": int(totals["table_rows"]),
+                    "table_rows_per_task": rows_per_task(layers),
+                    "embedding_bytes_per_sample": per_sample})
     allocation = het_allocation(model)
     if allocation is not None:  # Herald's: summaries, scores and the samples moved
         stats = allocation.stats()

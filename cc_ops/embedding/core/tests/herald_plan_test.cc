@@ -202,6 +202,6 @@ HET_TEST(TheWindowListsTheBatchesStagedAfterAStep) {
   const std::vector<int64_t> reallocated = {3, 7};
   EXPECT_TRUE(cache->StagedAhead(reallocated.data(), 2, 2) == (std::vector<int64_t>{2, 3, 9}));
   EXPECT_TRUE(cache->StagedAhead(staged[2].data(), 2, 5) == (std::vector<int64_t>{2}));
-  EXPECT_TRUE(cache->StagedAhead(staged[3].data(), 1, 5).empty());  // nothing staged after
+  EXPECT_TRUE(cache->StagedAhead(staged[3].data(), 1, 5).empty());    // nothing staged after
   EXPECT_TRUE(cache->StagedAhead(reallocated.data(), 2, 5).empty());  // nothing left
 }
