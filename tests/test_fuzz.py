@@ -230,6 +230,8 @@ def build_call(draw, op, ctx):
         return [ch, unique_keys(draw)], {}
     if op == "HetCacheMostUsed":
         return [ch, np.int64(draw(st.integers(0, 8)))], {}
+    if op == "HetCacheStagedAhead":
+        return [ch, unique_keys(draw)], dict(batches=draw(st.integers(0, 3)))
     if op == "HetAssignSamples":
         sizes = np.array(draw(st.lists(st.integers(0, 3), min_size=1, max_size=3)), np.int64)
         scores = np.array(draw(st.lists(st.integers(0, 5), min_size=int(sizes.sum() * len(sizes)),
@@ -367,7 +369,7 @@ FUZZED_OPS = sorted(OP_DEFS)
 
 def test_every_op_is_fuzzed():
     """The fuzz below covers the library's whole op list, found at run time."""
-    assert len(FUZZED_OPS) == 39 and all(OP_DEFS[name] is not None for name in FUZZED_OPS)
+    assert len(FUZZED_OPS) == 40 and all(OP_DEFS[name] is not None for name in FUZZED_OPS)
 
 
 @pytest.mark.parametrize("op_name", FUZZED_OPS)

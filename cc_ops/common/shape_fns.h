@@ -27,10 +27,10 @@ inline tensorflow::Status RowPerKeyShape(tensorflow::shape_inference::InferenceC
   return tensorflow::OkStatus();
 }
 
-// Stats ops: a vector of names and a vector of values.
-inline tensorflow::Status StatsShape(tensorflow::shape_inference::InferenceContext* c) {
-  c->set_output(0, c->Vector(c->UnknownDim()));
-  c->set_output(1, c->Vector(c->UnknownDim()));
+// Ops whose every output is a vector of a length known only when they run
+// (the stats ops' names and values, a list of keys, a request per shard).
+inline tensorflow::Status VectorsShape(tensorflow::shape_inference::InferenceContext* c) {
+  for (int i = 0; i < c->num_outputs(); ++i) c->set_output(i, c->Vector(c->UnknownDim()));
   return tensorflow::OkStatus();
 }
 

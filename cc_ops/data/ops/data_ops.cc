@@ -53,7 +53,7 @@ REGISTER_OP("HetParseStats")
     .Output("values: int64")
     .Attr("counter: string")
     .SetIsStateful()
-    .SetShapeFn(StatsShape)
+    .SetShapeFn(VectorsShape)
     .Doc("Records read and records found malformed under `counter` in this process.");
 
 }  // namespace het
@@ -86,10 +86,8 @@ REGISTER_OP("HetSyntheticCriteoLines")
     .Input("num_rows: int64")
     .Output("lines: string")
     .HET_SYNTHETIC_ATTRS
-    .SetShapeFn([](InferenceContext* c) {
-      c->set_output(0, c->Vector(c->UnknownDim()));
-      return tensorflow::OkStatus();
-    })
+    // A comment here keeps clang-format from joining the macro to the next call.
+    .SetShapeFn(VectorsShape)
     .Doc("The same rows as HetSyntheticCriteo, as Criteo TSV lines without newlines.");
 
 REGISTER_OP("HetSyntheticCriteoCardinalities")

@@ -132,10 +132,7 @@ REGISTER_OP("HetCacheBeginPrefetch")
     .Output("unique_keys: int64")
     .Output("requests: num_shards * uint8")
     .Attr("num_shards: int >= 1")
-    .SetShapeFn([](InferenceContext* c) {
-      for (int s = 0; s < c->num_outputs(); ++s) c->set_output(s, c->Vector(c->UnknownDim()));
-      return tensorflow::OkStatus();
-    })
+    .SetShapeFn(VectorsShape)
     .Doc(R"doc(
 The prefetch of a training step whose lookup of `ids` is done: the unique
 keys of the batch staged after `ids` (none if there is none) and one request
@@ -252,10 +249,7 @@ REGISTER_OP("HetCacheStagedAhead")
     .Input("ids: int64")
     .Attr("batches: int >= 0")
     .Output("keys: int64")
-    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
-      c->set_output(0, c->Vector(c->UnknownDim()));
-      return tensorflow::OkStatus();
-    })
+    .SetShapeFn(VectorsShape)
     .Doc(R"doc(
 Herald's window: the distinct ids, ascending, of up to `batches` batches the
 input pipeline staged after the step's batch of `ids` (or, if that batch was
@@ -266,10 +260,7 @@ REGISTER_OP("HetCacheMostUsed")
     .Input("cache: resource")
     .Input("count: int64")
     .Output("keys: int64")
-    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
-      c->set_output(0, c->Vector(c->UnknownDim()));
-      return tensorflow::OkStatus();
-    })
+    .SetShapeFn(VectorsShape)
     .Doc(R"doc(
 Up to `count` cached keys, the most touched first: the summary of the cache
 that location-aware allocation shares.
@@ -279,7 +270,7 @@ REGISTER_OP("HetCacheStats")
     .Input("cache: resource")
     .Output("names: string")
     .Output("values: int64")
-    .SetShapeFn(StatsShape)
+    .SetShapeFn(VectorsShape)
     .Doc("Lookup, hit, miss, eviction and traffic counters of the cache.");
 
 }  // namespace het

@@ -237,7 +237,7 @@ REGISTER_OP("HetTableStats")
     .Input("table: resource")
     .Output("names: string")
     .Output("values: int64")
-    .SetShapeFn(StatsShape)
+    .SetShapeFn(VectorsShape)
     .Doc("Rows held, bytes per row, memory and traffic counters of the shard.");
 
 REGISTER_OP("HetShardIndex")
