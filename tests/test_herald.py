@@ -81,7 +81,9 @@ def test_a_rank_lost_mid_step_fails_the_job_and_it_resumes(tmp_path):
     lost_at = 2 * SAMPLES // BATCH_SIZE + 5
     log = run_hybrid(tmp_path / "lost", 1, [*HERALD, "--window", "2", "--checkpoint-dir", ckpt,
                                             "--lose-rank-at", "1", str(lost_at)], fails=True)
-    assert "Traceback" in log or "Error" in log, log[-3000:]
+    # The survivor stopped on the lost connection (Gloo's read error), not on a timeout.
+    survivor = [line for line in log.splitlines() if line.startswith("[rank:0]")]
+    assert any("error" in line.lower() or "Traceback" in line for line in survivor), log[-3000:]
     resumed = run_hybrid(tmp_path / "resumed", 1, [*HERALD, "--window", "2", "--epochs", "1",
                                                     "--checkpoint-dir", ckpt])
     for r in resumed:
