@@ -40,6 +40,9 @@ def parse_args():
                    "every this many steps (0: off; docs/herald.md)")
     p.add_argument("--summary-rows", type=int, default=4096,
                    help="the most used keys of each cache that the allocation shares")
+    p.add_argument("--stay-bonus", default="auto",
+                   help="the cached rows a sample must gain to leave its rank ('auto': its "
+                   "bytes' worth)")
     p.add_argument("--lose-rank-at", type=int, nargs=2, metavar=("RANK", "STEP"),
                    help="a fault drill: RANK kills itself (SIGKILL) as it begins training "
                    "step STEP (counted over the epochs from 0), while the others are in it")
@@ -60,7 +63,8 @@ def main():
     hybrid.init()  # first, like hvd.init(): before any model is built
     model, layer = build_model(args)
     hybrid.distribute(model, allocate_every=args.allocate_every,
-                      summary_rows=args.summary_rows)  # before compile
+                      summary_rows=args.summary_rows,
+                      stay_bonus=args.stay_bonus)  # before compile
     # Horovod's convention: scale the learning rate with the number of ranks.
     model.compile(tf_keras.optimizers.Adam(0.005 * hybrid.size()), "binary_crossentropy")
     rank = hybrid.rank()

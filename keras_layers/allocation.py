@@ -13,8 +13,9 @@ size.
 - The samples move with one alltoall: each rank's samples, packed as
   bytes, sorted by destination. A sample whose rows score the same
   everywhere stays where it was read; one moves only for a better score,
-  and only if it gains more rows than its own bytes are worth in rows
-  (the stay bonus), or because its rank filled with samples that gain more.
+  and only if it gains more rows than the stay bonus (by default its own
+  bytes' worth of rows), or because its rank filled with samples that gain
+  more.
 
 Every byte of it is counted (`stats()`): the summaries, the scores and
 sizes, and the samples moved.
@@ -26,6 +27,7 @@ import tf_keras
 from het_tf import _op_library
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 from het_tf.keras_layers.layer_inputs import ids_model, layer_ids
+from het_tf.runtime.config import parse_stay_bonus
 from het_tf.runtime.counters import counter
 from het_tf.runtime.herald_plan import members
 
@@ -46,7 +48,9 @@ class Allocation:
     rows sent to each rank by `splits`, and the rows received, in rank order.
     """
 
-    def __init__(self, model, every, summary_rows, ranks, rank, allgather, alltoall):
+    def __init__(self, model, every, summary_rows, ranks, rank, allgather, alltoall,
+                 stay_bonus="auto"):
+        self.stay_bonus = parse_stay_bonus(stay_bonus, "allocation")
         self.every = _check_setting("every (steps between cache summaries)", every)
         self.summary_rows = _check_setting("summary_rows (keys of each cache shared)",
                                            summary_rows)
@@ -169,6 +173,8 @@ class Allocation:
         return out
 
     def _stay_bonus(self, layout):
+        if self.stay_bonus is not None:
+            return self.stay_bonus
         return int(sum(width for *_, width in layout) // self._row_bytes)
 
     def __call__(self, data):

@@ -39,7 +39,7 @@ def _hybrid_train_step(model, data, allocation=None):
     return model.compute_metrics(x, y, y_pred, sample_weight)
 
 
-def distribute(model, allocate_every=0, summary_rows=4096):
+def distribute(model, allocate_every=0, summary_rows=4096, stay_bonus="auto"):
     """Makes a plain tf_keras model, built after init(), hybrid-ready; call
     it before compile. Broadcasts the weights from rank 0 and averages dense
     gradients over the ranks in every training step; the HetEmbedding tables
@@ -48,7 +48,9 @@ def distribute(model, allocate_every=0, summary_rows=4096):
     allocate_every > 0 turns on Herald's location-aware allocation
     (docs/herald.md): each step's samples train on the rank whose cache
     holds most of their rows, each rank sharing its caches' `summary_rows`
-    most used keys every `allocate_every` steps. Returns the model; its
+    most used keys every `allocate_every` steps; a sample leaves the rank
+    that read it only to gain more than `stay_bonus` cached rows ("auto":
+    the rows its own bytes are worth). Returns the model; its
     allocation, if any, is `het_allocation(model)`."""
     if num_ps() is None:
         raise ValueError("call het_tf.hybrid.init() first, before building the model")
@@ -59,7 +61,7 @@ def distribute(model, allocate_every=0, summary_rows=4096):
     allocation = None
     if allocate_every:
         allocation = Allocation(model, allocate_every, summary_rows, hvd.size(), hvd.rank(),
-                                hvd.allgather, hvd.alltoall)
+                                hvd.allgather, hvd.alltoall, stay_bonus)
     model._het_allocation = allocation
     model.train_step = lambda data: _hybrid_train_step(model, data, allocation)
     hvd.broadcast_variables(model_variables(model), root_rank=0)

@@ -63,8 +63,12 @@ def test_allocation_and_plan_agree_on_every_rank_and_lose_no_sample(tmp_path):
             < sum(r["plan_direct_keys"] for r in results))
     assert windowed[0]["dense_digest"] == windowed[1]["dense_digest"]
 
-    resumed = run_hybrid(tmp_path / "resumed", 1, [*HERALD, "--epochs", "1",
-                                                    "--checkpoint-dir", str(tmp_path / "ckpt")])
+    # A stay bonus above any sample's rows keeps every sample home.
+    resumed = run_hybrid(tmp_path / "resumed", 1, [*HERALD, "--epochs", "1", "--stay-bonus",
+                                                    "1000", "--checkpoint-dir",
+                                                    str(tmp_path / "ckpt")])
+    assert all(workers == [0] * BATCH_SIZE + [1] * BATCH_SIZE
+               for workers in resumed[0]["assignments"])
     for r in resumed:
         assert r["resumed_from"].startswith(str(tmp_path / "ckpt"))
         assert r["restored_rows"] == first["table_rows"]
@@ -125,6 +129,10 @@ def test_bad_allocation_settings_are_refused():
         Allocation(model, 4, 0, **args)
     with pytest.raises(ValueError, match="every .* must be a positive int, got -1"):
         Allocation(model, -1, 10, **args)
+    for bonus in (-1, 1.5, "many"):
+        with pytest.raises(ValueError, match="allocation: stay_bonus must be 'auto' or a "
+                           f"number of rows >= 0, got {bonus!r}"):
+            Allocation(model, 4, 10, **args, stay_bonus=bonus)
     with pytest.raises(ValueError, match="at least 2 Horovod ranks.*has 1"):
         Allocation(model, 4, 10, **{**args, "ranks": 1})
     uncached, _ = _model(cache_capacity=0)

@@ -233,6 +233,9 @@ def test_a_first_run_on_a_small_criteo_file_just_works_and_is_quiet(tmp_path):
     (["--allocate-every", "4", "--mode", "hybrid", "--workers", "1"], "--workers 2 or more"),
     (["--allocate-every", "4", "--mode", "hybrid", "--summary-rows", "0"],
      "--summary-rows must be a positive"),
+    (["--allocate-every", "4", "--mode", "hybrid", "--stay-bonus", "-2"],
+     "--stay-bonus: stay_bonus must be 'auto' or a number of rows >= 0, got '-2'"),
+    (["--stay-bonus", "0"], "--stay-bonus is the allocation's: it needs --allocate-every"),
 ])
 def test_train_rejects_bad_arguments(tmp_path, args, message):
     result = run(HET_TF + ["train", "--run-dir", str(tmp_path / "r"), *args], timeout=120)

@@ -287,5 +287,18 @@ def check_window(window, sync, owner):
               "takes one")
 
 
+def parse_stay_bonus(value, owner):
+    """Herald's allocation's stay bonus: the rows a sample must gain to leave
+    the rank that read it, an int >= 0, or "auto" (None): its own bytes over
+    a row's. Text from a command line parses the same way."""
+    if value is None or value == "auto":
+        return None
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if not _is_int(value) or value < 0:
+        _fail(owner, f"stay_bonus must be 'auto' or a number of rows >= 0, got {value!r}")
+    return value
+
+
 def _is_int(value):
     return isinstance(value, int) and not isinstance(value, bool)

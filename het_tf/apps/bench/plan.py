@@ -42,6 +42,10 @@ CONFIGURATIONS = (
      "(16,384-key summaries every 8 steps), 10% LFU cache at staleness 100, hybrid",
      ["--mode", "hybrid", "--staleness", "100", "--no-lookahead", "--allocate-every", "8",
       "--summary-rows", "16384"]),
+    ("herald-alloc-b0", "Herald's allocation alone, stay bonus 0: a sample moves for any "
+     "cached row it gains, 10% LFU cache at staleness 100, hybrid",
+     ["--mode", "hybrid", "--staleness", "100", "--no-lookahead", "--allocate-every", "8",
+      "--summary-rows", "16384", "--stay-bonus", "0"]),
     ("herald-plan", "Herald's plan alone: exact, each rank pushes only the rows another reads "
      "next, 10% LFU cache, hybrid", ["--mode", "hybrid", "--sync", "herald"]),
     ("herald", "Herald: allocation and plan, exact, 10% LFU cache, hybrid",

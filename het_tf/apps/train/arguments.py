@@ -6,7 +6,7 @@ import math
 import os
 
 from het_tf.apps import link
-from het_tf.runtime.config import check_window
+from het_tf.runtime.config import check_window, parse_stay_bonus
 
 MODES = ("local", "ps", "hybrid")
 DEFAULT_DIM = 16
@@ -91,6 +91,10 @@ def add_arguments(p):
                    "rows, the caches' summaries shared every this many steps (0: off)")
     p.add_argument("--summary-rows", type=int, default=4096,
                    help="the most used keys of each cache that the allocation shares")
+    p.add_argument("--stay-bonus", default="auto",
+                   help="the cached rows a sample must gain to leave the rank that read it "
+                   "('auto', the default: the rows its own bytes are worth; 0 moves it for "
+                   "any gain)")
     p.add_argument("--lookahead", action=argparse.BooleanOptionalAction, default=None,
                    help="the input pipeline stages each batch's ids a step ahead, and each "
                    "training step prefetches the next batch's rows while it computes "
@@ -197,10 +201,14 @@ def _check_herald(args):
     if args.allocate_every < 0:
         raise ValueError(f"--allocate-every must be >= 0 (0: off), got {args.allocate_every}")
     if not args.allocate_every:
+        if args.stay_bonus != "auto":
+            raise ValueError("--stay-bonus is the allocation's: it needs --allocate-every")
         return
     if args.summary_rows < 1:
         raise ValueError(f"--summary-rows must be a positive number of keys, got "
                          f"{args.summary_rows}")
+    # The bonus's bounds are the allocation's, checked here first.
+    parse_stay_bonus(args.stay_bonus, "--stay-bonus")
     if args.mode != "hybrid" or args.workers < 2:
         raise ValueError("--allocate-every moves samples between Horovod ranks: it needs "
                          "--mode hybrid and --workers 2 or more")

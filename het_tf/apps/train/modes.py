@@ -160,7 +160,7 @@ class HybridMode(LocalMode):
         hybrid.init()  # before the model is built
         self.rank, self.size = hybrid.rank(), hybrid.size()
         self.allocation = dict(allocate_every=args.allocate_every,
-                               summary_rows=args.summary_rows)
+                               summary_rows=args.summary_rows, stay_bonus=args.stay_bonus)
 
     def learning_rate_factor(self):
         return self.size  # Horovod's convention: the dense rate scales with the ranks
