@@ -105,6 +105,8 @@ def test_train_hybrid_mode_starts_and_stops_its_own_cluster(tmp_path):
     # Both ranks' batches count: steps of 512 on each of the 2 ranks.
     assert metrics["train_samples"] % (2 * 512) == 0 and metrics["train_samples"] > 100000
     assert metrics["prefetch_hit_rate"] > 0.05
+    # A sample looks up at most its 26 ids, and a share of them miss.
+    assert 0 < metrics["cache_misses_per_sample"] <= 26 * (1 - metrics["cache_hit_rate"])
     assert sorted(metrics["peak_rss_bytes"]) == ["ps:0", "ps:1", "rank:0"]
     assert sorted(metrics["table_rows_per_task"]) == ["ps:0", "ps:1"]
     assert sum(metrics["table_rows_per_task"].values()) == metrics["table_rows"]

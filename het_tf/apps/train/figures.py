@@ -82,12 +82,17 @@ def embedding_figures(model, ranks=1):
               "plan_direct_keys": "plan_direct_keys_per_sample",
               "plan_ahead_keys": "plan_ahead_keys_per_sample"}
     figures = {}
+    # Rows the caches fetched per sample: unlike the hit rate, comparable
+    # when the ids a step looks up change, as the allocation changes them.
+    misses = 0.0
     for layer in layers:
         stats = layer.het_stats()
         for counter in ("hits", "unique_keys", "prefetch_hits"):
             totals[counter] += stats.get(f"cache_{counter}", 0)
         totals["table_rows"] += stats["table_rows"]
         samples = max(stats["samples"], 1) * (1 if "cache_hits" in stats else ranks)
+        if "cache_hits" in stats:
+            misses += (stats["cache_unique_keys"] - stats["cache_hits"]) / samples
         traffic += stats["embedding_bytes"]
         per_sample += stats["embedding_bytes"] / samples
         for stat, figure in shares.items():
@@ -106,6 +111,7 @@ def embedding_figures(model, ranks=1):
         figures["embedding_bytes_per_sample"] += stats["allocation_bytes"] / samples
     if totals["unique_keys"]:
         figures["cache_hit_rate"] = hit_rate(totals)
+        figures["cache_misses_per_sample"] = misses
         # Misses the lookahead fetched before their step (het_tf.lookahead).
         figures["prefetch_hit_rate"] = totals["prefetch_hits"] / totals["unique_keys"]
     return figures
