@@ -38,8 +38,9 @@ def parse_args():
     p.add_argument("--allocate-every", type=int, default=0,
                    help="Herald's location-aware allocation: share the caches' summaries "
                    "every this many steps (0: off; docs/herald.md)")
-    p.add_argument("--summary-rows", type=int, default=4096,
-                   help="the most used keys of each cache that the allocation shares")
+    p.add_argument("--summary-rows", type=int, default=65536,
+                   help="the most used keys of each cache that the allocation shares, as a "
+                   "Bloom filter of 10 bits a key")
     p.add_argument("--stay-bonus", default="auto",
                    help="the cached rows a sample must gain to leave its rank ('auto': its "
                    "bytes' worth)")

@@ -3,9 +3,10 @@ step, the samples the ranks read are given out again so that each trains on
 the rank whose cache holds most of its rows, every rank keeping its batch
 size.
 
-- Every `every` steps each rank shares the `summary_rows` most used keys of
-  each of its caches (allgather), sorted, so every rank can tell which
-  rows each cache holds.
+- Every `every` steps each rank shares a Bloom filter of the
+  `summary_rows` most used keys of each of its caches (HetKeySummary, 1.25
+  bytes a key; allgather), so every rank can tell which rows each cache
+  holds, up to a rare false "held" that can only place a sample worse.
 - Each step each rank scores its own samples against every rank's summary
   (rows of the sample that rank holds) and the ranks share the scores and
   their batch sizes (allgather). Every rank then runs the same assignment
@@ -29,9 +30,9 @@ from het_tf.keras_layers.het_embedding import het_embedding_layers
 from het_tf.keras_layers.layer_inputs import ids_model, layer_ids
 from het_tf.runtime.config import parse_stay_bonus
 from het_tf.runtime.counters import counter
-from het_tf.runtime.herald_plan import members
 
-_KEY_BYTES = 8
+# A summary's words, and the sizes and counts that travel as int64.
+_WORD_BYTES = 8
 
 
 def _check_setting(name, value):
@@ -100,27 +101,28 @@ class Allocation:
     # ----- summaries -----
 
     def _share_summaries(self):
-        """Each cache's most used keys, sorted, from every rank."""
+        """The summary of each cache's most used keys, from every rank."""
         sent = tf.constant(0, tf.int64)
         updates = []
         for layer, summary, starts in zip(self._layers, self._summaries, self._starts):
-            mine = tf.sort(layer.cache.most_used(self.summary_rows))
+            mine = self._ops.het_key_summary(layer.cache.most_used(self.summary_rows))
             size = tf.shape(mine, out_type=tf.int64)[0]
             sizes = self._allgather(tf.reshape(size, [1]))
             everyone = self._allgather(mine)
             updates += [summary.assign(everyone),
                         starts.assign(tf.concat([[0], tf.cumsum(sizes)], 0))]
             received = tf.reduce_sum(sizes) - size
-            sent += (size * (self._ranks - 1) + received + 2 * (self._ranks - 1)) * _KEY_BYTES
+            sent += (size * (self._ranks - 1) + received + 2 * (self._ranks - 1)) * _WORD_BYTES
         with tf.control_dependencies(updates):
             return tf.identity(sent)
 
     # ----- scores and assignment -----
 
     def _scores(self, x):
-        """[samples, ranks]: rows of each sample in each rank's summary."""
+        """[samples, ranks]: rows of each sample in each rank's summary, as
+        the smallest integer type that holds a sample's count of ids."""
         per_layer = layer_ids(self._ids_of, self._layers, x)
-        total = None
+        total, ids_most = None, 0
         for layer_ids_, summary, starts in zip(per_layer, self._summaries, self._starts):
             if isinstance(layer_ids_, (tf.RaggedTensor, tf.SparseTensor)):
                 raise ValueError("allocation: HetEmbedding inputs must be dense tensors, one "
@@ -129,12 +131,16 @@ class Allocation:
             flat = tf.reshape(ids, [-1])
             columns = []
             for r in range(self._ranks):
-                held = members(flat, summary[starts[r]:starts[r + 1]])
+                held = self._ops.het_key_summary_holds(summary[starts[r]:starts[r + 1]], flat)
                 held = tf.reshape(tf.cast(held, tf.int32), [tf.shape(ids)[0], -1])
                 columns.append(tf.reduce_sum(held, axis=1))
             scores = tf.stack(columns, axis=1)
             total = scores if total is None else total + scores
-        return total
+            per_sample = ids.shape[1:].num_elements()
+            ids_most = None if ids_most is None or per_sample is None else ids_most + per_sample
+        # Scores travel to every rank each step: a byte each where no sample
+        # can hold more ids than a byte counts.
+        return tf.cast(total, tf.uint8) if ids_most is not None and ids_most < 256 else total
 
     # ----- moving samples -----
 
@@ -189,7 +195,7 @@ class Allocation:
         sizes = self._allgather(tf.reshape(tf.cast(n, tf.int64), [1]))
         everyone = self._allgather(scores)
         packed, layout = self._pack(tensors)
-        workers = self._ops.het_assign_samples(everyone, sizes,
+        workers = self._ops.het_assign_samples(tf.cast(everyone, tf.int32), sizes,
                                                stay_bonus=self._stay_bonus(layout))
         start = tf.cast(tf.reduce_sum(sizes[:self._rank]), tf.int32)
         mine = workers[start:start + n]
@@ -200,10 +206,11 @@ class Allocation:
         moved_out = tf.cast(n - splits[self._rank], tf.int64)
         moved_in = tf.cast(tf.shape(received)[0], tf.int64) - tf.cast(splits[self._rank],
                                                                       tf.int64)
-        score_bytes = (tf.cast(n * self._ranks * 4, tf.int64) * (self._ranks - 1)
-                       + tf.cast(tf.size(everyone) * 4, tf.int64) - tf.cast(n * self._ranks * 4,
-                                                                            tf.int64)
-                       + 2 * _KEY_BYTES * (self._ranks - 1))
+        # Each rank sends its scores to every other and receives theirs; the
+        # sizes are one int64 each way.
+        score_bytes = (tf.cast(n * self._ranks, tf.int64) * (self._ranks - 1)
+                       + tf.cast(tf.size(everyone) - n * self._ranks, tf.int64)) * \
+            scores.dtype.size + 2 * _WORD_BYTES * (self._ranks - 1)
         self._layout = layout
         counted = [self._assigned.assign(workers), self._received.assign(received),
                    self._bytes.assign_add(summary_bytes + score_bytes

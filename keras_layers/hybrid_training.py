@@ -39,7 +39,7 @@ def _hybrid_train_step(model, data, allocation=None):
     return model.compute_metrics(x, y, y_pred, sample_weight)
 
 
-def distribute(model, allocate_every=0, summary_rows=4096, stay_bonus="auto"):
+def distribute(model, allocate_every=0, summary_rows=65536, stay_bonus="auto"):
     """Makes a plain tf_keras model, built after init(), hybrid-ready; call
     it before compile. Broadcasts the weights from rank 0 and averages dense
     gradients over the ranks in every training step; the HetEmbedding tables
@@ -47,8 +47,9 @@ def distribute(model, allocate_every=0, summary_rows=4096, stay_bonus="auto"):
 
     allocate_every > 0 turns on Herald's location-aware allocation
     (docs/herald.md): each step's samples train on the rank whose cache
-    holds most of their rows, each rank sharing its caches' `summary_rows`
-    most used keys every `allocate_every` steps; a sample leaves the rank
+    holds most of their rows, each rank sharing a Bloom filter of its
+    caches' `summary_rows` most used keys every `allocate_every` steps
+    (1.25 bytes a key); a sample leaves the rank
     that read it only to gain more than `stay_bonus` cached rows ("auto":
     the rows its own bytes are worth). Returns the model; its
     allocation, if any, is `het_allocation(model)`."""

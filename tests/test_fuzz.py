@@ -238,6 +238,13 @@ def build_call(draw, op, ctx):
                                         max_size=int(sizes.sum() * len(sizes)))), np.int32)
         return ([scores.reshape(int(sizes.sum()), len(sizes)), sizes],
                 dict(stay_bonus=draw(st.integers(0, 2))))
+    if op == "HetKeySummary":
+        return [unique_keys(draw)], {}
+    if op == "HetKeySummaryHolds":
+        summary = OPS.het_key_summary(unique_keys(draw))
+        shape = draw(st.lists(st.integers(0, 3), max_size=2))
+        keys = draw(st.lists(KEYS, min_size=int(np.prod(shape)), max_size=int(np.prod(shape))))
+        return [summary, np.array(keys, np.int64).reshape(shape)], {}
     if op == "HetTableRead":
         return [th, unique_keys(draw)], dict(dim=DIM, num_slots=1)
     if op == "HetTableImport":
@@ -369,7 +376,7 @@ FUZZED_OPS = sorted(OP_DEFS)
 
 def test_every_op_is_fuzzed():
     """The fuzz below covers the library's whole op list, found at run time."""
-    assert len(FUZZED_OPS) == 40 and all(OP_DEFS[name] is not None for name in FUZZED_OPS)
+    assert len(FUZZED_OPS) == 42 and all(OP_DEFS[name] is not None for name in FUZZED_OPS)
 
 
 @pytest.mark.parametrize("op_name", FUZZED_OPS)

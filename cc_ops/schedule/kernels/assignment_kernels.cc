@@ -1,6 +1,9 @@
-// A thin adapter from HetAssignSamples to the plain-C++ assignment.
+// Thin adapters from Herald's allocation ops to the plain-C++ schedule core:
+// HetAssignSamples, and the cache summaries HetKeySummary and
+// HetKeySummaryHolds.
 #include "cc_ops/common/kernel_util.h"
 #include "cc_ops/common/tf_status.h"
+#include "cc_ops/schedule/core/key_summary.h"
 #include "cc_ops/schedule/core/sample_assignment.h"
 #include "tensorflow/core/framework/op_kernel.h"
 
@@ -35,8 +38,46 @@ class HetAssignSamplesOp : public OpKernel {
   int32_t stay_bonus_ = 0;
 };
 
+class HetKeySummaryOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& keys = ctx->input(0);
+    OP_REQUIRES(ctx, keys.dims() == 1,
+                tensorflow::errors::InvalidArgument("cache summary: keys must be a vector, got ",
+                                                    keys.shape().DebugString()));
+    Tensor* summary = nullptr;
+    OP_REQUIRES_OK(
+        ctx, ctx->allocate_output(0, TensorShape({KeySummaryWords(keys.dim_size(0))}), &summary));
+    BuildKeySummary(keys.flat<int64_t>().data(), keys.dim_size(0),
+                    reinterpret_cast<uint64_t*>(summary->flat<int64_t>().data()));
+  }
+};
+
+class HetKeySummaryHoldsOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& summary = ctx->input(0);
+    const Tensor& keys = ctx->input(1);
+    OP_REQUIRES(ctx, summary.dims() == 1,
+                tensorflow::errors::InvalidArgument("cache summary: the summary must be a vector "
+                                                    "of words, got ",
+                                                    summary.shape().DebugString()));
+    Tensor* held = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, keys.shape(), &held));
+    KeySummaryHolds(reinterpret_cast<const uint64_t*>(summary.flat<int64_t>().data()),
+                    summary.dim_size(0), keys.flat<int64_t>().data(), keys.NumElements(),
+                    held->flat<bool>().data());
+  }
+};
+
 }  // namespace
 
 HET_CPU_KERNEL("HetAssignSamples", HetAssignSamplesOp);
+HET_CPU_KERNEL("HetKeySummary", HetKeySummaryOp);
+HET_CPU_KERNEL("HetKeySummaryHolds", HetKeySummaryHoldsOp);
 
 }  // namespace het

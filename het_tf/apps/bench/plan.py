@@ -39,21 +39,21 @@ CONFIGURATIONS = (
      "through a 10% LFU cache at staleness 100, hybrid",
      ["--mode", "hybrid", "--staleness", "100", "--hot-rows", "50000"]),
     ("herald-alloc", "Herald's allocation alone: samples sent to the rank caching their rows "
-     "(16,384-key summaries every 8 steps), 10% LFU cache at staleness 100, hybrid",
+     "(summaries of up to 65,536 keys every 8 steps), 10% LFU cache at staleness 100, hybrid",
      ["--mode", "hybrid", "--staleness", "100", "--no-lookahead", "--allocate-every", "8",
-      "--summary-rows", "16384"]),
+      "--summary-rows", "65536"]),
     ("herald-alloc-b0", "Herald's allocation alone, stay bonus 0: a sample moves for any "
      "cached row it gains, 10% LFU cache at staleness 100, hybrid",
      ["--mode", "hybrid", "--staleness", "100", "--no-lookahead", "--allocate-every", "8",
-      "--summary-rows", "16384", "--stay-bonus", "0"]),
+      "--summary-rows", "65536", "--stay-bonus", "0"]),
     ("herald-plan", "Herald's plan alone: exact, each rank pushes only the rows another reads "
      "next, 10% LFU cache, hybrid", ["--mode", "hybrid", "--sync", "herald"]),
     ("herald", "Herald: allocation and plan, exact, 10% LFU cache, hybrid",
      ["--mode", "hybrid", "--sync", "herald", "--allocate-every", "8",
-      "--summary-rows", "16384"]),
+      "--summary-rows", "65536"]),
     ("herald-window", "Herald: allocation and plan over a window of 8 batches, exact, 10% LFU "
      "cache, hybrid", ["--mode", "hybrid", "--sync", "herald", "--window", "8",
-                       "--allocate-every", "8", "--summary-rows", "16384"]),
+                       "--allocate-every", "8", "--summary-rows", "65536"]),
 )
 # The staleness sweep for AUC: s10 and s100 come from the configurations above.
 STALENESS_SWEEP = (("het-s0", "0"), ("het-s10", "10"), ("het-s100", "100"),

@@ -89,8 +89,9 @@ def add_arguments(p):
                    help="Herald's location-aware allocation (hybrid mode, 2 ranks or more): "
                    "each step's samples train on the rank whose cache holds most of their "
                    "rows, the caches' summaries shared every this many steps (0: off)")
-    p.add_argument("--summary-rows", type=int, default=4096,
-                   help="the most used keys of each cache that the allocation shares")
+    p.add_argument("--summary-rows", type=int, default=65536,
+                   help="the most used keys of each cache that the allocation shares, as a "
+                   "Bloom filter of 10 bits a key")
     p.add_argument("--stay-bonus", default="auto",
                    help="the cached rows a sample must gain to leave the rank that read it "
                    "('auto', the default: the rows its own bytes are worth; 0 moves it for "
