@@ -67,6 +67,35 @@ def test_time_to_target_is_the_first_point_past_a_share_of_the_best_auc():
     assert time_to_target({"c": {"failed": True}}, 0.99) == (None, {})
 
 
+def test_herald_targets_compare_with_hets_cache_in_the_same_section():
+    """Issue 21's targets: the allocation's hit rate against HET's cache at
+    s=100, Herald's bytes and time to target against HET's s=0."""
+    from het_tf.apps.bench.report import _section_report, summarize
+
+    def run(seconds, hit_rate, misses, nbytes):
+        return {"config": {"mode": "hybrid"}, "samples_per_second": 1000.0,
+                "embedding_bytes_per_sample": nbytes, "cache_hit_rate": hit_rate,
+                "cache_misses_per_sample": misses, "auc": 0.79, "logloss": 0.48,
+                "timeline": [{"seconds": seconds, "auc": 0.79}]}
+
+    section = {"model": "wdl", "dim": 16, "link": "100mbit",
+               "unique_id_traffic": {"bytes_per_sample": 700.0},
+               "runs": {"hybrid-s0-check": run(100, 0.38, 16.0, 1800.0),
+                        "hybrid-s100": run(47, 0.80, 0.90, 290.0),
+                        "herald-alloc": run(50, 0.8005, 0.89, 300.0),
+                        "herald-alloc-b0": run(52, 0.82, 0.80, 400.0),
+                        "herald": run(76, 0.09, 20.0, 880.0)}}
+    section["table"], section["targets"] = summarize(section, 0.99)
+    targets = section["targets"]
+    assert abs(targets["herald_alloc_hit_rate_minus_s100"]["herald-alloc-b0"] - 0.02) < 1e-9
+    assert abs(targets["herald_bytes_reduction_vs_s0_check"] - (1 - 880 / 1800)) < 1e-9
+    assert abs(targets["herald_speedup_to_target_vs_s0_check"] - 100 / 76) < 1e-9
+    report = "\n".join(_section_report(section, None))
+    assert "herald-alloc +0.0005 (missed), herald-alloc-b0 +0.0200 (met)" in report
+    assert "48%): 51.1% (met); time to target, HET's s=0 over Herald" in report
+    assert "| 0.820 | 0.800 | 0.7900 |" in report  # hit rate, misses per sample, AUC
+
+
 def test_bench_refuses_what_it_cannot_do(tmp_path):
     done = run(["--link", "fast", "--out", str(tmp_path / "b")], timeout=120)
     assert done.returncode == 2 and "give a rate as tc writes it" in done.stderr

@@ -52,6 +52,7 @@ def summarize(section, share):
                      "wire_between_workers_bytes_per_sample":
                          run.get("wire_between_workers_bytes_per_sample"),
                      "cache_hit_rate": run.get("cache_hit_rate"),
+                     "cache_misses_per_sample": run.get("cache_misses_per_sample"),
                      "auc": run.get("auc"), "logloss": run.get("logloss"),
                      "seconds_to_target": to_target.get(name)})
     return rows, _targets(runs, rows, traffic, target_auc, base, limit)
@@ -95,6 +96,20 @@ def _targets(runs, rows, traffic, target_auc, base, limit):
         else 1 - traffic["bytes_per_sample"] / keras_wire,
         "hybrid_s100_allreduce_share_of_wire": None if not hybrid_wire
         else get("hybrid-s100", "wire_between_workers_bytes_per_sample") / hybrid_wire,
+        # Herald (issue 21): the allocation against HET's cache at the same
+        # capacity and staleness; allocation and plan against HET's s=0.
+        "herald_alloc_hit_rate_minus_s100": {
+            name: get(name, "cache_hit_rate") - get("hybrid-s100", "cache_hit_rate")
+            for name in ("herald-alloc", "herald-alloc-b0")
+            if get(name, "cache_hit_rate") is not None
+            and get("hybrid-s100", "cache_hit_rate") is not None},
+        "herald_bytes_reduction_vs_s0_check": None
+        if not get("hybrid-s0-check", "embedding_bytes_per_sample")
+        or get("herald", "embedding_bytes_per_sample") is None
+        else 1 - get("herald", "embedding_bytes_per_sample")
+        / get("hybrid-s0-check", "embedding_bytes_per_sample"),
+        "herald_speedup_to_target_vs_s0_check": _ratio(
+            get("hybrid-s0-check", "seconds_to_target"), get("herald", "seconds_to_target")),
         # The wire to and from the PS tasks against the table shards' own
         # count over the same interval.
         "wire_ps_minus_counted": {
@@ -187,12 +202,13 @@ def _section_report(section, latency):
         if section["link"] != "loopback" else "loopback"
     lines = [f"## {section['model'].upper()}, dim {section['dim']}: {link}", "",
              "| Configuration | samples/s | vs TF PS | vs limit | embedding bytes/sample "
-             "(counted) | wire bytes/sample: all, PS, between workers | hit rate | AUC | "
-             "logloss | s to target |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "(counted) | wire bytes/sample: all, PS, between workers | hit rate | "
+             "misses/sample | AUC | logloss | s to target |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in section["table"]:
         if "failed" in r:
             lines.append(f"| {r['name']}: {r['label']} | failed: {r['failed'][:160]} |"
-                         " | | | | | | | |")
+                         " | | | | | | | | |")
             continue
         wire = ("—" if r["wire_bytes_per_sample"] is None else
                 f"{r['wire_bytes_per_sample']:,.0f}, {r['wire_ps_bytes_per_sample']:,.0f}, "
@@ -201,7 +217,8 @@ def _section_report(section, latency):
             f"| {r['name']}: {r['label']} | {_fmt(r['samples_per_second'], ',.0f')} | "
             f"{_fmt(r['ratio_to_keras_ps'], '.2f')} | {_fmt(r['ratio_to_limit'], '.2f')} | "
             f"{_fmt(r['embedding_bytes_per_sample'], ',.0f')} | {wire} | "
-            f"{_fmt(r['cache_hit_rate'], '.3f')} | {_fmt(r['auc'], '.4f')} | "
+            f"{_fmt(r['cache_hit_rate'], '.3f')} | "
+            f"{_fmt(r['cache_misses_per_sample'], '.3f')} | {_fmt(r['auc'], '.4f')} | "
             f"{_fmt(r['logloss'], '.4f')} | {_fmt(r['seconds_to_target'], '.0f')} |")
     t = section["targets"]
     traffic_target = 0.9 if section["dim"] <= 16 else 0.95
@@ -228,6 +245,17 @@ def _section_report(section, latency):
               f"estimate over the wire): {_fmt(t['keras_ps_dense_share_of_ps_wire'], '.1%')}",
               f"- hybrid s=100: allreduce share of the wire: "
               f"{_fmt(t['hybrid_s100_allreduce_share_of_wire'], '.1%')}"]
+    if t["herald_alloc_hit_rate_minus_s100"] or t["herald_bytes_reduction_vs_s0_check"] \
+            is not None:
+        raised = ", ".join(f"{n} {_met(v, 0.001, '+.4f')}"
+                           for n, v in t["herald_alloc_hit_rate_minus_s100"].items())
+        lines += [
+            "- Herald's allocation, hit rate minus HET's cache at s=100 (issue 21's target: "
+            f"a raise, here +0.001 or more): {raised or 'not measured'}",
+            "- Herald, embedding bytes below HET's cache at s=0 (issue 21's target 48%): "
+            f"{_met(t['herald_bytes_reduction_vs_s0_check'], 0.48, '.1%')}; time to target, "
+            f"HET's s=0 over Herald (target: 1 or more): "
+            f"{_met(t['herald_speedup_to_target_vs_s0_check'], 1.0, '.2f')}"]
     if t["wire_ps_minus_counted"]:
         lines.append("- PS wire minus the table shards' own count over the same interval, "
                      "bytes/sample (dense variables, gRPC framing and headers): " + ", ".join(
