@@ -93,14 +93,18 @@ TF221_TESTS := tests/test_cli.py tests/test_loader.py tests/test_layering.py \
   tests/test_herald.py tests/test_train_command.py tests/test_stack.py
 # Runs that check numbers the default stack checks too (held-out accuracy
 # against s=0, the flush after unbounded staleness) or more variants of a
-# mode this stack already runs once: the second stack checks that
-# everything works, not every figure again.
+# mode this stack already runs once (the lookahead and FAE's hot rows in a
+# cluster, which this stack runs in one process): the second stack checks
+# that everything works, not every figure again.
 TF221_SKIPPED := \
   tests/test_train_command.py::test_adagrad_cache_at_staleness_100_costs_no_held_out_accuracy \
   tests/test_train_command.py::test_adam_cache_with_two_workers_keeps_held_out_accuracy \
   tests/test_train_command.py::test_one_workers_flush_moves_nothing_its_cache_had_not_made \
+  tests/test_train_command.py::test_train_hybrid_mode_with_hot_rows \
   tests/test_hybrid.py::test_sequence_models_train_in_hybrid_mode \
-  tests/test_hybrid.py::test_hot_rows_stay_identical_on_every_rank_and_off_the_shards
+  tests/test_hybrid.py::test_hot_rows_stay_identical_on_every_rank_and_off_the_shards \
+  tests/test_cluster.py::test_the_lookahead_prefetches_on_every_worker_and_loses_no_update \
+  tests/test_cluster.py::test_hot_rows_stay_pinned_in_every_workers_cache
 
 setup-tf2.21: $(TF221_VENV)/.deps
 

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from unittest import mock
 
 import pytest
 import tensorflow as tf
@@ -239,8 +240,25 @@ def test_a_first_run_on_a_small_criteo_file_just_works_and_is_quiet(tmp_path):
      "--stay-bonus: stay_bonus must be 'auto' or a number of rows >= 0, got '-2'"),
     (["--stay-bonus", "0"], "--stay-bonus is the allocation's: it needs --allocate-every"),
 ])
-def test_train_rejects_bad_arguments(tmp_path, args, message):
-    result = run(HET_TF + ["train", "--run-dir", str(tmp_path / "r"), *args], timeout=120)
+def test_train_rejects_bad_arguments(tmp_path, capsys, args, message):
+    """In this process, as `het-tf train` parses and checks (the environment
+    it sets for its children restored after): each refusal comes before
+    anything is started or written."""
+    from het_tf.apps import cli
+
+    with mock.patch.dict(os.environ):
+        try:
+            code = cli.main(["train", "--run-dir", str(tmp_path / "r"), *args])
+        except SystemExit as e:  # argparse's own refusals
+            code = e.code
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_the_command_exits_2_with_the_reason(tmp_path):
+    result = run(HET_TF + ["train", "--run-dir", str(tmp_path / "r"), "--sync", "herald",
+                           "--mode", "ps"], timeout=120)
     assert result.returncode == 2
-    assert message in result.stderr
+    assert "--sync herald needs hybrid or local mode" in result.stderr
     assert not (tmp_path / "r").exists()
