@@ -120,7 +120,7 @@ class Allocation:
 
     def _scores(self, x):
         """[samples, ranks]: rows of each sample in each rank's summary, as
-        the smallest integer type that holds a sample's count of ids."""
+        uint8 where no sample has more than 255 ids, else int32."""
         per_layer = layer_ids(self._ids_of, self._layers, x)
         total, ids_most = None, 0
         for layer_ids_, summary, starts in zip(per_layer, self._summaries, self._starts):
