@@ -49,9 +49,9 @@ def distribute(model, allocate_every=0, summary_rows=65536, stay_bonus="auto"):
     (docs/herald.md): each step's samples train on the rank whose cache
     holds most of their rows, each rank sharing a Bloom filter of its
     caches' `summary_rows` most used keys every `allocate_every` steps
-    (1.25 bytes a key); a sample leaves the rank
-    that read it only to gain more than `stay_bonus` cached rows ("auto":
-    the rows its own bytes are worth). Returns the model; its
+    (1.25 bytes a key); a sample leaves the rank that read it only to gain
+    more than `stay_bonus` cached rows ("auto": the rows its own bytes are
+    worth). Returns the model; its
     allocation, if any, is `het_allocation(model)`."""
     if num_ps() is None:
         raise ValueError("call het_tf.hybrid.init() first, before building the model")

@@ -73,6 +73,8 @@ def _targets(runs, rows, traffic, target_auc, base, limit):
         return None if s0_auc is None or auc is None else auc - s0_auc
 
     keras_wire = get("keras-ps", "wire_ps_bytes_per_sample")
+    herald_bytes = _ratio(get("herald", "embedding_bytes_per_sample"),
+                          get("hybrid-s0-check", "embedding_bytes_per_sample"))
     hybrid_wire = get("hybrid-s100", "wire_bytes_per_sample")
     return {
         "traffic_reduction_s100_vs_cache_off": None if not off or s100 is None
@@ -103,11 +105,8 @@ def _targets(runs, rows, traffic, target_auc, base, limit):
             for name in ("herald-alloc", "herald-alloc-b0")
             if get(name, "cache_hit_rate") is not None
             and get("hybrid-s100", "cache_hit_rate") is not None},
-        "herald_bytes_reduction_vs_s0_check": None
-        if not get("hybrid-s0-check", "embedding_bytes_per_sample")
-        or get("herald", "embedding_bytes_per_sample") is None
-        else 1 - get("herald", "embedding_bytes_per_sample")
-        / get("hybrid-s0-check", "embedding_bytes_per_sample"),
+        "herald_bytes_reduction_vs_s0_check": None if herald_bytes is None
+        else 1 - herald_bytes,
         "herald_speedup_to_target_vs_s0_check": _ratio(
             get("hybrid-s0-check", "seconds_to_target"), get("herald", "seconds_to_target")),
         # The wire to and from the PS tasks against the table shards' own
