@@ -215,8 +215,10 @@ def build_call(draw, op, ctx):
         deltas = finite(draw, (len(keys), 2 * DIM))
         deltas[:, DIM:] = np.abs(deltas[:, DIM:])  # Adagrad's accumulator only grows
         bases = np.array([draw(st.integers(0, 6)) for _ in keys], np.int64)
-        return ([th, keys, deltas, counts, np.float32(draw(st.floats(0, 1))), bases,
-                 np.int64(draw(st.sampled_from([0, 5, -1]))), np.int64(draw(st.integers(0, 3))),
+        # A sender (worker, generation, sequence, epoch), sequenced or not.
+        sender = np.array([draw(st.sampled_from([0, 5, -1])), draw(st.integers(0, 3)),
+                           draw(st.integers(0, 2)), 0], np.int64)
+        return ([th, keys, deltas, counts, np.float32(draw(st.floats(0, 1))), bases, sender,
                  np.int64(draw(st.integers(0, len(keys))))],
                 dict(dim=DIM, num_slots=1))
     if op == "HetTableExchange":
@@ -289,10 +291,9 @@ def build_call(draw, op, ctx):
         cache.lookup(tf.constant(keys), training=True)
         return [ch, keys, finite(draw, (len(keys), DIM)), np.float32(0.1)], dict(dim=DIM)
     if op == "HetCacheAckPush":
-        keys, deltas, counts, bases, evicted, worker, generation = OPS.het_cache_flush(ch,
-                                                                                      dim=DIM)
-        values, clocks = table.push_deltas(keys, deltas, counts, bases, 0.1,
-                                           sender=(worker, generation), unanswered=evicted)
+        keys, deltas, counts, bases, evicted, senders = OPS.het_cache_flush(ch, dim=DIM)
+        values, clocks = table.push_deltas(keys, deltas, counts, bases, 0.1, senders=senders,
+                                           unanswered=evicted)
         return [ch, keys, counts, values, clocks], {}
     if op == "HetParseCriteo":
         n = draw(st.integers(0, 4))

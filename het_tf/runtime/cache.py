@@ -151,10 +151,18 @@ class WorkerCache:
 
     def push_due(self):
         """An exchange that asks for no rows: it pushes what is due and the
-        outbox, and takes the refreshes the shards queued. Returns a scalar
-        to wait on."""
-        rows, _, _ = self._lookup_by_refresh(tf.zeros([0], tf.int64), carry_updates=True)
-        return tf.size(rows, out_type=tf.int64)
+        outbox, and takes the refreshes the shards queued. A round still in
+        flight (its answer lost) goes first, and then a second exchange
+        pushes the rest. Returns a scalar to wait on."""
+        none = tf.zeros([0], tf.int64)
+        rows, _, _ = self._lookup_by_refresh(none, carry_updates=True)
+        with tf.control_dependencies([rows]):
+            left = self.drop(none)  # drops nothing: counts what is still to push
+        return tf.cond(
+            left > 0,
+            lambda: tf.size(self._lookup_by_refresh(none, carry_updates=True)[0],
+                            out_type=tf.int64),
+            lambda: tf.size(rows, out_type=tf.int64))
 
     def most_used(self, count):
         """Up to `count` cached keys, the most touched first."""
@@ -200,26 +208,32 @@ class WorkerCache:
 
     def flush(self, learning_rate):
         """Pushes every pending update of every worker's cache; returns the
-        ops that acknowledge them."""
+        ops that acknowledge them. Each flush is a round of its own: one
+        that finds an earlier round unanswered (its answer lost) sends that
+        round again first, so the second flush pushes the rest."""
         def one(device):
             # All of it on the worker, the routing to shards too: placed on
             # the caller (the chief), a whole cache's pending rows would pass
             # through it (4.4 GB of the chief's peak at --scale 3).
             with self._placed(device):
-                pushes = self._ops.het_cache_flush(self.handle(device), dim=self.dim)
-                return self._push_and_ack(pushes, learning_rate, device)
+                acked = []
+                for _ in range(2):
+                    with tf.control_dependencies(acked):
+                        pushes = self._ops.het_cache_flush(self.handle(device), dim=self.dim)
+                    acked = [self._push_and_ack(pushes, learning_rate, device)]
+                return acked[0]
 
         return self._on_every_worker(one)
 
     def _push_and_ack(self, pushes, learning_rate, device=None):
-        """pushes: (keys, deltas, counts, base clocks, evicted, worker,
-        generation) as the cache's accumulate and flush ops give them; the
-        `evicted` leading rows get no state back."""
-        keys, deltas, counts, base_clocks, evicted, worker, generation = pushes
+        """pushes: (keys, deltas, counts, base clocks, evicted, senders) as
+        the cache's accumulate and flush ops give them; the `evicted`
+        leading rows get no state back."""
+        keys, deltas, counts, base_clocks, evicted, senders = pushes
         # The cache pushes only keys its Prepare checked.
         values, clocks = self.table.push_deltas(keys, deltas, counts, base_clocks,
                                                 learning_rate, keys_checked=True,
-                                                sender=(worker, generation), unanswered=evicted)
+                                                senders=senders, unanswered=evicted)
         with self._placed(device or self.device):
             return self._ops.het_cache_ack_push(self.handle(device), keys, counts, values,
                                                 clocks)

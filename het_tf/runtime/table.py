@@ -121,25 +121,30 @@ class ShardedTable:
         """Applies gradient sums; with return_rows, the updated rows and
         clocks come back in the order of `keys`. keys_checked as for pull."""
         lr = tf.cast(learning_rate, tf.float32)
+        if self.num_shards > 1:
+            grads = self._check_overflow(keys, grads, lr)
         return self._push(
             lambda h, k, g, c: self._ops.het_table_push(h, k, g, c, lr, dim=self.dim,
                                                         return_rows=return_rows),
             keys, grads, counts, "gradient", return_rows, keys_checked=keys_checked)
 
     def push_deltas(self, keys, deltas, counts, base_clocks, learning_rate, keys_checked=False,
-                    sender=(0, 0), unanswered=0):
+                    senders=None, unanswered=0):
         """Merges caches' state deltas, taken from rows at `base_clocks` (see
         HetTablePushDeltas); the rows' states after the merge and their
         clocks come back in the order of `keys`, but for the first
         `unanswered` keys (rows the cache evicted), which get none.
-        keys_checked as for pull; sender: the pushing cache's (worker id,
-        generation), (0, 0) for none."""
-        worker, generation = (tf.cast(x, tf.int64) for x in sender)
+        keys_checked as for pull; senders: the pushing cache's round, a row
+        for each shard of (worker id, generation, sequence, epoch) as its
+        accumulate and flush ops give it, so that each shard merges the
+        round once; None for a push with no sender."""
+        if senders is None:
+            senders = tf.zeros([self.num_shards, 4], tf.int64)
         lr = tf.cast(learning_rate, tf.float32)
         unanswered = tf.cast(unanswered, tf.int64)
 
         def push(shard, handle, k, d, c, b, leading):
-            return self._ops.het_table_push_deltas(handle, k, d, c, lr, b, worker, generation,
+            return self._ops.het_table_push_deltas(handle, k, d, c, lr, b, senders[shard],
                                                    leading, dim=self.dim,
                                                    num_slots=self.config.num_slots)
 
@@ -166,6 +171,22 @@ class ShardedTable:
     def _check_finite(self, values, what):
         return tf.debugging.check_numerics(
             values, f"{self.config.label}: non-finite {what}; nothing was applied")
+
+    def _check_overflow(self, keys, grads, lr):
+        """A shard refuses an update that would make its row non-finite, but
+        only its own part: with several, a gradient whose square (for the
+        optimizers that sum squared gradients) or whose step overflows is
+        refused here, before any shard merges, naming the first such id."""
+        grads = self._check_finite(grads, "gradient")
+        grow = grads * grads if self.config.optimizer.name in SQUARED_GRADIENT_SLOT else lr * grads
+        bad = tf.reduce_any(~tf.math.is_finite(grow), axis=1)
+        check = tf.debugging.Assert(
+            ~tf.reduce_any(bad),
+            [f"{self.config.label}: the update of id", tf.boolean_mask(keys, bad)[:1],
+             "would make its row or optimizer slots non-finite (is its gradient, or the learning "
+             "rate, too large?); nothing was applied"])
+        with tf.control_dependencies([check]):
+            return tf.identity(grads)
 
     def _check_deltas(self, deltas, base_clocks):
         label = self.config.label

@@ -1,5 +1,7 @@
 #include "cc_ops/embedding/core/copy_records.h"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <random>
 
@@ -14,6 +16,20 @@ uint64_t DrawId() {
       static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   const uint64_t id = Mix64(seed);
   return id == Sender::kNoWorker ? 1 : id;
+}
+
+uint64_t NextGeneration() {
+  static std::atomic<uint64_t> last{0};
+  const uint64_t now =
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count());
+  uint64_t seen = last.load();
+  uint64_t next;
+  do {
+    next = std::max(now, seen + 1);
+  } while (!last.compare_exchange_weak(seen, next));
+  return next;
 }
 
 size_t CopyRecord::MemoryBytes() const {
@@ -64,6 +80,13 @@ void CopyRecord::Moved(int64_t key, int64_t clock) {
   }
 }
 
+void CopyRecord::Requeue(int64_t key) {
+  const uint32_t slot = index_.Find(key);
+  if (slot == KeyIndex::kAbsent || queued_[slot]) return;
+  queued_[slot] = 1;
+  queue_.push_back(key);
+}
+
 std::vector<int64_t> CopyRecord::TakeQueued() {
   std::vector<int64_t> out;
   for (int64_t key : queue_) {
@@ -97,6 +120,13 @@ void CopyRecords::Pushed(const Sender& sender, int64_t key, int64_t clock) {
       // sync replaces this record): its copy may have gone stale.
       record.Moved(key, clock);
     }
+  }
+}
+
+void CopyRecords::Requeue(const Sender& sender, int64_t key) {
+  const auto it = records_.find(sender.worker);
+  if (it != records_.end() && it->second->generation() == sender.generation) {
+    it->second->Requeue(key);
   }
 }
 

@@ -8,9 +8,10 @@
 // fresh state of each queued copy. A worker never asks about a row it
 // holds, so a hit moves nothing.
 //
-// A worker names itself by a stable id and a generation drawn when its
-// cache is made or cleared: a new generation replaces the old record, so a
-// restarted worker starts afresh. Workers report their evictions with the
+// A worker names itself by a stable id and a generation taken when its
+// cache is made or cleared. Generations order (NextGeneration): a newer one
+// replaces the old record, so a restarted worker starts afresh, and an
+// older one is refused (sender_log.h). Workers report their evictions with the
 // next sync, which keeps each record within the cache's capacity plus one
 // step's evictions.
 //
@@ -29,17 +30,31 @@
 
 namespace het {
 
-// Who sent a sync or a push. A sender with no record (a cache that checks
-// its keys, or a plain push) uses kNoWorker.
+// Who sent an exchange or a push, and which of its rounds it is. A push
+// with no sender (a plain push, or a test's) uses kNoWorker and is not
+// sequenced.
 struct Sender {
   static constexpr uint64_t kNoWorker = 0;
   uint64_t worker = kNoWorker;
+  // The cache's incarnation: later incarnations have larger generations.
   uint64_t generation = 0;
+  // The cache's round, counted from 1 in each generation: every exchange or
+  // push goes to every shard with the round's number, and a round that got
+  // no answer is sent again with the same number and the same pushes
+  // (sender_log.h). 0: not sequenced.
+  int64_t sequence = 0;
+  // The shard's epoch as the cache last saw it, 0 before its first answer:
+  // a shard with another epoch merges nothing.
+  int64_t epoch = 0;
 };
 
-// A random nonzero id for generations, epochs and workers not named: they
-// must differ between caches, shards and incarnations.
+// A random nonzero id for epochs and workers not named: they must differ
+// between shards and workers.
 uint64_t DrawId();
+// A generation larger than any this process handed out before and than the
+// microseconds since 1970 (so a worker restarted later, on any machine whose
+// clock has not gone back, has a larger one).
+uint64_t NextGeneration();
 
 class CopyRecord {
  public:
@@ -61,6 +76,9 @@ class CopyRecord {
   // Another writer moved key's row to `clock`: queues the copy if it has
   // now missed more updates than the read bound allows.
   void Moved(int64_t key, int64_t clock);
+  // Queues key's copy whatever its clock: its last refresh never reached
+  // the worker (the answer that carried it was lost).
+  void Requeue(int64_t key);
   // The queued keys still held, oldest first; the queue is emptied. Their
   // copies stay recorded at their old clocks until the caller Holds them.
   std::vector<int64_t> TakeQueued();
@@ -77,11 +95,14 @@ class CopyRecord {
 
 class CopyRecords {
  public:
-  // The record of a syncing worker; a new generation replaces the old one.
+  // The record of a syncing worker; a newer generation replaces the old one
+  // (an older one never gets here: the sender log refuses it).
   CopyRecord* Begin(const Sender& sender, int64_t read_bound);
   // After a push that left key's row at `clock`: the sender's copy is the
   // row it gets back, every other worker's may be queued.
   void Pushed(const Sender& sender, int64_t key, int64_t clock);
+  // The sender's copy of key never got its last refresh: queue it again.
+  void Requeue(const Sender& sender, int64_t key);
   size_t workers() const { return records_.size(); }
   size_t copies() const;
   size_t MemoryBytes() const;

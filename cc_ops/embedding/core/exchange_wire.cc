@@ -9,8 +9,11 @@ namespace het {
 namespace wire {
 namespace {
 
-constexpr uint32_t kRequestMagic = 0x31515848;  // "HXQ1"
-constexpr uint32_t kAnswerMagic = 0x31415848;   // "HXA1"
+constexpr uint32_t kRequestMagic = 0x51584548;  // "HEXQ"
+constexpr uint32_t kAnswerMagic = 0x41584548;   // "HEXA"
+// Version 1 had these magics and no version word.
+constexpr uint32_t kRequestMagicV1 = 0x31515848;  // "HXQ1"
+constexpr uint32_t kAnswerMagicV1 = 0x31415848;   // "HXA1"
 // A column's count word: the count, and this bit when its values are 8
 // bytes wide rather than 4-byte offsets from the smallest.
 constexpr uint32_t kWideBit = 0x80000000u;
@@ -18,11 +21,13 @@ constexpr uint64_t kMaxCount = kWideBit - 1;
 
 class Writer {
  public:
-  // Starts the message with its header: the magic, and the state width,
-  // which the receiver checks against its table before reading any row.
+  // Starts the message with its header: the magic, the wire's version and
+  // the state width, which the receiver checks against its table before
+  // reading any row.
   Writer(std::vector<uint8_t>* out, uint32_t magic, int32_t width) : out_(out) {
     out_->clear();
     Scalar(magic);
+    Scalar(kWireVersion);
     Scalar(width);
   }
 
@@ -148,6 +153,8 @@ template <typename Io, typename Request>
 void RequestFields(Io& io, Request& r) {
   io.Scalar(r.sender.worker);
   io.Scalar(r.sender.generation);
+  io.Scalar(r.sender.sequence);
+  io.Scalar(r.sender.epoch);
   io.Scalar(r.read_staleness);
   io.Scalar(r.learning_rate);
   io.Scalar(r.push_unanswered);
@@ -171,14 +178,25 @@ void AnswerFields(Io& io, Answer& a) {
   io.Ints(a.refresh_clocks);
 }
 
-// Reads the header; the magic must be `magic` and the width the
+// Reads the header; the magic must be `magic` (`magic_v1` in the first
+// version's messages), the version this build's and the width the
 // receiving `side`'s own, `width`.
-void ReadHeader(Reader& reader, uint32_t magic, const char* side, int32_t width) {
+void ReadHeader(Reader& reader, uint32_t magic, uint32_t magic_v1, const char* side,
+                int32_t width) {
+  const std::string mixed = "; run the same het_tf on the workers and the parameter servers";
   uint32_t got_magic = 0;
-  int32_t got_width = 0;
   reader.Scalar(got_magic);
-  reader.Scalar(got_width);
+  reader.Check(got_magic != magic_v1, "a message of wire version 1, but this " + std::string(side) +
+                                          " speaks version " + std::to_string(kWireVersion) +
+                                          mixed);
   reader.Check(got_magic == magic, "not an exchange message of this kind");
+  uint32_t version = 0;
+  reader.Scalar(version);
+  reader.Check(version == kWireVersion, "a message of wire version " + std::to_string(version) +
+                                            ", but this " + side + " speaks version " +
+                                            std::to_string(kWireVersion) + mixed);
+  int32_t got_width = 0;
+  reader.Scalar(got_width);
   reader.Check(got_width == width, "rows of " + std::to_string(got_width) + " floats, but this " +
                                        side + "'s states have " + std::to_string(width));
 }
@@ -198,7 +216,7 @@ void EncodeAnswer(const ExchangeAnswer& answer, std::vector<uint8_t>* out) {
 Status DecodeRequest(const std::string& table, const uint8_t* data, size_t size,
                      ExchangeRequest* r) {
   Reader reader(table, "request", data, size);
-  ReadHeader(reader, kRequestMagic, "table", r->width);
+  ReadHeader(reader, kRequestMagic, kRequestMagicV1, "table", r->width);
   if (reader.ok()) RequestFields(reader, *r);
   const size_t n = r->push_keys.size();
   reader.Check(r->push_counts.size() == n && r->push_base_clocks.size() == n &&
@@ -212,7 +230,7 @@ Status DecodeRequest(const std::string& table, const uint8_t* data, size_t size,
 
 Status DecodeAnswer(const std::string& table, const uint8_t* data, size_t size, ExchangeAnswer* a) {
   Reader reader(table, "answer", data, size);
-  ReadHeader(reader, kAnswerMagic, "cache", a->width);
+  ReadHeader(reader, kAnswerMagic, kAnswerMagicV1, "cache", a->width);
   if (reader.ok()) AnswerFields(reader, *a);
   reader.Check(a->push_states.rows == static_cast<int64_t>(a->push_clocks.size()) &&
                    a->miss_states.rows == static_cast<int64_t>(a->miss_clocks.size()) &&

@@ -4,6 +4,10 @@
 // pushes, evictions and misses travel together, so the exchange is one
 // transfer each way per shard, and the bytes counted are the bytes sent.
 //
+// Every message opens with a magic word and the wire's version: a worker
+// and a shard of different versions refuse each other's messages by name
+// (a change to the layout bumps kWireVersion).
+//
 // Layout: little-endian (both ends run the same build), every section
 // 4-byte aligned so that rows are read in place. An integer column holds
 // its smallest value and 4-byte offsets from it when every value lies
@@ -31,8 +35,12 @@ struct Rows {
   int64_t rows = 0;
 };
 
+// 2: requests carry their round's sequence number and the epoch the worker
+// last saw (sender_log.h).
+constexpr uint32_t kWireVersion = 2;
+
 struct ExchangeRequest {
-  Sender sender;
+  Sender sender;                 // with the round's sequence and the epoch the worker saw
   int64_t read_staleness = 0;    // the read bound in force
   float learning_rate = 0.0f;    // of the pushes
   int32_t width = 0;             // floats of a row's state, checked by the shard

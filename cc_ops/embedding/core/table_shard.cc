@@ -11,6 +11,9 @@ namespace {
 
 constexpr uint32_t kRowsPerBlock = 4096;
 
+// Positive, so that 0 can mean "not seen yet" in a cache's request.
+int64_t NewEpoch() { return static_cast<int64_t>(DrawId() >> 2) + 1; }
+
 }  // namespace
 
 Status TableShard::Create(const TableConfig& config, std::unique_ptr<TableShard>* out) {
@@ -20,9 +23,7 @@ Status TableShard::Create(const TableConfig& config, std::unique_ptr<TableShard>
 }
 
 TableShard::TableShard(const TableConfig& config)
-    : config_(config),
-      num_slots_(NumSlots(config.optimizer.kind)),
-      epoch_(static_cast<int64_t>(DrawId() >> 1)) {
+    : config_(config), num_slots_(NumSlots(config.optimizer.kind)), epoch_(NewEpoch()) {
   size_t float_bytes = sizeof(float) * state_width();
   clock_offset_ = (float_bytes + 7) & ~size_t{7};
   // Then the clock, Adam's step count, and the key (for export): the key in
@@ -127,7 +128,10 @@ Status TableShard::Read(const int64_t* keys, int64_t n, TableChunk* out) {
     bool created;
     char* p = FindOrCreate(stripe, keys[i], &created);
     std::memcpy(out->values.data() + size_t(i) * dim, Values(p), sizeof(float) * dim);
-    std::memcpy(out->slots.data() + size_t(i) * slot_floats, Slots(p), sizeof(float) * slot_floats);
+    if (slot_floats > 0) {  // SGD's rows have none, and no slot array to copy to
+      std::memcpy(out->slots.data() + size_t(i) * slot_floats, Slots(p),
+                  sizeof(float) * slot_floats);
+    }
     out->clocks[i] = *Clock(p);
     out->steps[i] = stepped ? *Step(p) : 0;
   });
@@ -192,11 +196,53 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
   }
   std::unique_ptr<RowReservation> reservation;
   HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
+  // First each row's update on a copy of its state: one that would make a
+  // value or a slot non-finite (a huge gradient squared, say) refuses the
+  // whole push before anything changes. The rows then take their copies,
+  // or, where another push moved a row in between, the update again.
+  const int state = state_width();
+  const bool stepped = NeedsStepCount(config_.optimizer.kind);
+  std::vector<float> next(size_t(n) * state);
+  std::vector<int64_t> seen(n), steps(n);
+  int64_t bad = -1;
+  ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
+    float* copy = next.data() + size_t(i) * state;
+    const uint32_t row = stripe.index.Find(keys[i]);
+    if (row == KeyIndex::kAbsent) {
+      InitializeRow(config_.initializer, keys[i], config_.dim, copy);
+      InitializeSlots(config_.optimizer, config_.dim, copy + config_.dim);
+      seen[i] = steps[i] = 0;
+    } else {
+      char* p = RowAt(stripe, row);
+      std::memcpy(copy, Values(p), sizeof(float) * state);
+      seen[i] = *Clock(p);
+      steps[i] = stepped ? *Step(p) : 0;
+    }
+    apply(i, seen[i], copy, &steps[i]);
+    for (int j = 0; j < state; ++j) {
+      if (!std::isfinite(copy[j]) && (bad < 0 || i < bad)) bad = i;
+    }
+  });
+  if (bad >= 0) {
+    return Status::InvalidArgument(
+        TableLabel(config_.name) + ": the update of id " + std::to_string(keys[bad]) +
+        " would make its row or optimizer slots non-finite (is its gradient, or the learning "
+        "rate, too large?); nothing was applied");
+  }
   uint64_t updates = 0;
   ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
     bool created;
     char* p = FindOrCreate(stripe, keys[i], &created);
-    apply(i, p);
+    if (*Clock(p) == seen[i]) {
+      std::memcpy(Values(p), next.data() + size_t(i) * state, sizeof(float) * state);
+      if (stepped) *Step(p) = steps[i];
+    } else {
+      // Another push moved the row between the passes: the update is taken
+      // again on the row as it is now (the check above saw it before).
+      int64_t step = stepped ? *Step(p) : 0;
+      apply(i, *Clock(p), Values(p), &step);
+      if (stepped) *Step(p) = step;
+    }
     *Clock(p) += counts[i];
     updates += counts[i];
     if (stripe.records.workers() > 0) stripe.records.Pushed(sender, keys[i], *Clock(p));
@@ -217,12 +263,12 @@ Status TableShard::Push(const int64_t* keys, const float* grads, const int64_t* 
   const int dim = config_.dim;
   HET_RETURN_IF_ERROR(CheckPush(keys, grads, dim, counts, n, learning_rate, "gradient"));
   std::vector<float> mean(dim);
-  HET_RETURN_IF_ERROR(
-      ApplyToRows(keys, counts, n, dim, Sender(), 0, values, clocks, [&](int32_t i, char* p) {
-        ApplyUpdates(config_.optimizer, learning_rate, grads + int64_t{i} * dim, counts[i], dim,
-                     Values(p), Slots(p),
-                     NeedsStepCount(config_.optimizer.kind) ? Step(p) : nullptr, &mean);
-      }));
+  HET_RETURN_IF_ERROR(ApplyToRows(keys, counts, n, dim, Sender(), 0, values, clocks,
+                                  [&](int32_t i, int64_t, float* state, int64_t* step) {
+                                    ApplyUpdates(config_.optimizer, learning_rate,
+                                                 grads + int64_t{i} * dim, counts[i], dim, state,
+                                                 state + dim, step, &mean);
+                                  }));
   CountPushBytes(n, dim, /*delta=*/false, values != nullptr ? n : 0);
   return Status::Ok();
 }
@@ -234,8 +280,30 @@ Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const in
   const int width = state_width();
   HET_RETURN_IF_ERROR(CheckPush(keys, deltas, width, counts, n, learning_rate, "delta"));
   HET_RETURN_IF_ERROR(CheckDeltaPush(keys, deltas, base_clocks, n));
-  HET_RETURN_IF_ERROR(MergeDeltas(keys, deltas, counts, base_clocks, n, learning_rate, states,
-                                  clocks, sender, unanswered));
+  if (sender.epoch != 0 && sender.epoch != epoch()) {
+    refused_epoch_.fetch_add(1, std::memory_order_relaxed);
+    return Status::Aborted(TableLabel(config_.name) +
+                           ": a table shard was restarted or restored since this cache's copies "
+                           "were taken; its push was refused and nothing was changed (the cache's "
+                           "next lookup fails the same way, and the one after starts from an "
+                           "empty cache)");
+  }
+  if (unanswered < 0 || unanswered > n) {
+    return Status::InvalidArgument(TableLabel(config_.name) + ": " + std::to_string(unanswered) +
+                                   " unanswered rows in a push of " + std::to_string(n) +
+                                   "; nothing was applied");
+  }
+  SenderLog::Turn turn;
+  HET_RETURN_IF_ERROR(AdmitRound(sender, &turn));
+  if (turn.repeat()) {
+    AnswerRepeat(keys, n, sender, unanswered, states, clocks);
+    Requeue(sender, turn.lost_refreshes());
+  } else {
+    HET_RETURN_IF_ERROR(MergeDeltas(keys, deltas, counts, base_clocks, n, learning_rate, states,
+                                    clocks, sender, unanswered));
+  }
+  // A push refreshes nothing; refreshes lost before it were queued again.
+  turn.Done({});
   CountPushBytes(n, width, /*delta=*/true, states != nullptr ? n - unanswered : 0);
   return Status::Ok();
 }
@@ -251,15 +319,14 @@ Status TableShard::MergeDeltas(const int64_t* keys, const float* deltas, const i
                                int64_t unanswered) {
   const int width = state_width();
   const OptimizerKind kind = config_.optimizer.kind;
-  return ApplyToRows(
-      keys, counts, n, width, sender, unanswered, states, clocks, [&](int32_t i, char* p) {
-        // A clock behind the cache's copy (the table was restored since)
-        // counts as no other writer.
-        const float share = ConcurrentShare(kind, counts[i], *Clock(p) - base_clocks[i]);
-        ApplyDelta(config_.optimizer, learning_rate, deltas + int64_t{i} * width, counts[i],
-                   config_.dim, Values(p), Slots(p), NeedsStepCount(kind) ? Step(p) : nullptr,
-                   share);
-      });
+  return ApplyToRows(keys, counts, n, width, sender, unanswered, states, clocks,
+                     [&](int32_t i, int64_t clock, float* state, int64_t* step) {
+                       // A clock behind the cache's copy (the table was
+                       // restored since) counts as no other writer.
+                       const float share = ConcurrentShare(kind, counts[i], clock - base_clocks[i]);
+                       ApplyDelta(config_.optimizer, learning_rate, deltas + int64_t{i} * width,
+                                  counts[i], config_.dim, state, state + config_.dim, step, share);
+                     });
 }
 
 int64_t TableShard::Size() const {
@@ -272,7 +339,7 @@ int64_t TableShard::Size() const {
 }
 
 size_t TableShard::MemoryBytes() const {
-  size_t total = sizeof(*this) + Records().bytes;
+  size_t total = sizeof(*this) + Records().bytes + senders_.MemoryBytes();
   for (const Stripe& stripe : stripes_) {
     std::lock_guard<std::mutex> lock(stripe.mu);
     total += stripe.blocks.size() * size_t{kRowsPerBlock} * row_bytes_ +
@@ -293,6 +360,10 @@ TableCounters TableShard::Counters() const {
   c.rows_created = rows_created_.load();
   c.bytes_received = bytes_received_.load();
   c.bytes_sent = bytes_sent_.load();
+  c.repeats = senders_.repeats();
+  c.refused_epoch = refused_epoch_.load();
+  c.refused_generation = senders_.stale_generations();
+  c.refused_sequence = senders_.out_of_order();
   return c;
 }
 
@@ -351,7 +422,9 @@ Status TableShard::Import(const TableChunk& chunk) {
     bool created;
     char* p = FindOrCreate(stripe, chunk.keys[i], &created);
     std::memcpy(Values(p), chunk.values.data() + i * dim, sizeof(float) * dim);
-    std::memcpy(Slots(p), chunk.slots.data() + i * slot_floats, sizeof(float) * slot_floats);
+    if (slot_floats > 0) {  // SGD's rows have none, and the chunk no slot array
+      std::memcpy(Slots(p), chunk.slots.data() + i * slot_floats, sizeof(float) * slot_floats);
+    }
     *Clock(p) = chunk.clocks[i];
     if (NeedsStepCount(config_.optimizer.kind)) *Step(p) = chunk.steps[i];
   });
@@ -359,7 +432,8 @@ Status TableShard::Import(const TableChunk& chunk) {
 }
 
 void TableShard::Clear() {
-  epoch_.store(static_cast<int64_t>(DrawId() >> 1));
+  epoch_.store(NewEpoch());
+  senders_.Clear();
   for (Stripe& stripe : stripes_) {
     std::lock_guard<std::mutex> lock(stripe.mu);
     stripe.index = KeyIndex();

@@ -21,6 +21,7 @@
 #include "cc_ops/embedding/core/key_checks.h"
 #include "cc_ops/embedding/core/key_index.h"
 #include "cc_ops/embedding/core/row_initializer.h"
+#include "cc_ops/embedding/core/sender_log.h"
 #include "cc_ops/embedding/core/sparse_optimizer.h"
 
 namespace het {
@@ -50,6 +51,12 @@ struct TableCounters {
   uint64_t rows_created = 0;
   uint64_t bytes_received = 0;
   uint64_t bytes_sent = 0;
+  // Exactly once (sender_log.h): rounds answered as repeats, merging
+  // nothing, and rounds refused before anything changed, by cause.
+  uint64_t repeats = 0;
+  uint64_t refused_epoch = 0;       // the sender saw another epoch
+  uint64_t refused_generation = 0;  // an older incarnation of the sender
+  uint64_t refused_sequence = 0;    // a round out of order
 };
 
 // Rows handed to a worker by Pull: only those that were missing or stale.
@@ -115,9 +122,14 @@ class TableShard {
   // the pushes' rows, the states of its misses (created on first touch) and
   // the fresh states of its recorded copies queued as past its read bound,
   // all of them recorded at their clocks (copy_records.h). A sender with a
-  // new generation starts a new record. All or nothing: the whole request
+  // newer generation starts a new record. All or nothing: the whole request
   // is checked, and the rows it may create reserved, before anything
-  // changes.
+  // changes. Exactly once (sender_log.h): a repeated round merges nothing
+  // and answers its pushes with the rows as they are, and its lost
+  // refreshes again; a round from an older generation or out of order is
+  // refused. A request that saw another epoch is answered with this one and
+  // nothing else, changing nothing: the cache then knows its copies are of
+  // an old table.
   Status Exchange(const uint8_t* request, size_t size, std::vector<uint8_t>* answer);
   // Drawn when the shard is made and when it is cleared: a cache that sees
   // it change knows the shard's record of its copies is gone.
@@ -139,7 +151,9 @@ class TableShard {
   // merge, for the cache to take. The sender's recorded copies take the
   // merged rows; other workers' copies may go stale (copy_records.h).
   // The first `unanswered` rows get no state or clock back (the cache
-  // evicted them): states and clocks hold the others', in order.
+  // evicted them): states and clocks hold the others', in order. A
+  // sequenced sender's push is merged once, as an exchange's pushes are; a
+  // push that saw another epoch is refused with Aborted before it merges.
   Status PushDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
                     const int64_t* base_clocks, int64_t n, float learning_rate, float* states,
                     int64_t* clocks, const Sender& sender, int64_t unanswered);
@@ -213,8 +227,12 @@ class TableShard {
   // negative, and squared-gradient changes that are not negative.
   Status CheckDeltaPush(const int64_t* keys, const float* deltas, const int64_t* base_clocks,
                         int64_t n) const;
-  // The body of both pushes: reserves new rows, calls apply(row) on each
-  // key's row under its stripe's lock, advances its clock by counts[i] and,
+  // The body of both pushes: reserves new rows, calls apply(i, clock,
+  // state, step) for each key's row (its clock before the update, its state
+  // of values then slots, its step count) first on a copy, refusing the
+  // push if any copy turns non-finite, then on the row under its stripe's
+  // lock (taking the copy if the row has not moved since); advances its
+  // clock by counts[i] and,
   // when out and clocks are not null, copies the row's first `width` floats
   // and its clock back for every row from `unanswered` on; tells the copy
   // records; then counts the push (its bytes are the caller's to count).
@@ -233,6 +251,16 @@ class TableShard {
   // refreshes, and records them.
   void Serve(const Sender& sender, const std::vector<int64_t>& misses,
              const std::vector<int64_t>& evicted, int64_t read_staleness, SyncedRows* out);
+  // Queues the sender's copies of `keys`, whose refresh it never got (the
+  // answer was lost): its next exchange takes them.
+  void Requeue(const Sender& sender, const std::vector<int64_t>& keys);
+  // A repeated round's pushes: nothing is merged; the rows from
+  // `unanswered` on are answered as they are now, and the sender's record
+  // takes them.
+  void AnswerRepeat(const int64_t* keys, int64_t n, const Sender& sender, int64_t unanswered,
+                    float* states, int64_t* clocks);
+  // Admits a sequenced sender's round (an unsequenced one passes as new).
+  Status AdmitRound(const Sender& sender, SenderLog::Turn* turn);
 
   TableConfig config_;
   int num_slots_;
@@ -241,11 +269,12 @@ class TableShard {
   size_t row_bytes_;
   std::array<Stripe, kStripes> stripes_;
   std::atomic<int64_t> epoch_;
+  SenderLog senders_;
 
   std::atomic<int64_t> reserved_rows_{0};
   std::atomic<uint64_t> pull_requests_{0}, keys_checked_{0}, rows_sent_{0}, rows_refreshed_{0},
       push_requests_{0}, rows_pushed_{0}, updates_applied_{0}, rows_created_{0}, bytes_received_{0},
-      bytes_sent_{0};
+      bytes_sent_{0}, refused_epoch_{0};
 };
 
 template <typename Visit>

@@ -29,6 +29,21 @@ Status TableShard::Exchange(const uint8_t* request, size_t size, std::vector<uin
     HET_RETURN_IF_ERROR(
         CheckDeltaPush(r.push_keys.data(), r.push_deltas.data, r.push_base_clocks.data(), pushes));
   }
+  wire::ExchangeAnswer a;
+  a.epoch = epoch();
+  a.width = r.width;
+  if (r.sender.epoch != 0 && r.sender.epoch != a.epoch) {
+    // The sender's copies and pending updates belong to a table this shard
+    // no longer holds: it merges nothing, and learns the epoch from the
+    // answer.
+    refused_epoch_.fetch_add(1, std::memory_order_relaxed);
+    wire::EncodeAnswer(a, answer);
+    bytes_received_.fetch_add(size, std::memory_order_relaxed);
+    bytes_sent_.fetch_add(answer->size(), std::memory_order_relaxed);
+    return Status::Ok();
+  }
+  SenderLog::Turn turn;
+  HET_RETURN_IF_ERROR(AdmitRound(r.sender, &turn));
   // The misses' new rows are held for the read half before the pushes
   // change anything, which reserve their own: once the pushes are merged,
   // nothing can fail.
@@ -37,18 +52,20 @@ Status TableShard::Exchange(const uint8_t* request, size_t size, std::vector<uin
       ReserveNewRows(r.misses.data(), static_cast<int64_t>(r.misses.size()), &reservation));
   const int64_t answered = pushes - r.push_unanswered;
   std::vector<float> push_states(size_t(answered) * r.width);
-  wire::ExchangeAnswer a;
   a.push_clocks.resize(answered);
-  if (pushes > 0) {
+  if (pushes > 0 && turn.repeat()) {
+    AnswerRepeat(r.push_keys.data(), pushes, r.sender, r.push_unanswered, push_states.data(),
+                 a.push_clocks.data());
+  } else if (pushes > 0) {
     HET_RETURN_IF_ERROR(MergeDeltas(r.push_keys.data(), r.push_deltas.data, r.push_counts.data(),
                                     r.push_base_clocks.data(), pushes, r.learning_rate,
                                     push_states.data(), a.push_clocks.data(), r.sender,
                                     r.push_unanswered));
   }
   SyncedRows rows;
+  if (turn.repeat()) Requeue(r.sender, turn.lost_refreshes());
   Serve(r.sender, r.misses, r.evicted, r.read_staleness, &rows);
-  a.epoch = epoch();
-  a.width = r.width;
+  turn.Done(rows.refresh_keys);
   a.push_states = {push_states.data(), answered};
   a.miss_states = {rows.miss_states.data(), static_cast<int64_t>(rows.miss_clocks.size())};
   a.miss_clocks = std::move(rows.miss_clocks);
@@ -59,6 +76,34 @@ Status TableShard::Exchange(const uint8_t* request, size_t size, std::vector<uin
   bytes_received_.fetch_add(size, std::memory_order_relaxed);
   bytes_sent_.fetch_add(answer->size(), std::memory_order_relaxed);
   return Status::Ok();
+}
+
+Status TableShard::AdmitRound(const Sender& sender, SenderLog::Turn* turn) {
+  if (sender.worker == Sender::kNoWorker || sender.sequence == 0) return Status::Ok();
+  return senders_.Admit(config_.name, sender, turn);
+}
+
+void TableShard::AnswerRepeat(const int64_t* keys, int64_t n, const Sender& sender,
+                              int64_t unanswered, float* states, int64_t* clocks) {
+  const int width = state_width();
+  ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
+    if (i < unanswered) return;
+    bool created;
+    char* p = FindOrCreate(stripe, keys[i], &created);
+    if (states != nullptr) {
+      std::memcpy(states + size_t(i - unanswered) * width, Values(p), sizeof(float) * width);
+    }
+    if (clocks != nullptr) clocks[i - unanswered] = *Clock(p);
+    if (stripe.records.workers() > 0) stripe.records.Pushed(sender, keys[i], *Clock(p));
+  });
+}
+
+void TableShard::Requeue(const Sender& sender, const std::vector<int64_t>& keys) {
+  for (int64_t key : keys) {
+    Stripe& stripe = stripes_[StripeOf(key)];
+    std::lock_guard<std::mutex> lock(stripe.mu);
+    if (stripe.records.workers() > 0) stripe.records.Requeue(sender, key);
+  }
 }
 
 void TableShard::Serve(const Sender& sender, const std::vector<int64_t>& misses,

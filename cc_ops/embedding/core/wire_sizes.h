@@ -43,12 +43,13 @@ inline uint64_t PullAnswer(int64_t rows, int width) {
 
 // A push: key, update count and gradient or delta, and the learning rate;
 // a delta also carries the clock it started from, and its request the
-// sender (worker id, generation) and how many leading rows want no answer
-// (rows the cache evicted). The answer, when asked for, is each answered
+// sender (worker id, generation, the round's sequence number and the epoch
+// it saw) and how many leading rows want no answer (rows the cache
+// evicted). The answer, when asked for, is each answered
 // row's new state and clock.
 inline uint64_t PushRequest(int64_t rows, int width, bool delta, int64_t requests = 1) {
   return (kKey + kCount + Row(width) + (delta ? kClock : 0)) * rows +
-         (kLearningRate + (delta ? 3 * kSetting : 0)) * requests;
+         (kLearningRate + (delta ? 5 * kSetting : 0)) * requests;
 }
 inline uint64_t PushAnswer(int64_t rows, int width) { return (kClock + Row(width)) * rows; }
 

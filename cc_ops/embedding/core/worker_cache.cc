@@ -78,7 +78,7 @@ WorkerCache::WorkerCache(const CacheConfig& config)
       order_(config.policy, config.capacity, config.pin_threshold),
       entries_(static_cast<size_t>(config.capacity)),
       rows_(size_t(config.capacity) * 2 * width_),
-      generation_(DrawId()) {}
+      generation_(NextGeneration()) {}
 
 bool WorkerCache::FirstPassThrough() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -90,6 +90,24 @@ bool WorkerCache::FirstPassThrough() {
 Sender WorkerCache::sender() const {
   std::lock_guard<std::mutex> lock(mu_);
   return Sender{config_.worker_id, generation_};
+}
+
+Sender WorkerCache::RoundSender(int64_t shard) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return RoundSenderLocked(shard);
+}
+
+void WorkerCache::RoundSendersLocked(std::vector<Sender>* senders) const {
+  if (senders == nullptr) return;
+  senders->resize(config_.num_shards);
+  for (int64_t s = 0; s < config_.num_shards; ++s) (*senders)[s] = RoundSenderLocked(s);
+}
+
+Sender WorkerCache::RoundSenderLocked(int64_t shard) const {
+  Sender s{config_.worker_id, generation_};
+  s.sequence = in_flight_ ? sequence_ : 0;
+  s.epoch = shard < static_cast<int64_t>(epochs_.size()) ? epochs_[shard] : 0;
+  return s;
 }
 
 size_t WorkerCache::MemoryBytes() const {
@@ -270,7 +288,9 @@ int64_t WorkerCache::Drop(const int64_t* keys, int64_t n) {
     ++counters_.evictions;
     free_slots_.push_back(slot);
   }
-  return static_cast<int64_t>(outbox_.size());
+  // A round in flight holds pushes too: the next exchange sends it again
+  // before anything else goes.
+  return static_cast<int64_t>(outbox_.size() + (in_flight_ ? ledger_.size() : 0));
 }
 
 std::vector<int64_t> WorkerCache::MostUsed(int64_t n) const {
@@ -307,7 +327,9 @@ void WorkerCache::ClearLocked() {
   free_slots_.clear();
   outbox_ = Pushes();
   due_keys_.clear();
-  sent_.clear();
+  ledger_ = Pushes();
+  in_flight_ = false;
+  sequence_ = 0;
   unreported_evictions_.clear();
   evictions_in_flight_ = 0;
   epochs_.clear();
@@ -316,8 +338,7 @@ void WorkerCache::ClearLocked() {
   prepared_.clear();
   prepared_slots_.clear();
   fetched_ahead_.Clear();
-  updates_in_flight_ = false;
-  generation_ = DrawId();
+  generation_ = NextGeneration();
 }
 
 }  // namespace het

@@ -128,6 +128,7 @@ struct CacheCounters {
   uint64_t steps = 0;          // training updates (Accumulate calls)
   uint64_t prefetched = 0;     // rows a prefetch inserted
   uint64_t prefetch_hits = 0;  // unique keys served by a row the last prefetch inserted
+  uint64_t rounds_resent = 0;  // rounds sent again after an answer that never came
 };
 
 class WorkerCache {
@@ -145,6 +146,9 @@ class WorkerCache {
 
   // Who this cache is to the shards: its worker id and current generation.
   Sender sender() const;
+  // What the current round's messages carry to shard s: the sender with the
+  // round's number (0 when no round is in flight) and the epoch it last saw.
+  Sender RoundSender(int64_t shard) const;
   // True once, the first time it is asked after a row passed through: the
   // kernels warn then.
   bool FirstPassThrough();
@@ -209,22 +213,27 @@ class WorkerCache {
   // shard will apply them, and every field's change joins the pending delta.
   // A row passed through takes its step on the state it was read with and
   // joins the outbox. Under kCheck `due` receives the outbox and every entry
-  // past the write bound, to push now; under kRefresh `due` stays empty and
-  // they go with the next exchange. Either way they stay pending until
-  // acknowledged.
+  // past the write bound as a round to push now (RoundSender), or the round
+  // still in flight, again; under kRefresh `due` stays empty and they go
+  // with the next exchange. An update that would make a row or a slot
+  // non-finite is refused before anything changes.
+  // `senders`, when given, receives the round's sender for each shard.
   Status Accumulate(const int64_t* keys, int64_t n, const float* grads, float learning_rate,
-                    Pushes* due);
+                    Pushes* due, std::vector<Sender>* senders = nullptr);
 
-  // Clears what a push delivered (and counts it as pushed). With states and
-  // clocks from the shards (one for each key still cached, in order: the
-  // evicted ones lead the push and get none), the entry becomes the
-  // server's row and slots; without, only the pending delta is cleared.
+  // Ends the round in flight, whose pushes `keys` and `counts` must be (a
+  // push of no rows needs no round). With states and clocks from the
+  // shards (one for each ledger row that was cached, in order: the evicted
+  // ones lead the push and get none), an entry still cached becomes the
+  // server's row and slots, with any updates made since merged back.
   Status AckPush(const int64_t* keys, int64_t n, const int64_t* counts, const float* states,
                  const int64_t* clocks, int64_t answered);
 
-  // Everything pending, for a flush before checkpoints and at the end; the
-  // entries stay pending until their push is acknowledged.
-  void Flush(Pushes* out);
+  // Everything pending, for a flush before checkpoints and at the end, as
+  // a round of its own (its sender: RoundSender). While an earlier round is
+  // still in flight, that round's pushes come out instead and the result is
+  // true: flush again once they are acknowledged.
+  bool Flush(Pushes* out, std::vector<Sender>* senders = nullptr);
 
   // Makes `keys` the pinned rows (FAE's hot rows under
   // ParameterServerStrategy, docs/fae.md), replacing the last set: once
@@ -239,8 +248,8 @@ class WorkerCache {
   // on the shards directly. A dropped row with pending updates joins the
   // outbox, which the next exchange pushes, and its copy is reported gone
   // (both count as an eviction). Keys not cached are skipped (any int64 is
-  // safe to ask about). Returns the rows in the outbox: 0 means the next
-  // exchange has nothing to push.
+  // safe to ask about). Returns the rows in the outbox and in a round still
+  // in flight: 0 means the next exchange has nothing to push.
   int64_t Drop(const int64_t* keys, int64_t n);
 
   // Herald's window (docs/herald.md): takes the staged batch of a step
@@ -292,16 +301,19 @@ class WorkerCache {
   void RememberBatch(const int64_t* keys, int64_t n, const std::vector<int32_t>& slots);
   // The shards' clocks are never negative.
   Status CheckReturnedClocks(const int64_t* clocks, int64_t n) const;
-  // AckPush's body: state[i] is key i's row from the shards, or null for
-  // one the cache evicted (and for every key when no states came back).
-  // Checks every key before it clears anything.
-  Status AckLocked(const int64_t* keys, int64_t n, const int64_t* counts,
-                   const std::vector<const float*>& states, const int64_t* clocks);
-  // The pushes the next exchange carries, by shard: the outbox first (no
-  // state back), then the entries the last Accumulate made due; or, given
-  // the misses of a lookup that leaves the updates to a prefetch, only
-  // their outbox rows.
-  void CollectPushes(const KeyIndex* misses, std::vector<Pushes>* by_shard);
+  // Starts a round whose ledger is the outbox (all of it, or only the rows
+  // of `misses` when given) and then the entries `due` lists (or every
+  // entry with pending updates when `all`), each key once; without
+  // `always`, only if that ledger holds anything. While a round is in
+  // flight it changes nothing (that round goes again) and returns false.
+  bool StartRound(const KeyIndex* misses, const std::vector<int64_t>* due, bool all, bool always);
+  // The round's answer acknowledged its ledger: states[i] (null for the
+  // evicted rows, or for all when none came back) is ledger row i's state
+  // on the shard at clocks[i]; an entry updated since takes it with its new
+  // pending updates merged back.
+  void EndRound(const std::vector<const float*>& states, const int64_t* clocks);
+  Sender RoundSenderLocked(int64_t shard) const;
+  void RoundSendersLocked(std::vector<Sender>* senders) const;
   // Every lookup's start: checks the ids, empties the cache first if a
   // shard's epoch changed (EndSync), and gives the unique keys in order of
   // first appearance and where each id went, remembered as prepared with
@@ -338,6 +350,18 @@ class WorkerCache {
                      std::vector<const float*>* fresh, std::vector<int64_t>* fresh_clocks);
   // A free or evicted slot takes a row fetched at the shard's clock.
   void InsertRow(int32_t slot, int64_t key, const float* state, int64_t clock);
+  // The outbox's rows as a fill starts (the first of each key), for
+  // Reclaim; Finish removes those it took.
+  struct OutboxRows {
+    explicit OutboxRows(const Pushes& outbox);
+    void Finish(Pushes* outbox, int width);
+    KeyIndex index;
+    std::vector<uint8_t> taken;
+  };
+  // A row just inserted at `slot` whose key still has updates in the
+  // outbox (not sent before the fetch) takes them back as its pending
+  // updates, merged into the fetched row: this worker reads its own writes.
+  void Reclaim(int32_t slot, OutboxRows& unsent);
   // Puts a cached slot back in the eviction order, pinned if its key is.
   void AttachSlot(int32_t slot, uint64_t touches) {
     order_.Attach(slot, touches,
@@ -368,10 +392,18 @@ class WorkerCache {
   std::vector<int64_t> unreported_evictions_;  // kRefresh: since the last completed exchange
   size_t evictions_in_flight_ = 0;             // of those, sent by the last BeginExchange
   std::vector<int64_t> due_keys_;              // kRefresh: made due by Accumulate, not yet sent
-  std::vector<Pushes> sent_;                   // kRefresh: the last request's pushes, by shard
-  bool updates_in_flight_ = false;             // the last request carried the updates
-  std::vector<int64_t> epochs_;                // each shard's, from the last exchange
-  bool old_timeline_ = false;                  // a shard's epoch changed: clear first
+  // Exactly once (docs/consistency.md): every exchange or push goes to every
+  // shard as one round, numbered in this generation. The round's pushes are
+  // its ledger: taken out of the pending updates when the round starts (an
+  // entry's delta cleared and its server clock moved to its local clock, an
+  // outbox row removed), and sent again, with the same number, until an
+  // answer acknowledges them. Updates made meanwhile stay pending for the
+  // next round.
+  Pushes ledger_;           // the evicted rows lead, as in a push
+  bool in_flight_ = false;  // the round `sequence_` awaits its answer
+  int64_t sequence_ = 0;
+  std::vector<int64_t> epochs_;  // each shard's, from the last exchange
+  bool old_timeline_ = false;    // a shard's epoch changed: clear first
   // Rows the last training lookup passed through, until the step's
   // Accumulate pushes them.
   struct PassedThrough {

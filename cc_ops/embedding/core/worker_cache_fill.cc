@@ -2,6 +2,7 @@
 // fresh states with their pending deltas merged back, missing rows are
 // inserted (evicting others, whose pending updates go to the outbox), and
 // rows with no room pass through; and the checked lookup's second half.
+#include <algorithm>
 #include <cstring>
 
 #include "cc_ops/embedding/core/wire_sizes.h"
@@ -70,6 +71,7 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
   std::vector<bool> inserted(u, false);
   uint64_t hits = 0, misses = 0, refreshes = 0, hits_fetched_ahead = 0;
   passing_.Clear();
+  OutboxRows unsent(outbox_);
   const bool prefetched = fetched_ahead_.size() > 0;
   for (int64_t i = 0; i < u; ++i) {
     const float* fresh = fresh_states[i];
@@ -105,8 +107,10 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
     slots[i] = slot;
     inserted[i] = true;
     InsertRow(slot, unique_keys[i], fresh, clock);
+    Reclaim(slot, unsent);
     ++misses;
   }
+  unsent.Finish(&outbox_, width_);
   for (int64_t i = 0; i < u; ++i) {
     if (i + kPrefetchAhead < u) PrefetchSlot(slots[i + kPrefetchAhead]);
     const int32_t slot = slots[i];
@@ -122,6 +126,40 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
   counters_.passed_through += passing_.clocks.size();
   if (prefetched) fetched_ahead_.Clear();
   RememberBatch(unique_keys, u, slots);
+}
+
+WorkerCache::OutboxRows::OutboxRows(const Pushes& outbox) : index(outbox.size()) {
+  if (outbox.size() == 0) return;
+  for (size_t i = 0; i < outbox.size(); ++i) {
+    if (index.Find(outbox.keys[i]) == KeyIndex::kAbsent) index.Insert(outbox.keys[i], uint32_t(i));
+  }
+  taken.assign(outbox.size(), 0);
+}
+
+void WorkerCache::OutboxRows::Finish(Pushes* outbox, int width) {
+  if (std::find(taken.begin(), taken.end(), uint8_t{1}) != taken.end()) {
+    taken.resize(outbox->size(), 0);  // rows the fill evicted since stay
+    outbox->Remove(taken, width);
+  }
+}
+
+void WorkerCache::Reclaim(int32_t slot, OutboxRows& unsent) {
+  if (unsent.index.size() == 0) return;
+  const uint32_t o = unsent.index.Find(entries_[slot].key);
+  if (o == KeyIndex::kAbsent || unsent.taken[o]) return;
+  // The row was fetched without this worker's own updates of an earlier
+  // copy, still in the outbox (a round in flight held them back, or no
+  // update has pushed them yet): they become the entry's pending updates
+  // again, merged into the fetched row as a refresh merges them.
+  unsent.taken[o] = 1;
+  const float* fresh = State(slot);
+  std::vector<float> row(fresh, fresh + width_);
+  std::memcpy(PendingDelta(slot), outbox_.deltas.data() + size_t(o) * width_,
+              sizeof(float) * width_);
+  const int64_t clock = entries_[slot].server_clock;
+  entries_[slot].server_clock = outbox_.base_clocks[o];
+  entries_[slot].local_clock = outbox_.base_clocks[o] + outbox_.counts[o];
+  Refresh(slot, row.data(), clock);
 }
 
 void WorkerCache::InsertRow(int32_t slot, int64_t key, const float* state, int64_t clock) {

@@ -113,6 +113,7 @@ Status WorkerCache::EndPrefetch(const int64_t* unique_keys, int64_t u,
     }
   }
   std::vector<int32_t> inserted;
+  OutboxRows unsent(outbox_);
   for (int64_t i = 0; i < u; ++i) {
     if (fresh[i] == nullptr) continue;
     const int32_t slot = TakeSlot();
@@ -123,9 +124,11 @@ Status WorkerCache::EndPrefetch(const int64_t* unique_keys, int64_t u,
       continue;
     }
     InsertRow(slot, unique_keys[i], fresh[i], fresh_clocks[i]);
+    Reclaim(slot, unsent);
     fetched_ahead_.Insert(unique_keys[i], 0);
     inserted.push_back(slot);
   }
+  unsent.Finish(&outbox_, width_);
   for (int32_t slot : held) AttachSlot(slot, order_.touches(slot));
   // Not touched yet: the lookup that uses them counts their first touch.
   for (int32_t slot : inserted) AttachSlot(slot, 0);

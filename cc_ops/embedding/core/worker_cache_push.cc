@@ -36,7 +36,7 @@ void Pushes::Remove(const std::vector<uint8_t>& removed, int width) {
 }
 
 Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grads,
-                               float learning_rate, Pushes* due) {
+                               float learning_rate, Pushes* due, std::vector<Sender>* senders) {
   const int dim = config_.dim;
   HET_RETURN_IF_ERROR(CheckLearningRate(Name(), config_.optimizer, learning_rate));
   for (int64_t i = 0; i < n * dim; ++i) {
@@ -59,130 +59,179 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
     }
     slots[i] = cached[i] >= 0 ? int64_t{cached[i]} : -1 - int64_t{passing};
   }
-  last_learning_rate_ = learning_rate;
-  // A row passed through takes its one step and is pushed with this step's
-  // outbox, which keeps it until the push is acknowledged.
-  std::vector<float> delta(width_);
-  for (int64_t i = 0; i < n; ++i) {
-    if (slots[i] >= 0) continue;
-    const size_t p = static_cast<size_t>(-1 - slots[i]);
-    float* state = passing_.states.data() + p * width_;
-    int64_t step = passing_.clocks[p];
-    std::fill(delta.begin(), delta.end(), 0.0f);
-    ApplyUpdate(config_.optimizer, learning_rate, grads + size_t(i) * dim, dim, state, state + dim,
-                &step, delta.data());
-    outbox_.Add(keys[i], delta.data(), width_, 1, passing_.clocks[p]);
-  }
-  passing_.Clear();
-  // Under kRefresh the pushes wait for the next exchange, which takes the
-  // outbox and these entries as they are then.
-  const bool hold = config_.sync == SyncMode::kRefresh;
-  *due = hold ? Pushes() : outbox_;
-  due->evicted = hold ? 0 : static_cast<int64_t>(outbox_.size());
+  // Each row's step is taken on a copy first (its state and pending delta,
+  // or a passed-through row's state and a zero delta): one that would make
+  // anything non-finite (a huge gradient squared, say) refuses the whole
+  // update before it changes anything, and the cache trains on.
+  const size_t span = 2 * size_t(width_);
+  std::vector<float> next(size_t(n) * span);
   for (int64_t i = 0; i < n; ++i) {
     if (i + kPrefetchAhead < n) PrefetchSlot(static_cast<int32_t>(slots[i + kPrefetchAhead]));
-    if (slots[i] < 0) continue;
-    const int32_t slot = static_cast<int32_t>(slots[i]);
-    float* state = State(slot);
-    // Adam's step count is the row's clock: the shard advances both by one
-    // per update applied.
-    int64_t step = entries_[slot].local_clock;
-    ApplyUpdate(config_.optimizer, learning_rate, grads + size_t(i) * dim, dim, state, state + dim,
-                &step, PendingDelta(slot));
-    ++entries_[slot].local_clock;
-    if ((write_staleness >= 0 && PendingCount(slot) > write_staleness) ||
-        PendingCount(slot) >= kMaxUpdatesPerPush) {
-      if (hold) {
-        due_keys_.push_back(entries_[slot].key);
-      } else {
-        due->Add(entries_[slot].key, PendingDelta(slot), width_, PendingCount(slot),
-                 entries_[slot].server_clock);
+    float* row = next.data() + size_t(i) * span;
+    int64_t step;
+    if (slots[i] >= 0) {
+      const int32_t slot = static_cast<int32_t>(slots[i]);
+      std::memcpy(row, State(slot), sizeof(float) * span);
+      // Adam's step count is the row's clock: the shard advances both by
+      // one per update applied.
+      step = entries_[slot].local_clock;
+    } else {
+      const size_t p = static_cast<size_t>(-1 - slots[i]);
+      std::memcpy(row, passing_.states.data() + p * width_, sizeof(float) * width_);
+      std::fill(row + width_, row + span, 0.0f);
+      step = passing_.clocks[p];
+    }
+    ApplyUpdate(config_.optimizer, learning_rate, grads + size_t(i) * dim, dim, row, row + dim,
+                &step, row + width_);
+    for (size_t j = 0; j < span; ++j) {
+      if (!std::isfinite(row[j])) {
+        return Status::InvalidArgument(
+            Name() + ": the update of id " + std::to_string(keys[i]) +
+            " would make its row or optimizer slots non-finite (is its gradient, or the learning "
+            "rate, too large?); nothing was applied");
       }
     }
   }
+  last_learning_rate_ = learning_rate;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = next.data() + size_t(i) * span;
+    if (slots[i] < 0) {
+      // A row passed through takes its one step and joins the outbox,
+      // which keeps it until a push of it is acknowledged.
+      const size_t p = static_cast<size_t>(-1 - slots[i]);
+      outbox_.Add(keys[i], row + width_, width_, 1, passing_.clocks[p]);
+      continue;
+    }
+    const int32_t slot = static_cast<int32_t>(slots[i]);
+    std::memcpy(State(slot), row, sizeof(float) * span);
+    ++entries_[slot].local_clock;
+    if ((write_staleness >= 0 && PendingCount(slot) > write_staleness) ||
+        PendingCount(slot) >= kMaxUpdatesPerPush) {
+      due_keys_.push_back(entries_[slot].key);
+    }
+  }
+  passing_.Clear();
   ++counters_.steps;
+  // Under kRefresh the pushes wait for the next exchange, which starts a
+  // round with the outbox and these entries as they are then; under kCheck
+  // they go now, unless a round is still in flight: then it goes again.
+  *due = Pushes();
+  if (config_.sync == SyncMode::kCheck) {
+    if (StartRound(nullptr, &due_keys_, /*all=*/false, /*always=*/false)) due_keys_.clear();
+    if (in_flight_) *due = ledger_;
+  }
+  RoundSendersLocked(senders);
   return Status::Ok();
+}
+
+bool WorkerCache::StartRound(const KeyIndex* misses, const std::vector<int64_t>* due, bool all,
+                             bool always) {
+  if (in_flight_) {
+    ++counters_.rounds_resent;
+    return false;
+  }
+  ledger_ = Pushes();
+  // The outbox leads: its rows want no state back. Each key goes once in a
+  // round: a second row of it (a copy evicted, fetched again and evicted
+  // again), or its cached entry, waits for the next.
+  KeyIndex queued(outbox_.size() + (due != nullptr ? due->size() : 0));
+  std::vector<uint8_t> taken(outbox_.size(), 0);
+  for (size_t i = 0; i < outbox_.size(); ++i) {
+    const int64_t key = outbox_.keys[i];
+    if (misses != nullptr && misses->Find(key) == KeyIndex::kAbsent) continue;
+    if (queued.Find(key) != KeyIndex::kAbsent) continue;
+    queued.Insert(key, 0);
+    ledger_.Add(key, outbox_.deltas.data() + i * width_, width_, outbox_.counts[i],
+                outbox_.base_clocks[i]);
+    taken[i] = 1;
+  }
+  ledger_.evicted = static_cast<int64_t>(ledger_.size());
+  outbox_.Remove(taken, width_);
+  const auto take = [&](int32_t slot) {
+    const int64_t key = entries_[slot].key;
+    if (PendingCount(slot) == 0 || queued.Find(key) != KeyIndex::kAbsent) return;
+    queued.Insert(key, 0);
+    ledger_.Add(key, PendingDelta(slot), width_, PendingCount(slot), entries_[slot].server_clock);
+    // The shard will hold these updates: the entry's server clock counts
+    // them, so its next push is judged against the writers since.
+    std::memset(PendingDelta(slot), 0, sizeof(float) * width_);
+    entries_[slot].server_clock = entries_[slot].local_clock;
+  };
+  if (all) {
+    for (int64_t slot = 0; slot < slots_used_; ++slot) {
+      const int32_t s = static_cast<int32_t>(slot);
+      if (index_.Find(entries_[s].key) == static_cast<uint32_t>(s)) take(s);
+    }
+  } else if (due != nullptr) {
+    for (int64_t key : *due) {
+      const int32_t slot = SlotOf(key);
+      if (slot >= 0) take(slot);
+    }
+  }
+  if (!always && ledger_.size() == 0) return true;
+  ++sequence_;
+  in_flight_ = true;
+  return true;
+}
+
+void WorkerCache::EndRound(const std::vector<const float*>& states, const int64_t* clocks) {
+  uint64_t updates = 0;
+  for (size_t i = 0; i < ledger_.size(); ++i) {
+    updates += ledger_.counts[i];
+    if (states[i] == nullptr) continue;
+    const int32_t slot = SlotOf(ledger_.keys[i]);
+    if (slot < 0) continue;  // evicted since: its later updates went to the outbox
+    if (PendingCount(slot) == 0) {
+      std::memcpy(State(slot), states[i], sizeof(float) * width_);
+      entries_[slot].server_clock = entries_[slot].local_clock = clocks[i];
+    } else {
+      Refresh(slot, states[i], clocks[i]);  // updated while the round was in flight
+    }
+  }
+  counters_.rows_pushed += ledger_.size();
+  counters_.updates_pushed += updates;
+  ledger_ = Pushes();
+  in_flight_ = false;
 }
 
 Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* counts,
                             const float* states, const int64_t* clocks, int64_t answered) {
-  const int64_t evicted = n - answered;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!in_flight_) {
+    if (n == 0) return Status::Ok();  // a push with nothing in it
+    return Status::FailedPrecondition(Name() + ": an acknowledgement of " + std::to_string(n) +
+                                      " pushed rows, but no push is in flight");
+  }
+  const int64_t evicted = ledger_.evicted;
+  bool same =
+      n == static_cast<int64_t>(ledger_.size()) && (states == nullptr || answered == n - evicted);
+  for (int64_t i = 0; same && i < n; ++i) {
+    same = keys[i] == ledger_.keys[i] && counts[i] == ledger_.counts[i];
+  }
+  if (!same) {
+    return Status::FailedPrecondition(Name() + ": an acknowledgement of " + std::to_string(n) +
+                                      " rows does not match the push in flight (" +
+                                      std::to_string(ledger_.size()) +
+                                      " rows); nothing was acknowledged");
+  }
   std::vector<const float*> rows(n, nullptr);
   for (int64_t i = evicted; i < n && states != nullptr; ++i) {
     rows[i] = states + size_t(i - evicted) * width_;
   }
   std::vector<int64_t> row_clocks(n, 0);
   if (clocks != nullptr) std::copy(clocks, clocks + answered, row_clocks.begin() + evicted);
-  std::lock_guard<std::mutex> lock(mu_);
-  HET_RETURN_IF_ERROR(AckLocked(keys, n, counts, rows, row_clocks.data()));
+  EndRound(rows, row_clocks.data());
   counters_.bytes_sent += wire::PushRequest(n, width_, /*delta=*/true, config_.num_shards);
   if (states != nullptr) counters_.bytes_received += wire::PushAnswer(answered, width_);
   return Status::Ok();
 }
 
-Status WorkerCache::AckLocked(const int64_t* keys, int64_t n, const int64_t* counts,
-                              const std::vector<const float*>& states, const int64_t* clocks) {
-  KeyIndex in_outbox(outbox_.size());
-  for (size_t i = 0; i < outbox_.size(); ++i) in_outbox.Insert(outbox_.keys[i], uint32_t(i));
-  std::vector<uint8_t> delivered(outbox_.size(), 0);
-  const bool with_states =
-      std::any_of(states.begin(), states.end(), [](const float* s) { return s != nullptr; });
-  int64_t answered = 0;
-  for (int64_t i = 0; i < n; ++i) answered += states[i] != nullptr;
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t o = in_outbox.Find(keys[i]);
-    if (with_states && (o != KeyIndex::kAbsent) != (states[i] == nullptr)) {
-      return Status::InvalidArgument(
-          Name() +
-          ": a push acknowledgement needs a state for each key still cached, and none for the "
-          "evicted ones; got " +
-          std::to_string(answered) + " states for " + std::to_string(n) + " keys");
-    }
-    const uint32_t slot = index_.Find(keys[i]);
-    const int64_t expected = o != KeyIndex::kAbsent      ? outbox_.counts[o]
-                             : slot != KeyIndex::kAbsent ? PendingCount(slot)
-                                                         : -1;
-    if (expected != counts[i]) {
-      return Status::FailedPrecondition(Name() + ": push of " + std::to_string(counts[i]) +
-                                        " updates for id " + std::to_string(keys[i]) +
-                                        " does not match the " + std::to_string(expected) +
-                                        " pending; nothing was acknowledged");
-    }
-  }
-  uint64_t updates = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    updates += counts[i];
-    const uint32_t o = in_outbox.Find(keys[i]);
-    if (o != KeyIndex::kAbsent) {
-      delivered[o] = 1;
-      continue;
-    }
-    const uint32_t slot = index_.Find(keys[i]);
-    std::memset(PendingDelta(slot), 0, sizeof(float) * width_);
-    if (states[i] != nullptr) {
-      std::memcpy(State(slot), states[i], sizeof(float) * width_);
-      entries_[slot].server_clock = entries_[slot].local_clock = clocks[i];
-    } else {
-      entries_[slot].server_clock = entries_[slot].local_clock;
-    }
-  }
-  outbox_.Remove(delivered, width_);
-  counters_.rows_pushed += n;
-  counters_.updates_pushed += updates;
-  return Status::Ok();
-}
-
-void WorkerCache::Flush(Pushes* out) {
+bool WorkerCache::Flush(Pushes* out, std::vector<Sender>* senders) {
   std::lock_guard<std::mutex> lock(mu_);
-  *out = outbox_;
-  out->evicted = static_cast<int64_t>(outbox_.size());
-  for (int64_t slot = 0; slot < slots_used_; ++slot) {
-    const int32_t s = static_cast<int32_t>(slot);
-    if (index_.Find(entries_[s].key) != static_cast<uint32_t>(s)) continue;  // free slot
-    if (PendingCount(s) > 0) {
-      out->Add(entries_[s].key, PendingDelta(s), width_, PendingCount(s), entries_[s].server_clock);
-    }
-  }
+  const bool fresh = StartRound(nullptr, nullptr, /*all=*/true, /*always=*/false);
+  *out = in_flight_ ? ledger_ : Pushes();
+  RoundSendersLocked(senders);
+  return !fresh;
 }
 
 }  // namespace het

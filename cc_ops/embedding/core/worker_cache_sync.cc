@@ -13,37 +13,14 @@
 
 namespace het {
 
-void WorkerCache::CollectPushes(const KeyIndex* misses, std::vector<Pushes>* by_shard) {
-  const int shards = static_cast<int>(config_.num_shards);
-  by_shard->assign(shards, Pushes());
-  // The outbox leads each shard's part: its rows want no state back.
-  for (size_t i = 0; i < outbox_.size(); ++i) {
-    if (misses != nullptr && misses->Find(outbox_.keys[i]) == KeyIndex::kAbsent) continue;
-    Pushes& p = (*by_shard)[ShardOf(outbox_.keys[i], shards)];
-    p.Add(outbox_.keys[i], outbox_.deltas.data() + i * width_, width_, outbox_.counts[i],
-          outbox_.base_clocks[i]);
-    ++p.evicted;
-  }
-  if (misses != nullptr) return;
-  // An entry goes once, and not beside an outbox row of the same key (a
-  // copy evicted and fetched again): it waits for the next exchange.
-  KeyIndex queued(outbox_.size() + due_keys_.size());
-  for (int64_t key : outbox_.keys) queued.Insert(key, 0);
-  for (int64_t key : due_keys_) {
-    const int32_t slot = SlotOf(key);
-    if (slot < 0 || PendingCount(slot) == 0 || queued.Find(key) != KeyIndex::kAbsent) continue;
-    queued.Insert(key, 0);
-    (*by_shard)[ShardOf(key, shards)].Add(key, PendingDelta(slot), width_, PendingCount(slot),
-                                          entries_[slot].server_clock);
-  }
-}
-
 Status WorkerCache::WriteRequests(const std::vector<int64_t>& keys,
                                   const std::vector<int32_t>& slots, bool carry_updates,
                                   ExchangePlan* plan) {
   const int shards = static_cast<int>(config_.num_shards);
+  // Every exchange is a round, pushes or none: a round whose answer was lost
+  // goes again as it was, and a shard that merged it answers it again.
   if (carry_updates) {
-    CollectPushes(nullptr, &sent_);
+    if (StartRound(nullptr, &due_keys_, /*all=*/false, /*always=*/true)) due_keys_.clear();
     evictions_in_flight_ = unreported_evictions_.size();
   } else {
     // Even so, what concerns a missing key goes first: its evicted or
@@ -54,37 +31,34 @@ Status WorkerCache::WriteRequests(const std::vector<int64_t>& keys,
     for (size_t i = 0; i < keys.size(); ++i) {
       if (slots[i] < 0) misses.Insert(keys[i], 0);
     }
-    CollectPushes(&misses, &sent_);
+    StartRound(&misses, nullptr, /*all=*/false, /*always=*/true);
     const auto reported = std::stable_partition(
         unreported_evictions_.begin(), unreported_evictions_.end(),
         [&misses](int64_t key) { return misses.Find(key) != KeyIndex::kAbsent; });
     evictions_in_flight_ = reported - unreported_evictions_.begin();
   }
-  // The shards refuse a non-finite delta; with several, each must be
-  // refused here, before any of them merges its part.
-  for (const Pushes& p : sent_) {
-    for (size_t i = 0; i < p.deltas.size(); ++i) {
-      if (!std::isfinite(p.deltas[i])) {
-        return Status::InvalidArgument(Name() + ": non-finite state delta for id " +
-                                       std::to_string(p.keys[i / width_]) + "; nothing was sent");
-      }
-    }
-  }
-  updates_in_flight_ = carry_updates;
   plan->read_staleness = BoundInForce(config_.read_staleness);
+  // The ledger by shard; each part keeps its order, so its evicted rows lead.
+  std::vector<Pushes> parts(shards);
+  for (size_t i = 0; i < ledger_.size(); ++i) {
+    Pushes& p = parts[ShardOf(ledger_.keys[i], shards)];
+    p.Add(ledger_.keys[i], ledger_.deltas.data() + i * width_, width_, ledger_.counts[i],
+          ledger_.base_clocks[i]);
+    if (static_cast<int64_t>(i) < ledger_.evicted) ++p.evicted;
+  }
   std::vector<wire::ExchangeRequest> requests(shards);
   for (int s = 0; s < shards; ++s) {
     wire::ExchangeRequest& r = requests[s];
-    r.sender = Sender{config_.worker_id, generation_};
+    r.sender = RoundSenderLocked(s);
     r.read_staleness = plan->read_staleness;
     r.learning_rate = last_learning_rate_;
     r.width = width_;
-    const Pushes& p = sent_[s];
-    r.push_keys = p.keys;
-    r.push_counts = p.counts;
-    r.push_base_clocks = p.base_clocks;
+    Pushes& p = parts[s];
+    r.push_keys = std::move(p.keys);
+    r.push_counts = std::move(p.counts);
+    r.push_base_clocks = std::move(p.base_clocks);
     r.push_unanswered = p.evicted;
-    r.push_deltas = {p.deltas.data(), static_cast<int64_t>(p.keys.size())};
+    r.push_deltas = {p.deltas.data(), static_cast<int64_t>(r.push_keys.size())};
   }
   for (size_t i = 0; i < keys.size(); ++i) {
     if (slots[i] < 0) requests[ShardOf(keys[i], shards)].misses.push_back(keys[i]);
@@ -135,33 +109,12 @@ Status WorkerCache::TakeAnswers(const int64_t* keys, int64_t u, const std::vecto
     HET_RETURN_IF_ERROR(
         CheckReturnedClocks(a[s].refresh_clocks.data(), a[s].refresh_clocks.size()));
   }
-  // Each shard answers its misses in the batch's order.
-  fresh->assign(u, nullptr);
-  fresh_clocks->assign(u, 0);
-  std::vector<int64_t> next(shards, 0);
-  for (int64_t i = 0; i < u; ++i) {
-    if (slots[i] >= 0) continue;
-    const int s = ShardOf(keys[i], static_cast<int>(shards));
-    const int64_t j = next[s]++;
-    if (j >= a[s].miss_states.rows) break;
-    (*fresh)[i] = a[s].miss_states.data + size_t(j) * width_;
-    (*fresh_clocks)[i] = a[s].miss_clocks[j];
+  if (!in_flight_) {
+    return Status::FailedPrecondition(Name() +
+                                      ": an exchange's answers, but no exchange of this "
+                                      "cache is in flight; run one lookup at a time per cache");
   }
-  const bool pushed = sent_.size() == size_t(shards);  // a BeginExchange made them
-  for (int64_t s = 0; s < shards; ++s) {
-    if (next[s] != a[s].miss_states.rows) {
-      return Status::InvalidArgument(Name() + ": shard " + std::to_string(s) + " returned " +
-                                     std::to_string(a[s].miss_states.rows) + " rows for " +
-                                     std::to_string(next[s]) +
-                                     " ids not cached; run one lookup at a time per cache");
-    }
-    const int64_t answered = pushed ? static_cast<int64_t>(sent_[s].size()) - sent_[s].evicted : 0;
-    if (a[s].push_states.rows != answered) {
-      return Status::InvalidArgument(Name() + ": shard " + std::to_string(s) + " answered " +
-                                     std::to_string(a[s].push_states.rows) + " pushed rows of " +
-                                     std::to_string(answered));
-    }
-  }
+  // The epochs first: a shard with another epoch answered nothing else.
   const bool first_exchange = epochs_.empty();
   bool same_shards = true;
   for (int64_t s = 0; s < shards && !first_exchange; ++s) same_shards &= epochs_[s] == a[s].epoch;
@@ -176,29 +129,49 @@ Status WorkerCache::TakeAnswers(const int64_t* keys, int64_t u, const std::vecto
                            "lookup (its pending updates belonged to the old table), run "
                            "the step again");
   }
-  // The pushes delivered, in the order the shards merged them.
-  std::vector<int64_t> push_keys, counts, clocks;
-  std::vector<const float*> states;
-  for (int64_t s = 0; s < shards && pushed; ++s) {
-    const Pushes& p = sent_[s];
-    push_keys.insert(push_keys.end(), p.keys.begin(), p.keys.end());
-    counts.insert(counts.end(), p.counts.begin(), p.counts.end());
-    for (size_t i = 0; i < p.size(); ++i) {
-      const int64_t answered = static_cast<int64_t>(i) - p.evicted;
-      states.push_back(answered < 0 ? nullptr : a[s].push_states.data + size_t(answered) * width_);
-      clocks.push_back(answered < 0 ? 0 : a[s].push_clocks[answered]);
+  // Each shard answers its misses in the batch's order.
+  fresh->assign(u, nullptr);
+  fresh_clocks->assign(u, 0);
+  std::vector<int64_t> next(shards, 0);
+  for (int64_t i = 0; i < u; ++i) {
+    if (slots[i] >= 0) continue;
+    const int s = ShardOf(keys[i], static_cast<int>(shards));
+    const int64_t j = next[s]++;
+    if (j >= a[s].miss_states.rows) break;
+    (*fresh)[i] = a[s].miss_states.data + size_t(j) * width_;
+    (*fresh_clocks)[i] = a[s].miss_clocks[j];
+  }
+  // The ledger's rows by shard: each shard answers those it did not take
+  // as evicted, in order.
+  std::vector<int64_t> taken(shards, 0);
+  std::vector<const float*> states(ledger_.size(), nullptr);
+  std::vector<int64_t> clocks(ledger_.size(), 0);
+  for (size_t i = 0; i < ledger_.size(); ++i) {
+    const int s = ShardOf(ledger_.keys[i], static_cast<int>(shards));
+    if (static_cast<int64_t>(i) < ledger_.evicted) continue;
+    const int64_t j = taken[s]++;
+    if (j >= a[s].push_states.rows) continue;  // refused below
+    states[i] = a[s].push_states.data + size_t(j) * width_;
+    clocks[i] = a[s].push_clocks[j];
+  }
+  for (int64_t s = 0; s < shards; ++s) {
+    if (next[s] != a[s].miss_states.rows) {
+      return Status::InvalidArgument(Name() + ": shard " + std::to_string(s) + " returned " +
+                                     std::to_string(a[s].miss_states.rows) + " rows for " +
+                                     std::to_string(next[s]) +
+                                     " ids not cached; run one lookup at a time per cache");
+    }
+    if (a[s].push_states.rows != taken[s]) {
+      return Status::InvalidArgument(Name() + ": shard " + std::to_string(s) + " answered " +
+                                     std::to_string(a[s].push_states.rows) + " pushed rows of " +
+                                     std::to_string(taken[s]));
     }
   }
-  HET_RETURN_IF_ERROR(
-      AckLocked(push_keys.data(), push_keys.size(), counts.data(), states, clocks.data()));
+  EndRound(states, clocks.data());
   if (first_exchange) {
     epochs_.resize(shards);
     for (int64_t s = 0; s < shards; ++s) epochs_[s] = a[s].epoch;
   }
-  sent_.clear();
-  // A lookup that left the updates to its step's prefetch leaves them due.
-  if (updates_in_flight_) due_keys_.clear();
-  updates_in_flight_ = false;
   uint64_t refreshed = 0, refreshes = 0, missing = 0;
   for (const wire::ExchangeAnswer& answer : a) {
     for (size_t r = 0; r < answer.refresh_keys.size(); ++r) {

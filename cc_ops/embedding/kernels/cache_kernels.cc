@@ -31,19 +31,33 @@ tensorflow::Status OutputUnique(OpKernelContext* ctx, const Tensor& ids,
   return tensorflow::OkStatus();
 }
 
-// Ids travel as int64 tensors; they are 64 bits all the same.
-tensorflow::Status OutputSender(OpKernelContext* ctx, int index, const Sender& sender) {
-  TF_RETURN_IF_ERROR(OutputScalar(ctx, index, static_cast<int64_t>(sender.worker)));
-  return OutputScalar(ctx, index + 1, static_cast<int64_t>(sender.generation));
+// What the round's push carries to each shard (HetTablePushDeltas' sender):
+// a row per shard of worker id, generation, sequence and epoch. Ids travel
+// as int64; they are 64 bits all the same.
+tensorflow::Status OutputSenders(OpKernelContext* ctx, int index,
+                                 const std::vector<Sender>& senders) {
+  const int64_t shards = static_cast<int64_t>(senders.size());
+  Tensor* out = nullptr;
+  TF_RETURN_IF_ERROR(ctx->allocate_output(index, TensorShape({shards, 4}), &out));
+  auto m = out->matrix<int64_t>();
+  for (int64_t s = 0; s < shards; ++s) {
+    const Sender& sender = senders[s];
+    m(s, 0) = static_cast<int64_t>(sender.worker);
+    m(s, 1) = static_cast<int64_t>(sender.generation);
+    m(s, 2) = sender.sequence;
+    m(s, 3) = sender.epoch;
+  }
+  return tensorflow::OkStatus();
 }
 
-tensorflow::Status OutputPushes(OpKernelContext* ctx, const Pushes& p, const WorkerCache& cache) {
+tensorflow::Status OutputPushes(OpKernelContext* ctx, const Pushes& p, const WorkerCache& cache,
+                                const std::vector<Sender>& senders) {
   TF_RETURN_IF_ERROR(OutputVector(ctx, 0, p.keys));
   TF_RETURN_IF_ERROR(OutputVector(ctx, 1, p.deltas, cache.width()));
   TF_RETURN_IF_ERROR(OutputVector(ctx, 2, p.counts));
   TF_RETURN_IF_ERROR(OutputVector(ctx, 3, p.base_clocks));
   TF_RETURN_IF_ERROR(OutputScalar(ctx, 4, p.evicted));
-  return OutputSender(ctx, 5, cache.sender());
+  return OutputSenders(ctx, 5, senders);
 }
 
 // A worker's id for the shards' records: the same for every incarnation of
@@ -282,10 +296,11 @@ class HetCacheAccumulateOp : public CacheKernel {
     float learning_rate;
     OP_REQUIRES_OK(ctx, ReadScalar(name, "learning rate", ctx->input(3), &learning_rate));
     Pushes due;
-    OP_REQUIRES_OK(ctx,
-                   ToTf(cache.Accumulate(keys.flat<int64_t>().data(), n,
-                                         ctx->input(2).flat<float>().data(), learning_rate, &due)));
-    OP_REQUIRES_OK(ctx, OutputPushes(ctx, due, cache));
+    std::vector<Sender> senders;
+    OP_REQUIRES_OK(ctx, ToTf(cache.Accumulate(keys.flat<int64_t>().data(), n,
+                                              ctx->input(2).flat<float>().data(), learning_rate,
+                                              &due, &senders)));
+    OP_REQUIRES_OK(ctx, OutputPushes(ctx, due, cache, senders));
   }
 };
 
@@ -318,8 +333,9 @@ class HetCacheFlushOp : public CacheKernel {
   using CacheKernel::CacheKernel;
   void Run(OpKernelContext* ctx, WorkerCache& cache) override {
     Pushes pending;
-    cache.Flush(&pending);
-    OP_REQUIRES_OK(ctx, OutputPushes(ctx, pending, cache));
+    std::vector<Sender> senders;
+    cache.Flush(&pending, &senders);
+    OP_REQUIRES_OK(ctx, OutputPushes(ctx, pending, cache, senders));
   }
 };
 
@@ -406,6 +422,7 @@ class HetCacheStatsOp : public CacheKernel {
                                              {"steps", int64_t(c.steps)},
                                              {"prefetched", int64_t(c.prefetched)},
                                              {"prefetch_hits", int64_t(c.prefetch_hits)},
+                                             {"rounds_resent", int64_t(c.rounds_resent)},
                                              {"pinned_keys", cache.pinned_keys()},
                                          }));
   }

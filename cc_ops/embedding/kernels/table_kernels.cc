@@ -136,15 +136,28 @@ class HetTablePullOp : public TableKernel {
 
 namespace {
 
-// The sender of a sync or a delta push: worker id and generation, 64 bits
-// each carried as int64.
+// The sender of a delta push: worker id, generation (64 bits each carried
+// as int64), the round's sequence number and the epoch the sender saw
+// (copy_records.h).
 tensorflow::Status ReadSender(OpKernelContext* ctx, const std::string& table, int index,
                               Sender* sender) {
-  int64_t worker, generation;
-  TF_RETURN_IF_ERROR(ReadScalar(table, "worker id", ctx->input(index), &worker));
-  TF_RETURN_IF_ERROR(ReadScalar(table, "generation", ctx->input(index + 1), &generation));
-  sender->worker = static_cast<uint64_t>(worker);
-  sender->generation = static_cast<uint64_t>(generation);
+  const Tensor& t = ctx->input(index);
+  if (t.dims() != 1 || t.NumElements() != 4) {
+    return tensorflow::errors::InvalidArgument(
+        TableLabel(table),
+        ": a push's sender must be 4 int64s (worker id, generation, sequence, "
+        "epoch), got shape ",
+        t.shape().DebugString());
+  }
+  const auto v = t.flat<int64_t>();
+  if (v(2) < 0 || v(3) < 0) {
+    return tensorflow::errors::InvalidArgument(TableLabel(table),
+                                               ": a push's sequence and epoch must be >= 0");
+  }
+  sender->worker = static_cast<uint64_t>(v(0));
+  sender->generation = static_cast<uint64_t>(v(1));
+  sender->sequence = v(2);
+  sender->epoch = v(3);
   return tensorflow::OkStatus();
 }
 
@@ -181,7 +194,7 @@ class HetTablePushDeltasOp : public TableKernel {
     OP_REQUIRES_OK(ctx, ReadSender(ctx, table.config().name, 6, &sender));
     int64_t unanswered;
     OP_REQUIRES_OK(ctx,
-                   ReadScalar(table.config().name, "unanswered rows", ctx->input(8), &unanswered));
+                   ReadScalar(table.config().name, "unanswered rows", ctx->input(7), &unanswered));
     OP_REQUIRES(
         ctx, unanswered >= 0 && unanswered <= n,
         tensorflow::errors::InvalidArgument(TableLabel(table.config().name), ": ", unanswered,
@@ -341,6 +354,10 @@ class HetTableStatsOp : public TableKernel {
                                              {"rows_created", int64_t(c.rows_created)},
                                              {"bytes_received", int64_t(c.bytes_received)},
                                              {"bytes_sent", int64_t(c.bytes_sent)},
+                                             {"repeats", int64_t(c.repeats)},
+                                             {"refused_epoch", int64_t(c.refused_epoch)},
+                                             {"refused_generation", int64_t(c.refused_generation)},
+                                             {"refused_sequence", int64_t(c.refused_sequence)},
                                          }));
   }
 };

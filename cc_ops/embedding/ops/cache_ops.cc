@@ -22,8 +22,7 @@ tensorflow::Status PushListShape(InferenceContext* c) {
   c->set_output(2, c->Vector(n));
   c->set_output(3, c->Vector(n));
   c->set_output(4, c->Scalar());
-  c->set_output(5, c->Scalar());
-  c->set_output(6, c->Scalar());
+  c->set_output(5, c->Matrix(c->UnknownDim(), 4));
   return tensorflow::OkStatus();
 }
 
@@ -32,16 +31,15 @@ tensorflow::Status PushListShape(InferenceContext* c) {
 // The pushes a cache hands out (HetCacheAccumulate, HetCacheFlush): keys,
 // state deltas, update counts and the server clocks the deltas started
 // from; how many leading ones are rows the cache evicted (it wants no state
-// back for them); and the cache's worker id and generation to send with
-// them.
+// back for them); and, for each shard, the sender to push them with
+// (worker id, generation, the round's sequence number, the epoch seen).
 #define HET_PUSH_LIST()                  \
   Output("push_keys: int64")             \
       .Output("push_deltas: float")      \
       .Output("push_counts: int64")      \
       .Output("push_base_clocks: int64") \
       .Output("push_evicted: int64")     \
-      .Output("worker: int64")           \
-      .Output("generation: int64")       \
+      .Output("senders: int64")          \
       .Attr("dim: int >= 1")             \
       .SetShapeFn(PushListShape)
 

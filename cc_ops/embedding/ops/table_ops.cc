@@ -128,8 +128,7 @@ REGISTER_OP("HetTablePushDeltas")
     .Input("counts: int64")
     .Input("learning_rate: float")
     .Input("base_clocks: int64")
-    .Input("worker: int64")
-    .Input("generation: int64")
+    .Input("sender: int64")
     .Input("unanswered: int64")
     .Output("states: float")
     .Output("row_clocks: int64")
@@ -139,9 +138,8 @@ REGISTER_OP("HetTablePushDeltas")
       ShapeHandle keys, unused;
       TF_RETURN_IF_ERROR(PushInputShapes(c, &keys));
       TF_RETURN_IF_ERROR(c->WithRank(c->input(5), 1, &unused));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(6), 0, &unused));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(6), 1, &unused));
       TF_RETURN_IF_ERROR(c->WithRank(c->input(7), 0, &unused));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(8), 0, &unused));
       DimensionHandle width;
       TF_RETURN_IF_ERROR(StateWidthAttr(c, &width));
       DimensionHandle answered = c->UnknownDim();

@@ -3,6 +3,7 @@
 // refused without being read past; and a refused exchange changes nothing.
 #include "cc_ops/embedding/core/exchange_wire.h"
 
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -46,9 +47,10 @@ HET_TEST(ExchangeMessagesComeBackExactlyAndNarrowWhereValuesFit) {
   EXPECT_TRUE(back.push_base_clocks == r.push_base_clocks);
   EXPECT_EQ(back.push_unanswered, 1);
   EXPECT_TRUE(std::vector<float>(back.push_deltas.data, back.push_deltas.data + 6) == deltas);
-  // 44 bytes of header and settings; misses 4 + 8 + 3 * 4; evicted 4 + 8 +
+  // 64 bytes of header (magic, version, width), sender (worker, generation,
+  // sequence, epoch) and settings; misses 4 + 8 + 3 * 4; evicted 4 + 8 +
   // 2 * 8; keys, counts and clocks 4 + 8 + 2 * 4 each; deltas 4 + 6 * 4.
-  EXPECT_EQ(bytes.size(), 44u + 24 + 28 + 3 * 20 + 28);
+  EXPECT_EQ(bytes.size(), 64u + 24 + 28 + 3 * 20 + 28);
 
   wire::ExchangeAnswer a;
   a.epoch = -5;
@@ -87,6 +89,15 @@ HET_TEST(MalformedExchangeMessagesAreRefusedNotReadPast) {
   wire::ExchangeAnswer a;
   a.width = width;
   EXPECT_INVALID(wire::DecodeAnswer("emb", bytes.data(), bytes.size(), &a), "not an exchange");
+  // Another version of the wire is refused by name: the first had its own
+  // magic and no version word, later ones bump the version.
+  std::vector<uint8_t> other = bytes;
+  const uint32_t v1_magic = 0x31515848, v3 = wire::kWireVersion + 1;
+  std::memcpy(other.data(), &v1_magic, 4);
+  EXPECT_INVALID(wire::DecodeRequest("emb", other.data(), other.size(), &r), "wire version 1");
+  other = bytes;
+  std::memcpy(other.data() + 4, &v3, 4);
+  EXPECT_INVALID(wire::DecodeRequest("emb", other.data(), other.size(), &r), "wire version 3");
   // Every truncation and random corruption is refused or read within bounds
   // (the sanitizer builds check the latter).
   std::mt19937 rng(1);

@@ -171,31 +171,57 @@ class LocalCluster {
            Contents(&clocks) == direct.Contents(&direct_clocks) && clocks == direct_clocks;
   }
 
+  // A flush that finds an earlier round still in flight pushes that round
+  // first, then flushes again.
   het::Status Flush(het::WorkerCache& cache, float lr) {
-    het::Pushes pending;
-    cache.Flush(&pending);
-    return PushAndAck(cache, pending, lr);
+    for (bool again = true; again;) {
+      het::Pushes pending;
+      again = cache.Flush(&pending);
+      HET_RETURN_IF_ERROR(PushAndAck(cache, pending, lr));
+    }
+    return het::Status::Ok();
   }
 
- private:
-  het::Status PushAndAck(het::WorkerCache& cache, const het::Pushes& p, float lr) {
+  // A round's push: each shard gets its part (its evicted rows leading)
+  // with the round's sender, as HetTablePushDeltas gets it; `drop_answer`
+  // loses the answer of shard s after it merged (nothing is acknowledged).
+  het::Status PushAndAck(het::WorkerCache& cache, const het::Pushes& p, float lr,
+                         int drop_answer = -1) {
     const int width = cache.width();
-    std::vector<float> states(p.size() * width);
-    std::vector<int64_t> clocks(p.size());
-    const het::Sender sender = cache.sender();
-    // The evicted rows lead the push and get no state back.
-    const int64_t answered = static_cast<int64_t>(p.size()) - p.evicted;
+    const int n = num_shards();
+    std::vector<het::Pushes> parts(n);
+    std::vector<std::vector<size_t>> origin(n);
     for (size_t i = 0; i < p.size(); ++i) {
-      const bool evicted = static_cast<int64_t>(i) < p.evicted;
-      const size_t at = evicted ? 0 : i - p.evicted;
-      HET_RETURN_IF_ERROR(ShardOfKey(p.keys[i]).PushDeltas(
-          &p.keys[i], p.deltas.data() + i * width, &p.counts[i], &p.base_clocks[i], 1, lr,
-          states.data() + at * width, clocks.data() + at, sender, evicted ? 1 : 0));
+      const int s = het::ShardOf(p.keys[i], n);
+      parts[s].Add(p.keys[i], p.deltas.data() + i * width, width, p.counts[i], p.base_clocks[i]);
+      if (static_cast<int64_t>(i) < p.evicted) ++parts[s].evicted;
+      origin[s].push_back(i);
+    }
+    const int64_t answered = static_cast<int64_t>(p.size()) - p.evicted;
+    std::vector<float> states(answered * width);
+    std::vector<int64_t> clocks(answered);
+    for (int s = 0; s < n; ++s) {
+      const het::Pushes& part = parts[s];
+      const int64_t m = static_cast<int64_t>(part.size()) - part.evicted;
+      std::vector<float> part_states(m * width);
+      std::vector<int64_t> part_clocks(m);
+      HET_RETURN_IF_ERROR(shards_[s]->PushDeltas(
+          part.keys.data(), part.deltas.data(), part.counts.data(), part.base_clocks.data(),
+          static_cast<int64_t>(part.size()), lr, part_states.data(), part_clocks.data(),
+          cache.RoundSender(s), part.evicted));
+      if (s == drop_answer) return het::Status::Aborted("the answer was lost");
+      for (int64_t j = 0; j < m; ++j) {
+        const size_t at = origin[s][part.evicted + j] - p.evicted;
+        std::copy(part_states.begin() + j * width, part_states.begin() + (j + 1) * width,
+                  states.begin() + at * width);
+        clocks[at] = part_clocks[j];
+      }
     }
     return cache.AckPush(p.keys.data(), p.size(), p.counts.data(), states.data(), clocks.data(),
                          answered);
   }
 
+ private:
   struct Answers {
     std::vector<std::vector<uint8_t>> bytes;
     std::vector<const uint8_t*> data;

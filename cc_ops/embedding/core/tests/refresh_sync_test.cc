@@ -41,11 +41,11 @@ HET_TEST(HitsCostNoBytes) {
   for (int s = 0; s < shards; ++s) checked_after += cluster.shard(s).Counters().keys_checked;
   EXPECT_EQ(after.hits - before.hits, 25u);
   EXPECT_EQ(checked_after, checked_before);  // no key reached a shard
-  // Only each request's header, sender, settings and six empty sections
-  // went out (68 bytes), and each shard's epoch and seven empty sections
-  // came back (44 bytes).
-  EXPECT_EQ(after.bytes_sent - before.bytes_sent, 5u * shards * 68);
-  EXPECT_EQ(after.bytes_received - before.bytes_received, 5u * shards * 44);
+  // Only each request's header, sender (with its round and the epoch it
+  // saw), settings and six empty sections went out (88 bytes), and each
+  // shard's header, epoch and seven empty sections came back (48 bytes).
+  EXPECT_EQ(after.bytes_sent - before.bytes_sent, 5u * shards * 88);
+  EXPECT_EQ(after.bytes_received - before.bytes_received, 5u * shards * 48);
   // The shards counted the same bytes.
   uint64_t received = 0, sent = 0;
   for (int s = 0; s < shards; ++s) {
