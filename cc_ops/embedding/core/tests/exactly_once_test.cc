@@ -80,6 +80,15 @@ het::Status ExchangeLosingAnswers(LocalCluster& cluster, het::WorkerCache& cache
   return het::Status::Aborted("the answers were lost");
 }
 
+// One SGD shard of rows of 2 and a cache of 8 rows at staleness 0.
+struct OneShard {
+  het::TableConfig table = SgdTable(2);
+  LocalCluster cluster{table, 1};
+  std::unique_ptr<het::WorkerCache> cache = RefreshCache(2, 8, 0, 0, 1);
+  het::LookupPlan plan;
+  std::vector<float> rows;
+};
+
 std::vector<float> Grads(std::mt19937& rng, size_t rows, int dim) {
   std::uniform_real_distribution<float> g(-1.0f, 1.0f);
   std::vector<float> out(rows * dim);
@@ -148,12 +157,8 @@ HET_TEST(APushOneShardRefusesIsMergedOnceByTheOther) {
 }
 
 HET_TEST(AShardWithAnotherEpochMergesNothing) {
-  const int dim = 2;
-  const het::TableConfig table = SgdTable(dim);
-  LocalCluster cluster(table, 1);
-  auto cache = RefreshCache(dim, 8, 0, 0, 1);
-  het::LookupPlan plan;
-  std::vector<float> rows;
+  OneShard one;
+  auto& [table, cluster, cache, plan, rows] = one;
   EXPECT_OK(cluster.Lookup(*cache, {7}, true, &plan, &rows));
   // The checkpoint: the table as it is now.
   het::TableChunk saved;
@@ -231,12 +236,8 @@ HET_TEST(ACheckingCacheTrainsOnAfterTheShardIsCleared) {
 }
 
 HET_TEST(AnOlderIncarnationIsRefusedAndTheNewRecordKept) {
-  const int dim = 2;
-  const het::TableConfig table = SgdTable(dim);
-  LocalCluster cluster(table, 1);
-  auto cache = RefreshCache(dim, 8, 0, 0, 1);
-  het::LookupPlan plan;
-  std::vector<float> rows;
+  OneShard one;
+  auto& [table, cluster, cache, plan, rows] = one;
   EXPECT_OK(cluster.Lookup(*cache, {1, 2}, true, &plan, &rows));
   EXPECT_OK(cluster.Update(*cache, {1, 2}, {1, 1, 1, 1}, kLr));
   // A request of this incarnation that is delayed in the network...
@@ -253,7 +254,7 @@ HET_TEST(AnOlderIncarnationIsRefusedAndTheNewRecordKept) {
   EXPECT_EQ(cluster.shard(0).Counters().refused_generation, 1u);
   // The live incarnation's record survived: another writer's update to row
   // 3 still refreshes its copy at once (read bound 0).
-  auto other = RefreshCache(dim, 8, 0, 0, 1);
+  auto other = RefreshCache(2, 8, 0, 0, 1);
   EXPECT_OK(cluster.Lookup(*other, {3}, true, &plan, &rows));
   EXPECT_OK(cluster.Update(*other, {3}, {2, 2}, kLr));
   EXPECT_OK(cluster.Flush(*other, kLr));
