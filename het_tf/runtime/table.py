@@ -177,9 +177,9 @@ class ShardedTable:
         only its own part: with several, a gradient whose square (for the
         optimizers that sum squared gradients) or whose step overflows is
         refused here, before any shard merges, naming the first such id."""
-        grads = self._check_finite(grads, "gradient")
+        # Non-finite gradients are _push's to refuse, as such.
         grow = grads * grads if self.config.optimizer.name in SQUARED_GRADIENT_SLOT else lr * grads
-        bad = tf.reduce_any(~tf.math.is_finite(grow), axis=1)
+        bad = tf.reduce_any(tf.math.is_finite(grads) & ~tf.math.is_finite(grow), axis=1)
         check = tf.debugging.Assert(
             ~tf.reduce_any(bad),
             [f"{self.config.label}: the update of id", tf.boolean_mask(keys, bad)[:1],

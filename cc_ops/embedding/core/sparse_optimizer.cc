@@ -72,6 +72,20 @@ Status ValidateOptimizer(const OptimizerConfig& c) {
   return Status::Ok();
 }
 
+bool AllFinite(const float* values, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(values[i])) return false;
+  }
+  return true;
+}
+
+Status NonFiniteUpdate(const std::string& name, int64_t key) {
+  return Status::InvalidArgument(
+      name + ": the update of id " + std::to_string(key) +
+      " would make its row or optimizer slots non-finite (is its "
+      "gradient, or the learning rate, too large?); nothing was applied");
+}
+
 Status CheckLearningRate(const std::string& name, const OptimizerConfig& c, float lr) {
   if (!std::isfinite(lr) || lr < 0 || (c.kind == OptimizerKind::kFtrl && lr == 0)) {
     return Status::InvalidArgument(name + ": learning rate must be finite and " +

@@ -61,6 +61,12 @@ Status ValidateOptimizer(const OptimizerConfig& config);
 Status CheckLearningRate(const std::string& name, const OptimizerConfig& config,
                          float learning_rate);
 
+// Whether n floats (a row's state after an update) are all finite, and the
+// error for an update that would make id `key`'s row or slots non-finite:
+// caches and shards refuse it before anything changes.
+bool AllFinite(const float* values, size_t n);
+Status NonFiniteUpdate(const std::string& name, int64_t key);
+
 // Number of dim-sized float slots a row carries.
 int NumSlots(OptimizerKind kind);
 // Whether a row also carries its own step count.

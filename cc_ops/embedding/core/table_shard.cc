@@ -189,11 +189,6 @@ template <typename Apply>
 Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width,
                                const Sender& sender, int64_t unanswered, float* out,
                                int64_t* clocks, Apply apply) {
-  if (unanswered < 0 || unanswered > n) {
-    return Status::InvalidArgument(TableLabel(config_.name) + ": " + std::to_string(unanswered) +
-                                   " unanswered rows in a push of " + std::to_string(n) +
-                                   "; nothing was applied");
-  }
   std::unique_ptr<RowReservation> reservation;
   HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
   // First each row's update on a copy of its state: one that would make a
@@ -219,16 +214,10 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
       steps[i] = stepped ? *Step(p) : 0;
     }
     apply(i, seen[i], copy, &steps[i]);
-    for (int j = 0; j < state; ++j) {
-      if (!std::isfinite(copy[j]) && (bad < 0 || i < bad)) bad = i;
-    }
+    // The first bad id in the request's order, as stripes visit out of it.
+    if (!AllFinite(copy, state) && (bad < 0 || i < bad)) bad = i;
   });
-  if (bad >= 0) {
-    return Status::InvalidArgument(
-        TableLabel(config_.name) + ": the update of id " + std::to_string(keys[bad]) +
-        " would make its row or optimizer slots non-finite (is its gradient, or the learning "
-        "rate, too large?); nothing was applied");
-  }
+  if (bad >= 0) return NonFiniteUpdate(TableLabel(config_.name), keys[bad]);
   uint64_t updates = 0;
   ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
     bool created;
@@ -280,8 +269,7 @@ Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const in
   const int width = state_width();
   HET_RETURN_IF_ERROR(CheckPush(keys, deltas, width, counts, n, learning_rate, "delta"));
   HET_RETURN_IF_ERROR(CheckDeltaPush(keys, deltas, base_clocks, n));
-  if (sender.epoch != 0 && sender.epoch != epoch()) {
-    refused_epoch_.fetch_add(1, std::memory_order_relaxed);
+  if (SawOtherEpoch(sender)) {
     return Status::Aborted(TableLabel(config_.name) +
                            ": a table shard was restarted or restored since this cache's copies "
                            "were taken; its push was refused and nothing was changed (the cache's "

@@ -259,6 +259,9 @@ class TableShard {
   // takes them.
   void AnswerRepeat(const int64_t* keys, int64_t n, const Sender& sender, int64_t unanswered,
                     float* states, int64_t* clocks);
+  // Whether the sender last saw another epoch (counted as refused): its
+  // request merges nothing.
+  bool SawOtherEpoch(const Sender& sender);
   // Admits a sequenced sender's round (an unsequenced one passes as new).
   Status AdmitRound(const Sender& sender, SenderLog::Turn* turn);
 

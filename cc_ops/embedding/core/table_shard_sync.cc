@@ -32,11 +32,10 @@ Status TableShard::Exchange(const uint8_t* request, size_t size, std::vector<uin
   wire::ExchangeAnswer a;
   a.epoch = epoch();
   a.width = r.width;
-  if (r.sender.epoch != 0 && r.sender.epoch != a.epoch) {
+  if (SawOtherEpoch(r.sender)) {
     // The sender's copies and pending updates belong to a table this shard
     // no longer holds: it merges nothing, and learns the epoch from the
     // answer.
-    refused_epoch_.fetch_add(1, std::memory_order_relaxed);
     wire::EncodeAnswer(a, answer);
     bytes_received_.fetch_add(size, std::memory_order_relaxed);
     bytes_sent_.fetch_add(answer->size(), std::memory_order_relaxed);
@@ -76,6 +75,13 @@ Status TableShard::Exchange(const uint8_t* request, size_t size, std::vector<uin
   bytes_received_.fetch_add(size, std::memory_order_relaxed);
   bytes_sent_.fetch_add(answer->size(), std::memory_order_relaxed);
   return Status::Ok();
+}
+
+bool TableShard::SawOtherEpoch(const Sender& sender) {
+  // 0: the sender has not seen this table's epoch yet.
+  if (sender.epoch == 0 || sender.epoch == epoch()) return false;
+  refused_epoch_.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 Status TableShard::AdmitRound(const Sender& sender, SenderLog::Turn* turn) {

@@ -358,10 +358,11 @@ class WorkerCache {
     KeyIndex index;
     std::vector<uint8_t> taken;
   };
-  // A row just inserted at `slot` whose key still has updates in the
-  // outbox (not sent before the fetch) takes them back as its pending
-  // updates, merged into the fetched row: this worker reads its own writes.
-  void Reclaim(int32_t slot, OutboxRows& unsent);
+  // A row just inserted at `slot` (`fresh`, fetched at `clock`) whose key
+  // still has updates in the outbox (not sent before the fetch) takes them
+  // back as its pending updates, merged into the fetched row: this worker
+  // reads its own writes.
+  void Reclaim(int32_t slot, const float* fresh, int64_t clock, OutboxRows& unsent);
   // Puts a cached slot back in the eviction order, pinned if its key is.
   void AttachSlot(int32_t slot, uint64_t touches) {
     order_.Attach(slot, touches,

@@ -107,7 +107,7 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
     slots[i] = slot;
     inserted[i] = true;
     InsertRow(slot, unique_keys[i], fresh, clock);
-    Reclaim(slot, unsent);
+    Reclaim(slot, fresh, clock, unsent);
     ++misses;
   }
   unsent.Finish(&outbox_, width_);
@@ -143,7 +143,7 @@ void WorkerCache::OutboxRows::Finish(Pushes* outbox, int width) {
   }
 }
 
-void WorkerCache::Reclaim(int32_t slot, OutboxRows& unsent) {
+void WorkerCache::Reclaim(int32_t slot, const float* fresh, int64_t clock, OutboxRows& unsent) {
   if (unsent.index.size() == 0) return;
   const uint32_t o = unsent.index.Find(entries_[slot].key);
   if (o == KeyIndex::kAbsent || unsent.taken[o]) return;
@@ -152,14 +152,11 @@ void WorkerCache::Reclaim(int32_t slot, OutboxRows& unsent) {
   // update has pushed them yet): they become the entry's pending updates
   // again, merged into the fetched row as a refresh merges them.
   unsent.taken[o] = 1;
-  const float* fresh = State(slot);
-  std::vector<float> row(fresh, fresh + width_);
   std::memcpy(PendingDelta(slot), outbox_.deltas.data() + size_t(o) * width_,
               sizeof(float) * width_);
-  const int64_t clock = entries_[slot].server_clock;
   entries_[slot].server_clock = outbox_.base_clocks[o];
   entries_[slot].local_clock = outbox_.base_clocks[o] + outbox_.counts[o];
-  Refresh(slot, row.data(), clock);
+  Refresh(slot, fresh, clock);
 }
 
 void WorkerCache::InsertRow(int32_t slot, int64_t key, const float* state, int64_t clock) {

@@ -124,7 +124,7 @@ Status WorkerCache::EndPrefetch(const int64_t* unique_keys, int64_t u,
       continue;
     }
     InsertRow(slot, unique_keys[i], fresh[i], fresh_clocks[i]);
-    Reclaim(slot, unsent);
+    Reclaim(slot, fresh[i], fresh_clocks[i], unsent);
     fetched_ahead_.Insert(unique_keys[i], 0);
     inserted.push_back(slot);
   }

@@ -83,14 +83,7 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
     }
     ApplyUpdate(config_.optimizer, learning_rate, grads + size_t(i) * dim, dim, row, row + dim,
                 &step, row + width_);
-    for (size_t j = 0; j < span; ++j) {
-      if (!std::isfinite(row[j])) {
-        return Status::InvalidArgument(
-            Name() + ": the update of id " + std::to_string(keys[i]) +
-            " would make its row or optimizer slots non-finite (is its gradient, or the learning "
-            "rate, too large?); nothing was applied");
-      }
-    }
+    if (!AllFinite(row, span)) return NonFiniteUpdate(Name(), keys[i]);
   }
   last_learning_rate_ = learning_rate;
   for (int64_t i = 0; i < n; ++i) {
