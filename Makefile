@@ -126,11 +126,13 @@ test-tf2.21: $(TF221_LIBRARY)
 	  --deselect tests/test_loader.py::test_bazel_built_library_runs_the_ops \
 	  $(addprefix --deselect ,$(TF221_SKIPPED))
 
-# The fuzz tests of every op and of HetEmbedding with many more examples
+# The fuzz tests of every op and of HetEmbedding, and the runs with faults
+# of tests/test_exactly_once.py, with many more examples
 # than `make test` runs (docs/reliability.md).
 FUZZ_EXAMPLES ?= 1000
 fuzz: build
-	HET_TF_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q --timeout=0 tests/test_fuzz.py
+	HET_TF_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q --timeout=0 tests/test_fuzz.py \
+		tests/test_exactly_once.py
 
 # Workers killed and restarted while a 2-PS, 2-worker cluster trains; the
 # clocks and the final checkpoint are checked after (docs/reliability.md).

@@ -210,12 +210,14 @@ def test_the_exported_lookup_finds_every_held_key_across_chunks():
 
     layer = HetEmbedding(None, DIM, cache_capacity=0, name="chunked")
     layer.build((None,))
-    empty = ServingLookup(layer, chunk_rows=7)
+    seven_rows = 7 * (24 + 4 * DIM * (1 + layer.table.config.num_slots))
+    assert layer.table.chunk_rows(seven_rows) == 7
+    empty = ServingLookup(layer, chunk_bytes=seven_rows)
     np.testing.assert_array_equal(empty(tf.constant([[3, -9]], tf.int64)).numpy(),
                                   np.zeros((1, 2, DIM)))
     held = np.random.default_rng(3).choice(np.arange(-10**6, 10**6), 100, replace=False) * 97
     rows = layer.table.gather(tf.constant(held, tf.int64)).numpy()
-    lookup = ServingLookup(layer, chunk_rows=7)
+    lookup = ServingLookup(layer, chunk_bytes=seven_rows)
     np.testing.assert_array_equal(lookup(tf.constant(held.reshape(10, 10))).numpy(),
                                   rows.reshape(10, 10, DIM))
     unknown = [held.min() - 1, held.max() + 1, np.sort(held)[50] + 1, -2**63, 2**63 - 1]

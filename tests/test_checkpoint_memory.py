@@ -49,4 +49,6 @@ def test_a_large_dynamic_table_exports_as_variables_and_serves_without_het_tf(tm
     assert (export / "saved_model.pb").stat().st_size < 1 << 20
     values = ROWS * 16 * 4
     assert values < figures["export_bytes"] < values * 1.3  # values, sorted keys, rows
-    assert figures["export_peak_above_table_bytes"] < figures["table_resident_bytes"]
+    # The export's own variables (about 1.25x the values) and the keys' sort,
+    # not a second copy of them on the way (which peaked above the table).
+    assert figures["export_peak_above_table_bytes"] < 1.5 * figures["export_bytes"]

@@ -37,10 +37,7 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
         self._flush = flush
         self._clear_caches = clear_caches
         self._restored = restored
-        config = table.config
-        # key, clock and step, then the values and the optimizer's slots
-        row_bytes = 24 + 4 * config.dim * (1 + config.num_slots)
-        self.chunk_rows = max(1, chunk_bytes // row_bytes)
+        self.chunk_rows = table.chunk_rows(chunk_bytes)
 
     def write_chunks(self, file_prefix, name, after):
         """Writes the table as chunks under `file_prefix` (a string tensor),

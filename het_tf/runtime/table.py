@@ -218,6 +218,14 @@ class ShardedTable:
         return (tf.dynamic_stitch(origin, [a[0] for a in answers]),
                 tf.dynamic_stitch(origin, [a[1] for a in answers]))
 
+    def chunk_rows(self, chunk_bytes):
+        """Rows of whole states in `chunk_bytes`: what a save or export
+        reads at a time (the export op holds a chunk twice, its rows and
+        then its outputs)."""
+        # key, clock and step, then the values and the optimizer's slots
+        row_bytes = 24 + 4 * self.dim * (1 + self.config.num_slots)
+        return max(1, chunk_bytes // row_bytes)
+
     def export_shard(self, shard, offset, limit):
         """(keys, values, slots, clocks, steps) of rows [offset, offset+limit)."""
         with tf.device(self.devices[shard]):
