@@ -135,11 +135,17 @@ fuzz: build
 		tests/test_exactly_once.py
 
 # Workers killed and restarted while a 2-PS, 2-worker cluster trains; the
-# clocks and the final checkpoint are checked after (docs/reliability.md).
+# clocks and the final checkpoint are checked after. Then two workers train
+# one table on 2 PS tasks through dropped answers, refused steps and
+# replayed rounds, and every row is checked against the data
+# (docs/reliability.md).
 soak: build
 	rm -rf $(CURDIR)/build/soak
 	$(PY) tools/fault_soak.py --out $(CURDIR)/build/soak
 	$(PY) tools/fault_soak.py --lookahead --out $(CURDIR)/build/soak/lookahead
+	$(PY) tools/exactly_once_soak.py --out $(CURDIR)/build/soak/exactly-once
+	$(PY) tools/exactly_once_soak.py --sync check --staleness 0 \
+		--out $(CURDIR)/build/soak/exactly-once-check
 
 # The main job on the default data: WDL on synthetic Criteo-like data, in
 # ParameterServerStrategy mode on a local cluster (1 PS, 2 workers); then the

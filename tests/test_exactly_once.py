@@ -6,7 +6,9 @@ from the ops) minus the learning rate times the sum of the gradients it was
 trained with, its clock at their number (docs/consistency.md, "Exactly
 once")."""
 import itertools
+import json
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -15,55 +17,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import het_tf
-from het_tf import _op_library
+from het_tf.apps.launch import LocalCluster
 from het_tf.runtime.cache import push_without_cache
-from tests.reference import initial_row, shard_of
-
-LR = 0.5
-DIM = 2
-SEED = 5
-OPS = _op_library.load()
-
-
-class Oracle:
-    def __init__(self):
-        self.sums, self.counts = {}, {}
-
-    def trained(self, keys, grads):
-        for k, g in zip(np.asarray(keys).tolist(), np.asarray(grads, np.float64)):
-            self.sums[k] = self.sums.get(k, 0.0) + g
-            self.counts[k] = self.counts.get(k, 0) + 1
-
-    def copy(self):
-        other = Oracle()
-        other.sums, other.counts = dict(self.sums), dict(self.counts)
-        return other
-
-    def check(self, table):
-        """Every row the shards hold is what the data says."""
-        for s in range(table.num_shards):
-            keys, values, _slots, clocks, _steps = table.export_shard(s, 0, 1 << 30)
-            for k, v, c in zip(keys.numpy().tolist(), values.numpy(), clocks.numpy()):
-                expected = initial_row(k, DIM, SEED) - LR * self.sums.get(k, 0.0)
-                np.testing.assert_allclose(v, expected, atol=1e-5, err_msg=f"row {k}")
-                assert c == self.counts.get(k, 0), f"row {k}: clock {c}"
+from tests import sum_of_rows_train as data
+from tests.fault_runs import DIM, LR, OPS, SEED, FaultyWorker, Oracle, keys_on, train
+from tests.test_cluster import Log, assert_all_gone
 
 
 def sgd_table(unique_name, shards=2, **kwargs):
     config = het_tf.TableConfig(unique_name(), DIM, seed=SEED,
                                 optimizer=het_tf.OptimizerConfig("sgd"), **kwargs)
     return het_tf.ShardedTable(config, [None] * shards)
-
-
-def keys_on(shard, count, shards=2):
-    return [k for k in range(10_000) if shard_of(k, shards) == shard][:count]
-
-
-def train(cache, oracle, ids, grads=None):
-    _rows, unique, _inverse = cache.lookup(tf.constant(ids, tf.int64), training=True)
-    grads = np.ones([len(unique), DIM], np.float32) if grads is None else grads
-    cache.apply_gradients(unique, tf.constant(grads), LR)
-    oracle.trained(unique.numpy(), grads)
 
 
 def test_a_step_one_shard_refuses_moves_the_other_shards_rows_once(unique_name):
@@ -154,48 +118,14 @@ def test_an_update_that_would_overflow_is_refused_and_training_goes_on(unique_na
 # shard restarted from a snapshot. After a flush every row is what the data
 # says: the gradients trained since the last snapshot that was not undone.
 EXAMPLES = int(os.environ.get("HET_TF_FUZZ_EXAMPLES", "40")) // 4
+IDS = st.lists(st.integers(0, 23), min_size=1, max_size=8, unique=True)
 ACTIONS = st.one_of(
-    st.tuples(st.just("train"), st.integers(0, 1),
-              st.lists(st.integers(0, 23), min_size=1, max_size=8, unique=True),
+    st.tuples(st.sampled_from(["train", "drop_answer"]), st.integers(0, 1), IDS,
               st.integers(-4, 4)),
-    st.tuples(st.just("drop_answer"), st.integers(0, 1),
-              st.lists(st.integers(0, 23), min_size=1, max_size=8, unique=True),
-              st.integers(-4, 4)),
-    st.tuples(st.just("refuse"), st.integers(0, 1)),
-    st.tuples(st.just("replay"), st.integers(0, 1)),
-    st.tuples(st.just("snapshot")),
-    st.tuples(st.just("restart")),
+    st.tuples(st.sampled_from(["refuse", "replay"]), st.integers(0, 1)),
+    st.tuples(st.sampled_from(["snapshot", "restart"])),
 )
 _runs = itertools.count()
-
-
-def _gradients(count, scale):
-    """Exact in float32 whatever they sum to here."""
-    return np.outer(np.arange(1, count + 1) % 3 - 1, [1.0, -0.5]).astype(np.float32) * scale / 2
-
-
-def _send_unanswered(cache, table, ids, oracle, grads):
-    """A step whose shards merge and whose answer never comes back."""
-    if cache.config.op_sync == "refresh":
-        _unique, _inverse, requests = OPS.het_cache_begin_exchange(
-            cache.handle(), tf.constant(ids, tf.int64), num_shards=2)
-        table.exchange(requests)
-        return requests
-    _rows, unique, _ = cache.lookup(tf.constant(ids, tf.int64), training=True)
-    grads = grads[:len(unique)]
-    pushes = OPS.het_cache_accumulate(cache.handle(), unique, grads, LR, dim=DIM)
-    oracle.trained(unique.numpy(), grads)
-    keys, deltas, counts, bases, evicted, senders = pushes
-    table.push_deltas(keys, deltas, counts, bases, LR, senders=senders, unanswered=evicted)
-    return pushes
-
-
-def _replay(table, sent):
-    if isinstance(sent, tuple):
-        keys, deltas, counts, bases, evicted, senders = sent
-        table.push_deltas(keys, deltas, counts, bases, LR, senders=senders, unanswered=evicted)
-    else:
-        table.exchange(sent)
 
 
 @settings(max_examples=max(EXAMPLES, 5), deadline=None, derandomize=EXAMPLES <= 25,
@@ -203,59 +133,61 @@ def _replay(table, sent):
 @given(sync=st.sampled_from(["refresh", "check"]), staleness=st.sampled_from([0, 1, 3]),
        actions=st.lists(ACTIONS, min_size=1, max_size=24))
 def test_any_run_with_faults_ends_at_the_data(sync, staleness, actions):
-    name = f"soak_{os.getpid()}_{next(_runs)}"
+    name = f"faults_{os.getpid()}_{next(_runs)}"
     config = het_tf.TableConfig(name, DIM, seed=SEED, optimizer=het_tf.OptimizerConfig("sgd"),
                                 max_rows=64)
     table = het_tf.ShardedTable(config, [None, None])
-    caches = [het_tf.WorkerCache(table, het_tf.CacheConfig(8, "lru", staleness, staleness,
-                                                           sync=sync),
-                                 shared_name=f"{name}_worker{w}") for w in range(2)]
     oracle = Oracle()
+    workers = [FaultyWorker(table, het_tf.WorkerCache(
+        table, het_tf.CacheConfig(8, "lru", staleness, staleness, sync=sync),
+        shared_name=f"{name}_worker{w}"), oracle) for w in range(2)]
     snapshot = ([t.numpy() for t in table.export_all()], oracle.copy())  # the empty table
-    unanswered = [None, None]  # each worker's last round sent without an answer
-    answered = [False, False]  # each worker's cache has had an exchange answered
-    too_many = keys_on(1, 40)  # more new rows than shard 1 may hold
     for action, *args in actions:
-        if action == "train":
-            worker, ids, scale = args
-            train(caches[worker], oracle, ids, _gradients(len(ids), scale))
-            answered[worker] = True
-        elif action == "drop_answer":
-            worker, ids, scale = args
-            unanswered[worker] = _send_unanswered(caches[worker], table, ids, oracle,
-                                                  _gradients(len(ids), scale))
-        elif action == "refuse":
-            with pytest.raises(tf.errors.ResourceExhaustedError):
-                caches[args[0]].lookup(tf.constant(too_many, tf.int64), training=True)
-        elif action == "replay" and unanswered[args[0]] is not None:
-            # The worker restarts: its rounds are flushed, then it is a new
-            # incarnation, which trains once; the old round comes again.
-            worker = args[0]
-            caches[worker].flush(LR)
-            caches[worker].clear()
-            train(caches[worker], oracle, [0, 1])
-            answered[worker] = True
-            try:
-                _replay(table, unanswered[worker])
-            except tf.errors.FailedPreconditionError as e:
-                assert "generation" in str(e), e
-            unanswered[worker] = None
+        if action in ("train", "drop_answer", "refuse", "replay"):
+            getattr(workers[args[0]], action)(*args[1:])
         elif action == "snapshot":
-            for cache in caches:
-                cache.flush(LR)
+            for worker in workers:
+                worker.cache.flush(LR)
+                worker.unanswered = None  # flushed: sent again and answered
             snapshot = ([t.numpy() for t in table.export_all()], oracle.copy())
-            unanswered = [None, None]
-        elif action == "restart":
-            rows, oracle = snapshot[0], snapshot[1].copy()
+        else:  # restart
+            rows, restored = snapshot[0], snapshot[1].copy()
+            oracle.sums, oracle.counts = restored.sums, restored.counts
             table.clear()
             table.import_rows(*rows)
-            for cache, known in zip(caches, answered):
-                if sync == "refresh" and known:
+            for worker in workers:
+                if sync == "refresh" and worker.answered:
                     # The epoch is checked before anything merges.
                     with pytest.raises(tf.errors.AbortedError):
-                        train(cache, Oracle(), [0])
-                cache.clear()  # as a restore does
-            unanswered, answered = [None, None], [False, False]
-    for cache in caches:
-        cache.flush(LR)
+                        train(worker.cache, Oracle(), [0])
+                worker.cache.clear()  # as a restore does
+                worker.forget()
+    for worker in workers:
+        worker.cache.flush(LR)
     oracle.check(table)
+
+
+# A whole cluster: every row after training and a flush is what the data
+# says (tests/sum_of_rows_train.py), with 2 workers sharing the rows.
+SUM_OF_ROWS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sum_of_rows_train.py")
+
+
+def assert_rows_follow_the_data(result, batches):
+    occurrences, steps = data.trained_counts([data.batch(i) for i in batches])
+    keys = np.array(result["keys"])
+    assert sorted(keys.tolist()) == np.flatnonzero(steps).tolist()  # rows made: those trained
+    expected = -data.LR / data.BATCH * occurrences[keys]
+    np.testing.assert_array_equal(np.array(result["values"]),
+                                  np.repeat(expected[:, None], data.DIM, axis=1))
+    np.testing.assert_array_equal(result["clocks"], steps[keys])
+
+
+def test_a_parameter_server_strategy_cluster_ends_at_the_data(tmp_path):
+    result_path, log = tmp_path / "result.json", Log()
+    with LocalCluster(1, 2, out=log) as cluster:
+        chief = cluster.start_chief([sys.executable, SUM_OF_ROWS, str(result_path)])
+        code = chief.wait(timeout=300)
+    assert_all_gone(cluster)
+    assert code == 0, log.text()[-5000:]
+    result = json.loads(result_path.read_text())
+    assert_rows_follow_the_data(result, result["batches"])

@@ -1,0 +1,113 @@
+"""One worker of the exactly-once soak (tools/exactly_once_soak.py): a
+process of its own, a client of the PS tasks, that trains one table for
+--seconds with faults drawn between the steps (tests/fault_runs.py), then
+flushes and writes what it trained.
+
+    exactly_once_worker.py --ps HOST:PORT,HOST:PORT --index I --out DIR
+
+Worker 0 then waits for every other worker's record, and checks every row
+the shards hold against the sum of them: the data, not a counter.
+"""
+import argparse
+import json
+import os
+import random
+import socket
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Each remote op's error at its call: enqueued by stream, an expected refusal
+# would surface at a later op and cancel every op after it on that PS task.
+os.environ["TF_ENABLE_EAGER_CLIENT_STREAMING_ENQUEUE"] = "False"
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import tensorflow as tf  # noqa: E402
+
+import het_tf  # noqa: E402
+from tests.fault_runs import DIM, LR, SEED, FaultyWorker, Oracle  # noqa: E402
+
+# How often each happens between two steps.
+FAULTS = (("train", 60), ("drop_answer", 15), ("refuse", 10), ("replay", 15))
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--ps", required=True, help="the PS tasks, host:port,host:port")
+    p.add_argument("--index", type=int, required=True)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--out", required=True)
+    p.add_argument("--seconds", type=float, default=60.0)
+    p.add_argument("--sync", choices=["refresh", "check"], default="refresh")
+    p.add_argument("--staleness", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args()
+
+
+def connect(ps, index):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    job = f"soak{index}"
+    cluster = tf.train.ClusterSpec({"ps": ps, job: [f"127.0.0.1:{port}"]})
+    tf.config.experimental_connect_to_cluster(cluster, job_name=job, task_index=0,
+                                              make_master_device_default=False)
+    print(f"worker {index}: connected", flush=True)
+
+
+def main():
+    args = parse_args()
+    ps = args.ps.split(",")
+    connect(ps, args.index)
+    config = het_tf.TableConfig("exactly_once_soak", DIM, seed=SEED, max_rows=64,
+                                optimizer=het_tf.OptimizerConfig("sgd"))
+    table = het_tf.ShardedTable(config, [f"/job:ps/task:{s}" for s in range(len(ps))])
+    cache = het_tf.WorkerCache(table, het_tf.CacheConfig(8, "lru", args.staleness,
+                                                          args.staleness, sync=args.sync),
+                               shared_name=f"exactly_once_soak_worker{args.index}")
+    oracle = Oracle()
+    worker = FaultyWorker(table, cache, oracle)
+    rng = random.Random(args.seed * 1000 + args.index)
+    names, weights = zip(*FAULTS)
+    steps, deadline = 0, time.monotonic() + args.seconds
+    while time.monotonic() < deadline:
+        action = rng.choices(names, weights)[0]
+        if action in ("train", "drop_answer"):
+            # Both workers draw from the same 24 ids, so they share rows.
+            getattr(worker, action)(rng.sample(range(24), rng.randint(1, 8)), rng.randint(-4, 4))
+        else:
+            getattr(worker, action)()
+        steps += 1
+    cache.flush(LR)
+    record = dict(oracle.to_json(), steps=steps, faults=worker.faults,
+                  stats={k: int(v) for k, v in cache.stats().items()})
+    path = os.path.join(args.out, f"worker{args.index}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f)
+    os.replace(path + ".tmp", path)
+    print(f"worker {args.index}: {steps} steps, faults {worker.faults}", flush=True)
+    if args.index != 0:
+        return 0
+    # Every worker flushed before writing its record: the sum is the data.
+    others = [os.path.join(args.out, f"worker{i}.json") for i in range(1, args.workers)]
+    while not all(os.path.exists(p) for p in others):
+        time.sleep(0.2)
+    for p in others:
+        oracle.add(Oracle.from_json(json.load(open(p))))
+    result = {"rows_checked": sum(table.shard_rows(s) for s in range(table.num_shards)),
+              "table_stats": {k: int(v) for k, v in table.stats().items()}}
+    try:
+        oracle.check(table)
+        result["every_row_equals_the_data"] = True
+    except AssertionError as e:
+        result["every_row_equals_the_data"] = False
+        result["mismatch"] = str(e)[:2000]
+    with open(os.path.join(args.out, "check.json"), "w") as f:
+        json.dump(result, f, indent=2)
+    print(f"worker 0: every row equals the data: {result['every_row_equals_the_data']}",
+          flush=True)
+    return 0 if result["every_row_equals_the_data"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""A worker's cache driven through the faults that exactly-once guards
+against, and the oracle its rows are held to: the data. Used in one process
+by tests/test_exactly_once.py and across processes by
+tests/exactly_once_worker.py (`make soak`).
+
+With SGD each row ends at its initial row (tests.reference, apart from the
+ops) minus the learning rate times the sum of the gradients it was trained
+with, and its clock at their number, whatever the staleness
+(docs/consistency.md, "Exactly once")."""
+import numpy as np
+import tensorflow as tf
+
+from het_tf import _op_library
+from tests.reference import initial_row, shard_of
+
+LR = 0.5
+DIM = 2
+SEED = 5
+OPS = _op_library.load()
+
+
+class Oracle:
+    """What each key was trained with: the sum of its gradients and their number."""
+
+    def __init__(self, sums=None, counts=None):
+        self.sums, self.counts = dict(sums or {}), dict(counts or {})
+
+    def trained(self, keys, grads):
+        for k, g in zip(np.asarray(keys).tolist(), np.asarray(grads, np.float64)):
+            self.sums[k] = self.sums.get(k, 0.0) + g
+            self.counts[k] = self.counts.get(k, 0) + 1
+
+    def copy(self):
+        return Oracle(self.sums, self.counts)
+
+    def add(self, other):
+        for k, g in other.sums.items():
+            self.sums[k] = self.sums.get(k, 0.0) + np.asarray(g, np.float64)
+        for k, c in other.counts.items():
+            self.counts[k] = self.counts.get(k, 0) + c
+
+    def to_json(self):
+        return {"sums": {str(k): np.asarray(v).tolist() for k, v in self.sums.items()},
+                "counts": {str(k): c for k, c in self.counts.items()}}
+
+    @classmethod
+    def from_json(cls, data):
+        return cls({int(k): np.asarray(v) for k, v in data["sums"].items()},
+                   {int(k): c for k, c in data["counts"].items()})
+
+    def check(self, table):
+        """Every row the shards hold is what the data says."""
+        for s in range(table.num_shards):
+            keys, values, _slots, clocks, _steps = table.export_shard(s, 0, 1 << 30)
+            for k, v, c in zip(keys.numpy().tolist(), values.numpy(), clocks.numpy()):
+                expected = initial_row(k, DIM, SEED) - LR * self.sums.get(k, 0.0)
+                np.testing.assert_allclose(v, expected, atol=1e-5, err_msg=f"row {k}")
+                assert c == self.counts.get(k, 0), f"row {k}: clock {c}"
+
+
+def keys_on(shard, count, shards=2):
+    return [k for k in range(10_000) if shard_of(k, shards) == shard][:count]
+
+
+def train(cache, oracle, ids, grads=None):
+    _rows, unique, _inverse = cache.lookup(tf.constant(ids, tf.int64), training=True)
+    grads = np.ones([len(unique), DIM], np.float32) if grads is None else grads
+    cache.apply_gradients(unique, tf.constant(grads), LR)
+    oracle.trained(unique.numpy(), grads)
+
+
+def gradients(count, scale):
+    """Exact in float32 whatever they sum to here."""
+    return np.outer(np.arange(1, count + 1) % 3 - 1, [1.0, -0.5]).astype(np.float32) * scale / 2
+
+
+class FaultyWorker:
+    """One worker's cache on a 2-shard SGD table (max_rows at least 48, so
+    that `refuse` overflows shard 1 and nothing else does), recording what it
+    trains in `oracle`."""
+
+    def __init__(self, table, cache, oracle):
+        self.table, self.cache, self.oracle = table, cache, oracle
+        self.unanswered = None  # the last round sent without an answer
+        self.answered = False  # the cache has had an exchange answered: it knows the epochs
+        self.faults = {"dropped": 0, "refused": 0, "replayed": 0, "replays_refused": 0}
+
+    def train(self, ids, scale):
+        train(self.cache, self.oracle, ids, gradients(len(ids), scale))
+        self.answered = True
+
+    def drop_answer(self, ids, scale):
+        """A step whose shards merge and whose answer never comes back."""
+        self.faults["dropped"] += 1
+        if self.cache.config.op_sync == "refresh":
+            _unique, _inverse, requests = OPS.het_cache_begin_exchange(
+                self.cache.handle(), tf.constant(ids, tf.int64), num_shards=2)
+            self.table.exchange(requests)
+            self.unanswered = requests
+            return
+        _rows, unique, _ = self.cache.lookup(tf.constant(ids, tf.int64), training=True)
+        grads = gradients(len(unique), scale)
+        pushes = OPS.het_cache_accumulate(self.cache.handle(), unique, grads, LR, dim=DIM)
+        self.oracle.trained(unique.numpy(), grads)
+        self._push(pushes)
+        self.unanswered = pushes
+
+    def refuse(self):
+        """A step with more new rows than shard 1 may hold: it fails, shard 0
+        having answered, and changes nothing."""
+        self.faults["refused"] += 1
+        try:
+            self.cache.lookup(tf.constant(keys_on(1, 40), tf.int64), training=True)
+        except tf.errors.ResourceExhaustedError:
+            return
+        raise AssertionError("a step with 40 new rows on shard 1 was not refused")
+
+    def replay(self):
+        """The worker restarts: its rounds are flushed, then it is a new
+        incarnation, which trains once; the old round comes again, late, and
+        must change nothing."""
+        if self.unanswered is None:
+            return
+        self.faults["replayed"] += 1
+        self.cache.flush(LR)
+        self.cache.clear()
+        self.train([0, 1], 1)
+        try:
+            if isinstance(self.unanswered, tuple):
+                answer = self._push(self.unanswered)
+            else:
+                answer = self.table.exchange(self.unanswered)
+            # A remote op's error shows when its outputs are read: here.
+            tf.nest.map_structure(lambda t: t.numpy(), answer)
+        except tf.errors.FailedPreconditionError as e:
+            assert "generation" in str(e), e
+            self.faults["replays_refused"] += 1
+        self.unanswered = None
+
+    def forget(self):
+        """After the cache was cleared: nothing in flight, no epoch known."""
+        self.unanswered, self.answered = None, False
+
+    def _push(self, pushes):
+        keys, deltas, counts, bases, evicted, senders = pushes
+        return self.table.push_deltas(keys, deltas, counts, bases, LR, senders=senders,
+                               unanswered=evicted)

@@ -1,0 +1,91 @@
+"""A model whose rows' training follows from the data alone, run as the
+chief of a ParameterServerStrategy cluster, for tests/test_exactly_once.py.
+
+    sum_of_rows_train.py RESULT_JSON
+
+The model sums the rows of a batch's ids, and the loss is that sum's mean:
+each id's row moves by -LR/BATCH per occurrence in each dimension, from
+zeros, whatever the staleness and whichever worker trains the batch. So
+after a flush, row k is -LR/BATCH times the number of times k was trained,
+and its clock the number of steps that looked it up. Both are exact in
+float32 (LR/BATCH is a power of two).
+
+Every step trains the same batch (`batch(0)`), so the sum does not depend
+on how the steps fall on the workers.
+"""
+import json
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+VOCABULARY, IDS, DIM = 48, 4, 2
+BATCH, LR, STEPS = 32, 0.25, 24
+CACHE, STALENESS = 24, 3
+
+
+def batch(index):
+    """Ids of batch `index`: ids repeat within it, and 48 ids over a 24-row
+    cache keep rows coming and going."""
+    rng = np.random.default_rng(index)
+    return rng.integers(0, VOCABULARY, size=(BATCH, IDS)).astype(np.int64)
+
+
+def trained_counts(batches):
+    """(occurrences, steps that looked it up) of each id over `batches`."""
+    occurrences, steps = np.zeros(VOCABULARY, np.int64), np.zeros(VOCABULARY, np.int64)
+    for ids in batches:
+        np.add.at(occurrences, ids.ravel(), 1)
+        steps[np.unique(ids)] += 1
+    return occurrences, steps
+
+
+def build_model():
+    import tensorflow as tf
+    import tf_keras
+
+    from het_tf.keras_layers import HetEmbedding
+
+    layer = HetEmbedding(VOCABULARY, DIM, embeddings_initializer="zeros",
+                         optimizer=tf_keras.optimizers.SGD(LR), cache_capacity=CACHE,
+                         staleness=STALENESS, name="items")
+    ids = tf_keras.Input((IDS,), dtype="int64", name="ids")
+    total = tf_keras.layers.Lambda(lambda rows: tf.reduce_sum(rows, axis=[1, 2])[:, None])(
+        layer(ids))
+    model = tf_keras.Model(ids, total)
+    model.compile(tf_keras.optimizers.SGD(LR), loss=lambda _y, pred: pred)
+    return model, layer
+
+
+def rows_and_clocks(layer):
+    keys, values, _, clocks, _ = (t.numpy() for t in layer.table.export_all())
+    return {"keys": keys.tolist(), "values": values.tolist(), "clocks": clocks.tolist()}
+
+
+def run_ps(result_path):
+    import tensorflow as tf
+    import tf_keras
+
+    from het_tf import cluster
+
+    strategy = cluster.parameter_server_strategy()
+    with strategy.scope():
+        model, layer = build_model()
+    ids = batch(0)
+
+    def dataset_fn(_context):
+        return tf.data.Dataset.from_tensors((ids, np.zeros((BATCH, 1), np.float32))).repeat()
+
+    data = tf_keras.utils.experimental.DatasetCreator(dataset_fn)
+    model.fit(data, epochs=1, steps_per_epoch=STEPS * 2, verbose=0)
+    layer.flush()
+    result = dict(rows_and_clocks(layer), batches=[0] * (STEPS * 2))
+    with open(result_path, "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    run_ps(sys.argv[1])
