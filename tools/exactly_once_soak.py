@@ -32,7 +32,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
-from fault_soak import Log  # noqa: E402
+from fault_soak import Log, write_report  # noqa: E402
 
 from het_tf.apps.launch import LocalCluster  # noqa: E402
 
@@ -102,15 +102,9 @@ def main():
     report = {"command": " ".join([sys.executable] + sys.argv), "exit_codes": codes,
               "seconds": round(time.monotonic() - started, 1), "sync": args.sync,
               "staleness": args.staleness, "steps": [r["steps"] for r in records],
-              "faults": faults, **checked, "checks": checks, "passed": all(checks.values())}
-    with open(os.path.join(args.out, "soak.json"), "w") as f:
-        json.dump(report, f, indent=2)
-    for name, ok in checks.items():
-        print(f"soak: {'ok  ' if ok else 'FAIL'} {name}")
-    print(f"soak: {sum(report['steps'])} steps with faults {faults}; report in "
-          f"{os.path.join(args.out, 'soak.json')}")
-    return 0 if report["passed"] else 1
-
+              "faults": faults, **checked}
+    return write_report(args.out, report, checks,
+                        f"{sum(report['steps'])} steps with faults {faults}")
 
 if __name__ == "__main__":
     sys.exit(main())

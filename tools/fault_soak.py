@@ -161,14 +161,19 @@ def main():
                 keys == want_keys and clocks == want_clocks
                 and np.array_equal(np.array(values), np.array(want_values)))
             report["restored_from"] = restored.get("resumed_from")
-    report["checks"] = checks
-    report["passed"] = all(checks.values())
-    with open(os.path.join(args.out, "soak.json"), "w") as f:
+    return write_report(args.out, report, checks, f"{report['kills']} kills, "
+                        f"{report['restarts']} restarts in {train_seconds:.0f} s")
+
+
+def write_report(out, report, checks, summary):
+    """Writes soak.json with the checks, prints them; the exit code."""
+    report.update(checks=checks, passed=all(checks.values()))
+    path = os.path.join(out, "soak.json")
+    with open(path, "w") as f:
         json.dump(report, f, indent=2)
     for name, ok in checks.items():
         print(f"soak: {'ok  ' if ok else 'FAIL'} {name}")
-    print(f"soak: {report['kills']} kills, {report['restarts']} restarts in "
-          f"{train_seconds:.0f} s; report in {os.path.join(args.out, 'soak.json')}")
+    print(f"soak: {summary}; report in {path}")
     return 0 if report["passed"] else 1
 
 
