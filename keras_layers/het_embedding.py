@@ -374,18 +374,24 @@ class HetEmbedding(tf_keras.layers.Layer):
                                                 tf.shape(unique_grads, out_type=tf.int64))
                     unique_grads += penalty
                 lr = self._current_learning_rate()
-                if is_first is not None:
-                    update = _update_split(split, cache, unique, unique_grads, lr, is_first,
-                                           kept)
-                else:
-                    keys = unique
-                    if kept is not None:  # padding: no gradient, no update, no clock tick
-                        keys, unique_grads = (tf.boolean_mask(keys, kept),
-                                              tf.boolean_mask(unique_grads, kept))
-                    if cache is not None:
-                        update = cache.apply_gradients(keys, unique_grads, lr, after=prefetched)
+                # After the lookup's rows: dy need not depend on them (the
+                # gradient of a sum is built from shapes), and nothing else
+                # orders the cache's fill (EndExchange, Complete) or the hot
+                # block's and the plan's reads before the step's update.
+                with tf.control_dependencies([rows]):
+                    if is_first is not None:
+                        update = _update_split(split, cache, unique, unique_grads, lr,
+                                               is_first, kept)
                     else:
-                        update = push_without_cache(table, keys, unique_grads, lr)
+                        keys = unique
+                        if kept is not None:  # padding: no gradient, no update, no clock tick
+                            keys, unique_grads = (tf.boolean_mask(keys, kept),
+                                                  tf.boolean_mask(unique_grads, kept))
+                        if cache is not None:
+                            update = cache.apply_gradients(keys, unique_grads, lr,
+                                                           after=prefetched)
+                        else:
+                            update = push_without_cache(table, keys, unique_grads, lr)
                 with tf.control_dependencies(tf.nest.flatten(update)):
                     step = self._updates.assign_add(1)
                 # A zero that Grappler cannot fold: inside the loop of

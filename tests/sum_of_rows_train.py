@@ -1,7 +1,8 @@
 """A model whose rows' training follows from the data alone, run as the
-chief of a ParameterServerStrategy cluster, for tests/test_exactly_once.py.
+chief of a ParameterServerStrategy cluster or as every Horovod rank in
+hybrid mode, for tests/test_exactly_once.py.
 
-    sum_of_rows_train.py RESULT_JSON
+    sum_of_rows_train.py ps|hybrid RESULT_JSON
 
 The model sums the rows of a batch's ids, and the loss is that sum's mean:
 each id's row moves by -LR/BATCH per occurrence in each dimension, from
@@ -10,8 +11,10 @@ after a flush, row k is -LR/BATCH times the number of times k was trained,
 and its clock the number of steps that looked it up. Both are exact in
 float32 (LR/BATCH is a power of two).
 
-Every step trains the same batch (`batch(0)`), so the sum does not depend
-on how the steps fall on the workers.
+Under ParameterServerStrategy every step trains the same batch
+(`batch(0)`), so the sum does not depend on how the steps fall on the
+workers; in hybrid mode rank r trains `batch(r * STEPS + i)` at its step i
+and writes RESULT_JSON.rank<r>.
 """
 import json
 import os
@@ -55,9 +58,13 @@ def build_model():
     ids = tf_keras.Input((IDS,), dtype="int64", name="ids")
     total = tf_keras.layers.Lambda(lambda rows: tf.reduce_sum(rows, axis=[1, 2])[:, None])(
         layer(ids))
-    model = tf_keras.Model(ids, total)
+    return tf_keras.Model(ids, total), layer
+
+
+def compile_model(model):
+    import tf_keras
+
     model.compile(tf_keras.optimizers.SGD(LR), loss=lambda _y, pred: pred)
-    return model, layer
 
 
 def rows_and_clocks(layer):
@@ -74,6 +81,7 @@ def run_ps(result_path):
     strategy = cluster.parameter_server_strategy()
     with strategy.scope():
         model, layer = build_model()
+        compile_model(model)
     ids = batch(0)
 
     def dataset_fn(_context):
@@ -87,5 +95,23 @@ def run_ps(result_path):
         json.dump(result, f)
 
 
+def run_hybrid(result_path):
+    from het_tf import hybrid
+
+    hybrid.init()  # first: before any model is built
+    model, layer = build_model()
+    hybrid.distribute(model)  # before compile
+    compile_model(model)
+    rank = hybrid.rank()
+    indexes = [rank * STEPS + i for i in range(STEPS)]
+    ids = np.concatenate([batch(i) for i in indexes])
+    model.fit(ids, np.zeros((len(ids), 1), np.float32), batch_size=BATCH, shuffle=False,
+              epochs=1, verbose=0)
+    hybrid.flush_and_clear(model)
+    hybrid.barrier()  # every rank's updates are on the shards now
+    with open(f"{result_path}.rank{rank}", "w") as f:
+        json.dump(dict(rows_and_clocks(layer), batches=indexes), f)
+
+
 if __name__ == "__main__":
-    run_ps(sys.argv[1])
+    (run_ps if sys.argv[1] == "ps" else run_hybrid)(sys.argv[2])

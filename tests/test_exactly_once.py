@@ -22,6 +22,7 @@ from het_tf.runtime.cache import push_without_cache
 from tests import sum_of_rows_train as data
 from tests.fault_runs import DIM, LR, OPS, SEED, FaultyWorker, Oracle, keys_on, train
 from tests.test_cluster import Log, assert_all_gone
+from tests.test_hybrid import run_ranks
 
 
 def sgd_table(unique_name, shards=2, **kwargs):
@@ -167,7 +168,7 @@ def test_any_run_with_faults_ends_at_the_data(sync, staleness, actions):
     oracle.check(table)
 
 
-# A whole cluster: every row after training and a flush is what the data
+# Whole clusters: every row after training and a flush is what the data
 # says (tests/sum_of_rows_train.py), with 2 workers sharing the rows.
 SUM_OF_ROWS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sum_of_rows_train.py")
 
@@ -185,9 +186,20 @@ def assert_rows_follow_the_data(result, batches):
 def test_a_parameter_server_strategy_cluster_ends_at_the_data(tmp_path):
     result_path, log = tmp_path / "result.json", Log()
     with LocalCluster(1, 2, out=log) as cluster:
-        chief = cluster.start_chief([sys.executable, SUM_OF_ROWS, str(result_path)])
+        chief = cluster.start_chief([sys.executable, SUM_OF_ROWS, "ps", str(result_path)])
         code = chief.wait(timeout=300)
     assert_all_gone(cluster)
     assert code == 0, log.text()[-5000:]
     result = json.loads(result_path.read_text())
     assert_rows_follow_the_data(result, result["batches"])
+
+
+def test_hybrid_ranks_end_at_the_data(tmp_path):
+    """Two Horovod ranks on 2 PS tasks, each training its own batches: the
+    step's update waits for its lookup's rows (it failed with an id 'not
+    cached' when the gradient, built from shapes alone, ran first)."""
+    result_path = tmp_path / "result.json"
+    run_ranks(tmp_path, 2, 2, [sys.executable, SUM_OF_ROWS, "hybrid", str(result_path)])
+    ranks = [json.loads((tmp_path / f"result.json.rank{r}").read_text()) for r in range(2)]
+    assert ranks[0]["values"] == ranks[1]["values"]  # both read the shards after the barrier
+    assert_rows_follow_the_data(ranks[0], ranks[0]["batches"] + ranks[1]["batches"])
