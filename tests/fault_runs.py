@@ -69,6 +69,14 @@ def train(cache, oracle, ids, grads=None):
     oracle.trained(unique.numpy(), grads)
 
 
+def push_unanswered(table, pushes):
+    """Sends a cache's pushes (its accumulate's or flush's outputs) to the
+    shards, whose answer the cache never takes."""
+    keys, deltas, counts, bases, evicted, senders = pushes
+    return table.push_deltas(keys, deltas, counts, bases, LR, senders=senders,
+                             unanswered=evicted)
+
+
 def gradients(count, scale):
     """Exact in float32 whatever they sum to here."""
     return np.outer(np.arange(1, count + 1) % 3 - 1, [1.0, -0.5]).astype(np.float32) * scale / 2
@@ -102,7 +110,7 @@ class FaultyWorker:
         grads = gradients(len(unique), scale)
         pushes = OPS.het_cache_accumulate(self.cache.handle(), unique, grads, LR, dim=DIM)
         self.oracle.trained(unique.numpy(), grads)
-        self._push(pushes)
+        push_unanswered(self.table, pushes)
         self.unanswered = pushes
 
     def refuse(self):
@@ -127,7 +135,7 @@ class FaultyWorker:
         self.train([0, 1], 1)
         try:
             if isinstance(self.unanswered, tuple):
-                answer = self._push(self.unanswered)
+                answer = push_unanswered(self.table, self.unanswered)
             else:
                 answer = self.table.exchange(self.unanswered)
             # A remote op's error shows when its outputs are read: here.
@@ -140,8 +148,3 @@ class FaultyWorker:
     def forget(self):
         """After the cache was cleared: nothing in flight, no epoch known."""
         self.unanswered, self.answered = None, False
-
-    def _push(self, pushes):
-        keys, deltas, counts, bases, evicted, senders = pushes
-        return self.table.push_deltas(keys, deltas, counts, bases, LR, senders=senders,
-                               unanswered=evicted)

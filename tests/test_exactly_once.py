@@ -20,7 +20,17 @@ import het_tf
 from het_tf.apps.launch import LocalCluster
 from het_tf.runtime.cache import push_without_cache
 from tests import sum_of_rows_train as data
-from tests.fault_runs import DIM, LR, OPS, SEED, FaultyWorker, Oracle, keys_on, train
+from tests.fault_runs import (
+    DIM,
+    LR,
+    OPS,
+    SEED,
+    FaultyWorker,
+    Oracle,
+    keys_on,
+    push_unanswered,
+    train,
+)
 from tests.test_cluster import Log, assert_all_gone
 from tests.test_hybrid import run_ranks
 
@@ -77,14 +87,13 @@ def test_a_push_or_flush_whose_answer_is_lost_is_merged_once(unique_name, sync):
     if sync == "check":
         _rows, unique, _ = cache.lookup(ids, training=True)
         grads = np.full([6, DIM], 2.0, np.float32)
-        pushes = OPS.het_cache_accumulate(cache.handle(), unique, grads, LR, dim=DIM)
-        keys, deltas, counts, bases, evicted, senders = pushes
-        table.push_deltas(keys, deltas, counts, bases, LR, senders=senders, unanswered=evicted)
+        push_unanswered(table, OPS.het_cache_accumulate(cache.handle(), unique, grads, LR,
+                                                        dim=DIM))
         oracle.trained(unique.numpy(), grads)
     train(cache, oracle, list(range(4, 10)))
-    keys, deltas, counts, bases, evicted, senders = OPS.het_cache_flush(cache.handle(), dim=DIM)
-    assert len(keys) > 0
-    table.push_deltas(keys, deltas, counts, bases, LR, senders=senders, unanswered=evicted)
+    flushed = OPS.het_cache_flush(cache.handle(), dim=DIM)
+    assert len(flushed[0]) > 0
+    push_unanswered(table, flushed)
     cache.flush(LR)
     oracle.check(table)
 
