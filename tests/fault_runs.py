@@ -90,7 +90,8 @@ class FaultyWorker:
     def __init__(self, table, cache, oracle):
         self.table, self.cache, self.oracle = table, cache, oracle
         self.unanswered = None  # the last round sent without an answer
-        self.answered = False  # the cache has had an exchange answered: it knows the epochs
+        self.answered = False  # the cache has had an exchange answered
+        self.pushed_before = 0  # rows its pushes had acknowledged before its last clear
         self.faults = {"dropped": 0, "refused": 0, "replayed": 0, "replays_refused": 0}
 
     def train(self, ids, scale):
@@ -130,14 +131,15 @@ class FaultyWorker:
         if self.unanswered is None:
             return
         self.faults["replayed"] += 1
+        late = self.unanswered
         self.cache.flush(LR)
-        self.cache.clear()
+        self.clear()
         self.train([0, 1], 1)
         try:
-            if isinstance(self.unanswered, tuple):
-                answer = push_unanswered(self.table, self.unanswered)
+            if isinstance(late, tuple):
+                answer = push_unanswered(self.table, late)
             else:
-                answer = self.table.exchange(self.unanswered)
+                answer = self.table.exchange(late)
             # A remote op's error shows when its outputs are read: here.
             tf.nest.map_structure(lambda t: t.numpy(), answer)
         except tf.errors.FailedPreconditionError as e:
@@ -145,6 +147,17 @@ class FaultyWorker:
             self.faults["replays_refused"] += 1
         self.unanswered = None
 
-    def forget(self):
-        """After the cache was cleared: nothing in flight, no epoch known."""
+    def knows_epochs(self):
+        """Whether the cache has had an answer since its last clear, which
+        told it the shards' epochs: by refresh, any exchange's; by check, a
+        push's."""
+        if self.cache.config.op_sync == "refresh":
+            return self.answered
+        return self.cache.stats()["rows_pushed"] > self.pushed_before
+
+    def clear(self):
+        """Empties the cache, as a restore does: nothing in flight, no epoch
+        known."""
+        self.cache.clear()
         self.unanswered, self.answered = None, False
+        self.pushed_before = self.cache.stats()["rows_pushed"]

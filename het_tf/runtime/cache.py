@@ -11,6 +11,8 @@ from het_tf.runtime.config import CacheConfig
 from het_tf.runtime.table import ShardedTable
 
 _instance = itertools.count()
+# How HetCacheEndExchange and HetCacheAckPush name a shard whose epoch changed.
+RESTORED_SHARD = "a table shard was restarted or restored"
 # What a worker that is gone raises when the chief runs an op on it; once
 # the coordinator has dropped it, its device is simply unknown.
 _WORKER_GONE = (tf.errors.UnavailableError, tf.errors.CancelledError, tf.errors.AbortedError,
@@ -18,6 +20,10 @@ _WORKER_GONE = (tf.errors.UnavailableError, tf.errors.CancelledError, tf.errors.
 
 
 def _worker_gone(error):
+    # A cache whose shard was restored answers Aborted too, naming it: that
+    # worker is there, and its caller must know its pending updates went.
+    if RESTORED_SHARD in str(error):
+        return False
     return isinstance(error, _WORKER_GONE) or (
         isinstance(error, tf.errors.InvalidArgumentError) and "unknown device" in str(error))
 
@@ -231,12 +237,12 @@ class WorkerCache:
         leading rows get no state back."""
         keys, deltas, counts, base_clocks, evicted, senders = pushes
         # The cache pushes only keys its Prepare checked.
-        values, clocks = self.table.push_deltas(keys, deltas, counts, base_clocks,
-                                                learning_rate, keys_checked=True,
-                                                senders=senders, unanswered=evicted)
+        values, clocks, epochs = self.table.push_deltas(keys, deltas, counts, base_clocks,
+                                                        learning_rate, keys_checked=True,
+                                                        senders=senders, unanswered=evicted)
         with self._placed(device or self.device):
             return self._ops.het_cache_ack_push(self.handle(device), keys, counts, values,
-                                                clocks)
+                                                clocks, epochs)
 
 
 def hit_rate(counters, prefix=""):

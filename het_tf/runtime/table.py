@@ -133,7 +133,9 @@ class ShardedTable:
         """Merges caches' state deltas, taken from rows at `base_clocks` (see
         HetTablePushDeltas); the rows' states after the merge and their
         clocks come back in the order of `keys`, but for the first
-        `unanswered` keys (rows the cache evicted), which get none.
+        `unanswered` keys (rows the cache evicted), which get none, and then
+        each shard's epoch (a shard restored since the sender's round began
+        merged nothing).
         keys_checked as for pull; senders: the pushing cache's round, a row
         for each shard of (worker id, generation, sequence, epoch) as its
         accumulate and flush ops give it, so that each shard merges the
@@ -160,13 +162,14 @@ class ShardedTable:
             deltas, base_clocks = self._check_deltas(deltas, base_clocks)
         origin, answers = self._on_shards(push, keys, deltas, counts, base_clocks,
                                           keys_checked=keys_checked, per_shard=leading)
+        epochs = tf.stack([a[2] for a in answers])
         if origin is None:
-            return tuple(answers[0])
+            return answers[0][0], answers[0][1], epochs
         # Each part's answered rows, numbered among the push's answered rows.
         answered = [tf.boolean_mask(o, tf.cast(o, tf.int64) >= unanswered)
                     - tf.cast(unanswered, o.dtype) for o in origin]
         return (tf.dynamic_stitch(answered, [a[0] for a in answers]),
-                tf.dynamic_stitch(answered, [a[1] for a in answers]))
+                tf.dynamic_stitch(answered, [a[1] for a in answers]), epochs)
 
     def _check_finite(self, values, what):
         return tf.debugging.check_numerics(

@@ -18,10 +18,8 @@
 // a time, and a Turn holds the cache's entry for the whole of one, so a
 // retried round that overlaps its first attempt waits for it.
 //
-// After Clear (a restore) a shard knows no round: a cache that syncs by
-// refresh is stopped by the epoch first (table_shard.h); one that checks
-// its keys sees no epoch, and its next round is merged into the restored
-// table, as its pushes always were.
+// After Clear (a restore) a shard knows no round: a cache that has had an
+// answer knows the shard's epoch and is stopped by it first (table_shard.h).
 #ifndef HET_TF_EMBEDDING_CORE_SENDER_LOG_H_
 #define HET_TF_EMBEDDING_CORE_SENDER_LOG_H_
 

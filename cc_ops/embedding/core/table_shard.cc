@@ -1,5 +1,6 @@
 #include "cc_ops/embedding/core/table_shard.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -265,21 +266,29 @@ Status TableShard::Push(const int64_t* keys, const float* grads, const int64_t* 
 Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
                               const int64_t* base_clocks, int64_t n, float learning_rate,
                               float* states, int64_t* clocks, const Sender& sender,
-                              int64_t unanswered) {
+                              int64_t unanswered, int64_t* epoch) {
   const int width = state_width();
   HET_RETURN_IF_ERROR(CheckPush(keys, deltas, width, counts, n, learning_rate, "delta"));
   HET_RETURN_IF_ERROR(CheckDeltaPush(keys, deltas, base_clocks, n));
-  if (SawOtherEpoch(sender)) {
-    return Status::Aborted(TableLabel(config_.name) +
-                           ": a table shard was restarted or restored since this cache's copies "
-                           "were taken; its push was refused and nothing was changed (the cache's "
-                           "next lookup fails the same way, and the one after starts from an "
-                           "empty cache)");
-  }
   if (unanswered < 0 || unanswered > n) {
     return Status::InvalidArgument(TableLabel(config_.name) + ": " + std::to_string(unanswered) +
                                    " unanswered rows in a push of " + std::to_string(n) +
                                    "; nothing was applied");
+  }
+  const int64_t met = this->epoch();
+  if (epoch != nullptr) *epoch = met;
+  if (SawOtherEpoch(sender, met)) {
+    if (epoch == nullptr) {
+      return Status::Aborted(TableLabel(config_.name) +
+                             ": a table shard was restarted or restored since this cache's "
+                             "copies were taken; its push was refused and nothing was changed");
+    }
+    // The answer's epoch tells the cache; its rows are not taken.
+    const int64_t answered = states != nullptr ? n - unanswered : 0;
+    if (states != nullptr) std::fill(states, states + answered * width, 0.0f);
+    if (clocks != nullptr) std::fill(clocks, clocks + answered, int64_t{0});
+    CountPushBytes(n, width, /*delta=*/true, answered);
+    return Status::Ok();
   }
   SenderLog::Turn turn;
   HET_RETURN_IF_ERROR(AdmitRound(sender, &turn));
@@ -298,7 +307,9 @@ Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const in
 
 void TableShard::CountPushBytes(int64_t n, int width, bool delta, int64_t answered) {
   bytes_received_.fetch_add(wire::PushRequest(n, width, delta), std::memory_order_relaxed);
-  bytes_sent_.fetch_add(wire::PushAnswer(answered, width), std::memory_order_relaxed);
+  bytes_sent_.fetch_add(
+      delta ? wire::DeltaPushAnswer(answered, width) : wire::PushAnswer(answered, width),
+      std::memory_order_relaxed);
 }
 
 Status TableShard::MergeDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
@@ -363,6 +374,19 @@ Status TableShard::Export(int64_t offset, int64_t limit, TableChunk* out) const 
   const int dim = config_.dim;
   const size_t slot_floats = size_t(num_slots_) * dim;
   *out = TableChunk();
+  // Sized once: grown row by row, the vectors would hold up to twice the
+  // chunk (a save holds a chunk and its outputs at once).
+  int64_t total = 0;
+  for (const Stripe& stripe : stripes_) {
+    std::lock_guard<std::mutex> lock(stripe.mu);
+    total += stripe.rows;
+  }
+  const size_t n = static_cast<size_t>(std::max<int64_t>(0, std::min(limit, total - offset)));
+  out->keys.reserve(n);
+  out->values.reserve(n * dim);
+  out->slots.reserve(n * slot_floats);
+  out->clocks.reserve(n);
+  out->steps.reserve(n);
   int64_t seen = 0;
   for (const Stripe& stripe : stripes_) {
     std::lock_guard<std::mutex> lock(stripe.mu);

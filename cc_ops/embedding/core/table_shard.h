@@ -152,11 +152,15 @@ class TableShard {
   // merged rows; other workers' copies may go stale (copy_records.h).
   // The first `unanswered` rows get no state or clock back (the cache
   // evicted them): states and clocks hold the others', in order. A
-  // sequenced sender's push is merged once, as an exchange's pushes are; a
-  // push that saw another epoch is refused with Aborted before it merges.
+  // sequenced sender's push is merged once, as an exchange's pushes are.
+  // `*epoch` receives the epoch the push met: a push that saw another one
+  // merges nothing (its states and clocks are zeros), and the cache learns
+  // from the epoch that its copies belong to an old table. Without `epoch`
+  // such a push is refused with Aborted.
   Status PushDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
                     const int64_t* base_clocks, int64_t n, float learning_rate, float* states,
-                    int64_t* clocks, const Sender& sender, int64_t unanswered);
+                    int64_t* clocks, const Sender& sender, int64_t unanswered,
+                    int64_t* epoch = nullptr);
 
   int64_t Size() const;
   size_t BytesPerRow() const { return row_bytes_; }
@@ -259,9 +263,9 @@ class TableShard {
   // takes them.
   void AnswerRepeat(const int64_t* keys, int64_t n, const Sender& sender, int64_t unanswered,
                     float* states, int64_t* clocks);
-  // Whether the sender last saw another epoch (counted as refused): its
-  // request merges nothing.
-  bool SawOtherEpoch(const Sender& sender);
+  // Whether the sender last saw another epoch than `epoch`, the shard's as
+  // its request met it (counted as refused): the request merges nothing.
+  bool SawOtherEpoch(const Sender& sender, int64_t epoch);
   // Admits a sequenced sender's round (an unsequenced one passes as new).
   Status AdmitRound(const Sender& sender, SenderLog::Turn* turn);
 

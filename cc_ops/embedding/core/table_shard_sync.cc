@@ -32,7 +32,7 @@ Status TableShard::Exchange(const uint8_t* request, size_t size, std::vector<uin
   wire::ExchangeAnswer a;
   a.epoch = epoch();
   a.width = r.width;
-  if (SawOtherEpoch(r.sender)) {
+  if (SawOtherEpoch(r.sender, a.epoch)) {
     // The sender's copies and pending updates belong to a table this shard
     // no longer holds: it merges nothing, and learns the epoch from the
     // answer.
@@ -77,9 +77,9 @@ Status TableShard::Exchange(const uint8_t* request, size_t size, std::vector<uin
   return Status::Ok();
 }
 
-bool TableShard::SawOtherEpoch(const Sender& sender) {
+bool TableShard::SawOtherEpoch(const Sender& sender, int64_t epoch) {
   // 0: the sender has not seen this table's epoch yet.
-  if (sender.epoch == 0 || sender.epoch == epoch()) return false;
+  if (sender.epoch == 0 || sender.epoch == epoch) return false;
   refused_epoch_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }

@@ -46,12 +46,15 @@ inline uint64_t PullAnswer(int64_t rows, int width) {
 // sender (worker id, generation, the round's sequence number and the epoch
 // it saw) and how many leading rows want no answer (rows the cache
 // evicted). The answer, when asked for, is each answered
-// row's new state and clock.
+// row's new state and clock; a delta push's also carries the shard's epoch.
 inline uint64_t PushRequest(int64_t rows, int width, bool delta, int64_t requests = 1) {
   return (kKey + kCount + Row(width) + (delta ? kClock : 0)) * rows +
          (kLearningRate + (delta ? 5 * kSetting : 0)) * requests;
 }
 inline uint64_t PushAnswer(int64_t rows, int width) { return (kClock + Row(width)) * rows; }
+inline uint64_t DeltaPushAnswer(int64_t rows, int width) {
+  return PushAnswer(rows, width) + kSetting;
+}
 
 }  // namespace wire
 }  // namespace het

@@ -226,8 +226,12 @@ class WorkerCache {
   // shards (one for each ledger row that was cached, in order: the evicted
   // ones lead the push and get none), an entry still cached becomes the
   // server's row and slots, with any updates made since merged back.
+  // `epochs`, when given, are the shards' as their answers carried them
+  // (num_shards): the first push of a cache that checks its keys learns
+  // them; a shard whose epoch changed since merged nothing, and the
+  // acknowledgement fails with Aborted as an exchange's would.
   Status AckPush(const int64_t* keys, int64_t n, const int64_t* counts, const float* states,
-                 const int64_t* clocks, int64_t answered);
+                 const int64_t* clocks, int64_t answered, const int64_t* epochs = nullptr);
 
   // Everything pending, for a flush before checkpoints and at the end, as
   // a round of its own (its sender: RoundSender). While an earlier round is
@@ -301,6 +305,12 @@ class WorkerCache {
   void RememberBatch(const int64_t* keys, int64_t n, const std::vector<int32_t>& slots);
   // The shards' clocks are never negative.
   Status CheckReturnedClocks(const int64_t* clocks, int64_t n) const;
+  // The shards' epochs as an answer carried them (num_shards) against those
+  // this cache saw first: any other marks the cache's copies as the old
+  // table's (cleared at the next lookup) and fails with Aborted.
+  Status CheckEpochs(const int64_t* epochs);
+  // The first answer's epochs become the cache's.
+  void LearnEpochs(const int64_t* epochs);
   // Starts a round whose ledger is the outbox (all of it, or only the rows
   // of `misses` when given) and then the entries `due` lists (or every
   // entry with pending updates when `all`), each key once; without
@@ -403,7 +413,7 @@ class WorkerCache {
   Pushes ledger_;           // the evicted rows lead, as in a push
   bool in_flight_ = false;  // the round `sequence_` awaits its answer
   int64_t sequence_ = 0;
-  std::vector<int64_t> epochs_;  // each shard's, from the last exchange
+  std::vector<int64_t> epochs_;  // each shard's, from the first answer
   bool old_timeline_ = false;    // a shard's epoch changed: clear first
   // Rows the last training lookup passed through, until the step's
   // Accumulate pushes them.

@@ -188,13 +188,15 @@ void WorkerCache::EndRound(const std::vector<const float*>& states, const int64_
 }
 
 Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* counts,
-                            const float* states, const int64_t* clocks, int64_t answered) {
+                            const float* states, const int64_t* clocks, int64_t answered,
+                            const int64_t* epochs) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!in_flight_) {
     if (n == 0) return Status::Ok();  // a push with nothing in it
     return Status::FailedPrecondition(Name() + ": an acknowledgement of " + std::to_string(n) +
                                       " pushed rows, but no push is in flight");
   }
+  if (epochs != nullptr) HET_RETURN_IF_ERROR(CheckEpochs(epochs));
   const int64_t evicted = ledger_.evicted;
   bool same =
       n == static_cast<int64_t>(ledger_.size()) && (states == nullptr || answered == n - evicted);
@@ -214,8 +216,10 @@ Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* count
   std::vector<int64_t> row_clocks(n, 0);
   if (clocks != nullptr) std::copy(clocks, clocks + answered, row_clocks.begin() + evicted);
   EndRound(rows, row_clocks.data());
+  if (epochs != nullptr) LearnEpochs(epochs);
   counters_.bytes_sent += wire::PushRequest(n, width_, /*delta=*/true, config_.num_shards);
   if (states != nullptr) counters_.bytes_received += wire::PushAnswer(answered, width_);
+  if (epochs != nullptr) counters_.bytes_received += wire::kSetting * config_.num_shards;
   return Status::Ok();
 }
 

@@ -115,20 +115,9 @@ Status WorkerCache::TakeAnswers(const int64_t* keys, int64_t u, const std::vecto
                                       "cache is in flight; run one lookup at a time per cache");
   }
   // The epochs first: a shard with another epoch answered nothing else.
-  const bool first_exchange = epochs_.empty();
-  bool same_shards = true;
-  for (int64_t s = 0; s < shards && !first_exchange; ++s) same_shards &= epochs_[s] == a[s].epoch;
-  if (!same_shards) {
-    // The shard no longer knows which copies this cache holds, so it could
-    // never tell the cache they went stale: the copies must go. This call
-    // changes nothing; the next lookup starts from an empty cache.
-    old_timeline_ = true;
-    return Status::Aborted(Name() +
-                           ": a table shard was restarted or restored since this "
-                           "cache's copies were taken; the cache is cleared at its next "
-                           "lookup (its pending updates belonged to the old table), run "
-                           "the step again");
-  }
+  std::vector<int64_t> epochs(shards);
+  for (int64_t s = 0; s < shards; ++s) epochs[s] = a[s].epoch;
+  HET_RETURN_IF_ERROR(CheckEpochs(epochs.data()));
   // Each shard answers its misses in the batch's order.
   fresh->assign(u, nullptr);
   fresh_clocks->assign(u, 0);
@@ -168,10 +157,7 @@ Status WorkerCache::TakeAnswers(const int64_t* keys, int64_t u, const std::vecto
     }
   }
   EndRound(states, clocks.data());
-  if (first_exchange) {
-    epochs_.resize(shards);
-    for (int64_t s = 0; s < shards; ++s) epochs_[s] = a[s].epoch;
-  }
+  LearnEpochs(epochs.data());
   uint64_t refreshed = 0, refreshes = 0, missing = 0;
   for (const wire::ExchangeAnswer& answer : a) {
     for (size_t r = 0; r < answer.refresh_keys.size(); ++r) {
@@ -206,6 +192,27 @@ Status WorkerCache::EndExchange(const int64_t* unique_keys, int64_t u,
       TakeAnswers(unique_keys, u, slots, answers, sizes, shards, &fresh, &fresh_clocks));
   FillForTraining(unique_keys, u, slots, fresh, fresh_clocks, rows_out);
   return Status::Ok();
+}
+
+Status WorkerCache::CheckEpochs(const int64_t* epochs) {
+  for (size_t s = 0; s < epochs_.size(); ++s) {
+    if (epochs_[s] == epochs[s]) continue;
+    // The shard no longer knows which copies this cache holds, so it could
+    // never tell the cache they went stale: the copies must go. The shard
+    // merged nothing of this round; the next lookup starts from an empty
+    // cache.
+    old_timeline_ = true;
+    return Status::Aborted(Name() +
+                           ": a table shard was restarted or restored since this "
+                           "cache's copies were taken; the cache is cleared at its next "
+                           "lookup (its pending updates belonged to the old table), run "
+                           "the step again");
+  }
+  return Status::Ok();
+}
+
+void WorkerCache::LearnEpochs(const int64_t* epochs) {
+  if (epochs_.empty()) epochs_.assign(epochs, epochs + config_.num_shards);
 }
 
 }  // namespace het

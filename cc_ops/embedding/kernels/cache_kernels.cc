@@ -320,11 +320,17 @@ class HetCacheAckPushOp : public CacheKernel {
       OP_REQUIRES_OK(ctx, CheckShape(name, "pushed states", ctx->input(3), m, cache.width()));
       OP_REQUIRES_OK(ctx, CheckShape(name, "pushed clocks", ctx->input(4), m, 0));
     }
+    const bool with_epochs = ctx->input(5).NumElements() > 0;
+    if (with_epochs) {
+      OP_REQUIRES_OK(
+          ctx, CheckShape(name, "shards' epochs", ctx->input(5), cache.config().num_shards, 0));
+    }
     OP_REQUIRES_OK(
         ctx, ToTf(cache.AckPush(ctx->input(1).flat<int64_t>().data(), n,
                                 ctx->input(2).flat<int64_t>().data(),
                                 with_rows ? ctx->input(3).flat<float>().data() : nullptr,
-                                with_rows ? ctx->input(4).flat<int64_t>().data() : nullptr, m)));
+                                with_rows ? ctx->input(4).flat<int64_t>().data() : nullptr, m,
+                                with_epochs ? ctx->input(5).flat<int64_t>().data() : nullptr)));
   }
 };
 

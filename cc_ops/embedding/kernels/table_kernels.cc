@@ -59,15 +59,26 @@ tensorflow::Status ReadPushInputs(OpKernelContext* ctx, const TableShard& table,
 }
 
 // Writes a chunk's values, slots, clocks and steps as outputs from `first` on.
-void OutputRowStates(OpKernelContext* ctx, int first, const TableChunk& chunk, int64_t num_slots,
+// Frees each field once it is an output: a chunk is then held about once,
+// not in both forms.
+template <typename T>
+void Release(std::vector<T>* v) {
+  std::vector<T>().swap(*v);
+}
+
+void OutputRowStates(OpKernelContext* ctx, int first, TableChunk* chunk, int64_t num_slots,
                      int64_t dim) {
-  const int64_t n = static_cast<int64_t>(chunk.keys.size());
-  OP_REQUIRES_OK(ctx, OutputVector(ctx, first, chunk.values, dim));
+  const int64_t n = static_cast<int64_t>(chunk->keys.size());
+  Release(&chunk->keys);
+  OP_REQUIRES_OK(ctx, OutputVector(ctx, first, chunk->values, dim));
+  Release(&chunk->values);
   Tensor* slots = nullptr;
   OP_REQUIRES_OK(ctx, ctx->allocate_output(first + 1, TensorShape({n, num_slots, dim}), &slots));
-  std::copy(chunk.slots.begin(), chunk.slots.end(), slots->flat<float>().data());
-  OP_REQUIRES_OK(ctx, OutputVector(ctx, first + 2, chunk.clocks));
-  OP_REQUIRES_OK(ctx, OutputVector(ctx, first + 3, chunk.steps));
+  std::copy(chunk->slots.begin(), chunk->slots.end(), slots->flat<float>().data());
+  Release(&chunk->slots);
+  OP_REQUIRES_OK(ctx, OutputVector(ctx, first + 2, chunk->clocks));
+  Release(&chunk->clocks);
+  OP_REQUIRES_OK(ctx, OutputVector(ctx, first + 3, chunk->steps));
 }
 
 }  // namespace
@@ -201,14 +212,16 @@ class HetTablePushDeltasOp : public TableKernel {
                                             " unanswered rows in a push of ", n));
     Tensor* states = nullptr;
     Tensor* clocks = nullptr;
+    Tensor* epoch = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n - unanswered, width}), &states));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({n - unanswered}), &clocks));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({}), &epoch));
     OP_REQUIRES_OK(
         ctx, ToTf(table.PushDeltas(keys.flat<int64_t>().data(), ctx->input(2).flat<float>().data(),
                                    ctx->input(3).flat<int64_t>().data(),
                                    ctx->input(5).flat<int64_t>().data(), n, learning_rate,
                                    states->flat<float>().data(), clocks->flat<int64_t>().data(),
-                                   sender, unanswered)));
+                                   sender, unanswered, &epoch->scalar<int64_t>()())));
   }
 
  private:
@@ -252,7 +265,7 @@ class RowStatesKernel : public TableKernel {
     TableChunk chunk;
     int first = 0;
     ReadRows(ctx, table, &chunk, &first);
-    if (ctx->status().ok()) OutputRowStates(ctx, first, chunk, num_slots_, dim_);
+    if (ctx->status().ok()) OutputRowStates(ctx, first, &chunk, num_slots_, dim_);
   }
 
  protected:

@@ -203,11 +203,15 @@ REGISTER_OP("HetCacheAckPush")
     .Input("counts: int64")
     .Input("values: float")
     .Input("row_clocks: int64")
+    .Input("epochs: int64")
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
     .Doc(R"doc(
 Marks pushes as delivered. With the states and clocks HetTablePushDeltas
 returned (non-empty `values`: one for each pushed key after the evicted ones
-that lead the push), the entries become the server's rows.
+that lead the push), the entries become the server's rows. `epochs`, one per
+shard as HetTablePushDeltas returned them (or empty), tell a shard restarted
+or restored since the cache's copies were taken: the acknowledgement then
+fails with Aborted and the cache's next lookup starts empty.
 )doc");
 
 REGISTER_OP("HetCacheFlush")

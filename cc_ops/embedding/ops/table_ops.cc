@@ -132,6 +132,7 @@ REGISTER_OP("HetTablePushDeltas")
     .Input("unanswered: int64")
     .Output("states: float")
     .Output("row_clocks: int64")
+    .Output("epoch: int64")
     .Attr("dim: int >= 1")
     .Attr("num_slots: int >= 0")
     .SetShapeFn([](InferenceContext* c) {
@@ -145,6 +146,7 @@ REGISTER_OP("HetTablePushDeltas")
       DimensionHandle answered = c->UnknownDim();
       c->set_output(0, c->Matrix(answered, width));
       c->set_output(1, c->Vector(answered));
+      c->set_output(2, c->Scalar());
       return tensorflow::OkStatus();
     })
     .Doc(R"doc(

@@ -210,9 +210,10 @@ HET_TEST(ARowFetchedWhileARoundIsResentKeepsItsOwnUpdates) {
   EXPECT_TRUE(oracle.Matches(cluster, table));
 }
 
-HET_TEST(ACheckingCacheTrainsOnAfterTheShardIsCleared) {
-  // A cache that checks its keys sees no epoch: after a restore its next
-  // round is the first the shard knows, and is merged, not refused forever.
+HET_TEST(ACheckingCacheLearnsTheEpochAndStartsOverAfterTheShardIsCleared) {
+  // A cache that checks its keys learns the shard's epoch from its pushes'
+  // answers: after a restore its next push merges nothing and fails with
+  // Aborted, and its next lookup starts from an empty cache that trains on.
   const int dim = 2;
   LocalCluster cluster(SgdTable(dim), 1);
   het::CacheConfig c = RefreshCache(dim, 8, 0, 0, 1)->config();
@@ -226,11 +227,16 @@ HET_TEST(ACheckingCacheTrainsOnAfterTheShardIsCleared) {
     EXPECT_OK(cluster.Update(*cache, plan.unique_keys, {1, 1, 1, 1}, kLr));
   }
   cluster.shard(0).Clear();
+  EXPECT_OK(cluster.Lookup(*cache, {1, 2}, true, &plan, &rows));
+  const het::Status refused = cluster.Update(*cache, plan.unique_keys, {1, 1, 1, 1}, kLr);
+  EXPECT_TRUE(refused.code() == het::StatusCode::kAborted);
+  std::map<int64_t, int64_t> clocks;
+  cluster.Contents(&clocks);
+  EXPECT_EQ(clocks[1], 0);  // the lookup made the row; the push merged nothing
   for (int step = 0; step < 3; ++step) {
     EXPECT_OK(cluster.Lookup(*cache, {1, 2}, true, &plan, &rows));
     EXPECT_OK(cluster.Update(*cache, plan.unique_keys, {1, 1, 1, 1}, kLr));
   }
-  std::map<int64_t, int64_t> clocks;
   cluster.Contents(&clocks);
   EXPECT_EQ(clocks[1], 3);
 }

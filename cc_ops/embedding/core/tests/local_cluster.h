@@ -200,6 +200,7 @@ class LocalCluster {
     const int64_t answered = static_cast<int64_t>(p.size()) - p.evicted;
     std::vector<float> states(answered * width);
     std::vector<int64_t> clocks(answered);
+    std::vector<int64_t> epochs(n);
     for (int s = 0; s < n; ++s) {
       const het::Pushes& part = parts[s];
       const int64_t m = static_cast<int64_t>(part.size()) - part.evicted;
@@ -208,7 +209,7 @@ class LocalCluster {
       HET_RETURN_IF_ERROR(shards_[s]->PushDeltas(
           part.keys.data(), part.deltas.data(), part.counts.data(), part.base_clocks.data(),
           static_cast<int64_t>(part.size()), lr, part_states.data(), part_clocks.data(),
-          cache.RoundSender(s), part.evicted));
+          cache.RoundSender(s), part.evicted, &epochs[s]));
       if (s == drop_answer) return het::Status::Aborted("the answer was lost");
       for (int64_t j = 0; j < m; ++j) {
         const size_t at = origin[s][part.evicted + j] - p.evicted;
@@ -218,7 +219,7 @@ class LocalCluster {
       }
     }
     return cache.AckPush(p.keys.data(), p.size(), p.counts.data(), states.data(), clocks.data(),
-                         answered);
+                         answered, epochs.data());
   }
 
  private:
