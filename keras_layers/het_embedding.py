@@ -364,6 +364,11 @@ class HetEmbedding(tf_keras.layers.Layer):
                     raise ValueError(f"{owner}: a gradient was asked of a lookup made with "
                                      "training=False; call the model with training=True "
                                      "inside GradientTape")
+                if not self.trainable:
+                    # Frozen, as a Keras layer is: the tape reaches this
+                    # lookup through the anchor all the same, so the rows
+                    # stay only if nothing is applied here.
+                    return tf.zeros([], anchor.dtype)
                 dy = tf.convert_to_tensor(dy)
                 unique_grads = tf.math.unsorted_segment_sum(
                     tf.reshape(dy, [-1, dim]), tf.reshape(inverse, [-1]), tf.size(unique))

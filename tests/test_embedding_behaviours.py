@@ -148,6 +148,30 @@ def test_mask_zero_masks_padding_and_padding_gets_no_update(cache):
     assert clocks[keys == 0].tolist() == [0] and clocks[keys == 3].tolist() == [3]
 
 
+@pytest.mark.parametrize("cache", sorted(CACHES))
+def test_a_frozen_layer_keeps_its_rows_while_the_rest_trains_as_keras(cache):
+    """trainable=False: fit leaves the rows as Keras' frozen Embedding does,
+    and the layers after it train the same."""
+    rng = np.random.default_rng(1)
+    ids, y = rng.integers(0, VOCAB, (16, 3)), rng.normal(size=(16, 1)).astype(np.float32)
+
+    def fit(layer):
+        layer.trainable = False
+        dense = tf_keras.layers.Dense(1, kernel_initializer="ones")
+        model = tf_keras.Sequential([tf_keras.Input((3,), dtype="int64"), layer,
+                                     tf_keras.layers.Flatten(), dense])
+        model.compile(tf_keras.optimizers.SGD(0.1), "mse")
+        model.fit(ids, y, batch_size=4, epochs=1, verbose=0, shuffle=False)
+        return dense.get_weights()
+
+    theirs = fit(keras())
+    layer = het("frozen", cache)
+    ours = fit(layer)
+    np.testing.assert_array_equal(table_rows(layer), MATRIX)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
 def test_mask_zero_refuses_a_combiner_and_sparse_output():
     with pytest.raises(ValueError, match="HetEmbedding 'both': mask_zero masks a sequence"):
         HetEmbedding(VOCAB, DIM, mask_zero=True, combiner="mean", name="both")
