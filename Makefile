@@ -114,9 +114,7 @@ TF221_SKIPPED := \
   tests/test_hybrid.py::test_sequence_models_train_in_hybrid_mode \
   tests/test_hybrid.py::test_hot_rows_stay_identical_on_every_rank_and_off_the_shards \
   tests/test_cluster.py::test_the_lookahead_prefetches_on_every_worker_and_loses_no_update \
-  tests/test_cluster.py::test_hot_rows_stay_pinned_in_every_workers_cache \
-  tests/test_exactly_once.py::test_a_parameter_server_strategy_cluster_ends_at_the_data \
-  tests/test_exactly_once.py::test_hybrid_ranks_end_at_the_data
+  tests/test_cluster.py::test_hot_rows_stay_pinned_in_every_workers_cache
 
 setup-tf2.21: $(TF221_VENV)/.deps
 
