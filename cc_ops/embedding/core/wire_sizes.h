@@ -52,8 +52,10 @@ inline uint64_t PushRequest(int64_t rows, int width, bool delta, int64_t request
          (kLearningRate + (delta ? 5 * kSetting : 0)) * requests;
 }
 inline uint64_t PushAnswer(int64_t rows, int width) { return (kClock + Row(width)) * rows; }
+// The shard's epoch, which every delta push's answer carries.
+inline uint64_t EpochAnswer(int64_t answers = 1) { return kSetting * answers; }
 inline uint64_t DeltaPushAnswer(int64_t rows, int width) {
-  return PushAnswer(rows, width) + kSetting;
+  return PushAnswer(rows, width) + EpochAnswer();
 }
 
 }  // namespace wire

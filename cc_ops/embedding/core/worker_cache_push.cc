@@ -219,7 +219,7 @@ Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* count
   if (epochs != nullptr) LearnEpochs(epochs);
   counters_.bytes_sent += wire::PushRequest(n, width_, /*delta=*/true, config_.num_shards);
   if (states != nullptr) counters_.bytes_received += wire::PushAnswer(answered, width_);
-  if (epochs != nullptr) counters_.bytes_received += wire::kSetting * config_.num_shards;
+  if (epochs != nullptr) counters_.bytes_received += wire::EpochAnswer(config_.num_shards);
   return Status::Ok();
 }
 
