@@ -1,10 +1,11 @@
 """HetEmbedding: a drop-in for tf_keras.layers.Embedding whose table lives on
 parameter-server shards behind a per-worker cache with bounded staleness.
 
-The layer's gradient never reaches the compiled optimizer: the lookup is a
-custom gradient whose backward pass applies the embedding update to the
-cache (and through it to the table's server-side optimizer) as a side
-effect. A trainable scalar anchor carries that gradient path, so the layer
+The table is not a Keras variable: a trainable scalar anchor stands for it.
+The lookup's gradient reaches the anchor as the rows' IndexedSlices, which
+the compiled optimizer clips, unscales and sums as it does any embedding's;
+its apply step hands them to the layer (table_gradients.py), which updates
+the table through the cache with the table's own optimizer. So the layer
 drops into any model and `model.fit` with no subclassing.
 """
 import collections
@@ -17,7 +18,7 @@ import tensorflow as tf
 import tf_keras
 
 from het_tf.distribute import horovod
-from het_tf.keras_layers import server_optimizer
+from het_tf.keras_layers import server_optimizer, table_gradients
 from het_tf.keras_layers.combiners import COMBINERS, embed_and_combine
 from het_tf.keras_layers.layer_settings import (
     placement,
@@ -221,6 +222,7 @@ class HetEmbedding(tf_keras.layers.Layer):
         # The anchor only carries the gradient path to the embedding update.
         self._anchor = self.add_weight("het_anchor", shape=(), initializer="zeros",
                                        trainable=True)
+        table_gradients.mark_anchor(self._anchor, self)
         self._updates = self.add_weight("het_updates", shape=(), dtype=tf.int64,
                                         initializer="zeros", trainable=False)
         # Samples seen in training, for per-sample traffic figures.
@@ -301,11 +303,11 @@ class HetEmbedding(tf_keras.layers.Layer):
         reads and writes on the shards directly."""
         if self._hot is not None:
             hot = self._hot
-            return _Split(lambda unique, ids: hot.is_hot(unique), hot.gather,
+            return _Split(lambda unique, ids: hot.is_hot(unique), hot.is_hot, hot.gather,
                           hot.apply_gradients)
         if self._plan is not None and training:
             plan = self._plan
-            return _Split(plan.direct, plan.read, plan.keep)
+            return _Split(plan.direct, plan.was_direct, plan.read, plan.keep)
         return None
 
     def _write_initial_rows(self):
@@ -330,9 +332,9 @@ class HetEmbedding(tf_keras.layers.Layer):
         return tf.constant(lr, tf.float32)
 
     def _embed(self, ids, training, penalties):
-        """Rows of `ids` (any shape) with the update on the gradient path;
-        appends the embeddings regularizer's penalty on the batch's rows to
-        `penalties`."""
+        """Rows of `ids` (any shape); in training their gradient reaches the
+        anchor as the table's (see apply_gradient). Appends the embeddings
+        regularizer's penalty on the batch's rows to `penalties`."""
         if self._serving_lookup is not None:
             ids = self._table.check_ids(ids)
             # The saved lookup takes ids of any shape: give its rows theirs.
@@ -341,19 +343,18 @@ class HetEmbedding(tf_keras.layers.Layer):
         table, cache, dim, owner = self._table, self._cache, self.output_dim, self._owner
         split = self._split(training)
         regularizer, mask_zero = self.embeddings_regularizer, self.mask_zero
-
         lookahead = self.lookahead_active and training
-        prefetched = []
+        vocabulary = self._table_config.vocabulary_size
+        dense_shape = [np.iinfo(np.int64).max if vocabulary == UNBOUNDED else vocabulary, dim]
 
         @tf.custom_gradient
         def lookup(anchor):
-            is_first = None
             if split is not None:
-                rows, unique, inverse, is_first = _lookup_split(split, cache, ids, training)
+                rows, unique, inverse = _lookup_split(split, cache, ids, training)
             elif cache is not None:
                 rows, unique, inverse = cache.lookup(ids, training, lookahead=lookahead)
                 if lookahead:
-                    prefetched.append(cache.prefetch(ids, rows))
+                    cache.prefetch(ids, rows)
             else:
                 rows, unique, inverse = lookup_without_cache(table, ids)
             out = tf.gather(rows, inverse)
@@ -364,45 +365,20 @@ class HetEmbedding(tf_keras.layers.Layer):
                     raise ValueError(f"{owner}: a gradient was asked of a lookup made with "
                                      "training=False; call the model with training=True "
                                      "inside GradientTape")
-                if not self.trainable:
-                    # Frozen, as a Keras layer is: the tape reaches this
-                    # lookup through the anchor all the same, so the rows
-                    # stay only if nothing is applied here.
-                    return tf.zeros([], anchor.dtype)
-                dy = tf.convert_to_tensor(dy)
-                unique_grads = tf.math.unsorted_segment_sum(
-                    tf.reshape(dy, [-1, dim]), tf.reshape(inverse, [-1]), tf.size(unique))
+                if not self.trainable:  # frozen, as a Keras layer is
+                    return None
+                # As tf_keras' Embedding: one slice per id looked up, so the
+                # optimizer clips, unscales and sums them as it does its.
+                keys = tf.reshape(table.check_ids(ids), [-1])
+                values = tf.reshape(tf.cast(dy, tf.float32), [-1, dim])
+                if kept is not None:  # padding: no gradient, no update, no clock tick
+                    keys, values = (tf.boolean_mask(keys, keys != 0),
+                                    tf.boolean_mask(values, keys != 0))
                 if d_penalized is not None:  # the regularizer's penalty on these rows
-                    penalty = tf.convert_to_tensor(d_penalized)
-                    if kept is not None:
-                        penalty = tf.scatter_nd(tf.where(kept), penalty,
-                                                tf.shape(unique_grads, out_type=tf.int64))
-                    unique_grads += penalty
-                lr = self._current_learning_rate()
-                # After the lookup's rows: dy need not depend on them (the
-                # gradient of a sum is built from shapes), and nothing else
-                # orders the cache's fill (EndExchange, Complete) or the hot
-                # block's and the plan's reads before the step's update.
-                with tf.control_dependencies([rows]):
-                    if is_first is not None:
-                        update = _update_split(split, cache, unique, unique_grads, lr,
-                                               is_first, kept)
-                    else:
-                        keys = unique
-                        if kept is not None:  # padding: no gradient, no update, no clock tick
-                            keys, unique_grads = (tf.boolean_mask(keys, kept),
-                                                  tf.boolean_mask(unique_grads, kept))
-                        if cache is not None:
-                            update = cache.apply_gradients(keys, unique_grads, lr,
-                                                           after=prefetched)
-                        else:
-                            update = push_without_cache(table, keys, unique_grads, lr)
-                with tf.control_dependencies(tf.nest.flatten(update)):
-                    step = self._updates.assign_add(1)
-                # A zero that Grappler cannot fold: inside the loop of
-                # steps_per_execution > 1, a constant zero lost its control
-                # dependency on the update, and the update was pruned.
-                return tf.cast(tf.equal(step, -1), anchor.dtype)
+                    penalized = unique if kept is None else tf.boolean_mask(unique, kept)
+                    keys = tf.concat([keys, penalized], 0)
+                    values = tf.concat([values, tf.cast(d_penalized, tf.float32)], 0)
+                return tf.IndexedSlices(values, keys, tf.constant(dense_shape, tf.int64))
 
             if regularizer is None:
                 return out, grad
@@ -415,6 +391,32 @@ class HetEmbedding(tf_keras.layers.Layer):
         out, penalized = lookup(self._anchor)
         penalties.append(regularizer(penalized))
         return out
+
+    def apply_gradient(self, gradient):
+        """The table's update from the gradient the optimizer applies to the
+        anchor (het_tf patches tf_keras' optimizers to call this): the rows'
+        IndexedSlices, clipped and unscaled as the optimizer treats any
+        variable's. Each row takes one update with its gradients' sum, and
+        the table's optimizer and learning rate step once."""
+        if not isinstance(gradient, tf.IndexedSlices):
+            raise ValueError(
+                f"{self._owner}: the table's gradient reached the optimizer as a dense "
+                f"{type(gradient).__name__}; pass the gradient tape's IndexedSlices to "
+                "apply_gradients unchanged")
+        keys = tf.cast(gradient.indices, tf.int64)
+        unique, at = tf.unique(keys, out_idx=tf.int32)
+        grads = tf.math.unsorted_segment_sum(tf.cast(gradient.values, tf.float32), at,
+                                             tf.size(unique))
+        lr = self._current_learning_rate()
+        split = self._split(True)
+        if split is not None:
+            update = _update_split(split, self._cache, unique, grads, lr)
+        elif self._cache is not None:
+            update = self._cache.apply_gradients(unique, grads, lr)
+        else:
+            update = push_without_cache(self._table, unique, grads, lr)
+        with tf.control_dependencies(tf.nest.flatten(update)):
+            return self._updates.assign_add(1)
 
     # Only static Python control flow: nothing for autograph to convert.
     @tf.autograph.experimental.do_not_convert
@@ -546,9 +548,10 @@ class HetEmbedding(tf_keras.layers.Layer):
 
     @property
     def gradient_anchor(self):
-        """The scalar weight that carries the gradient path to the table's
-        update (after build). It is not a dense weight: hybrid mode's
-        allreduce leaves it out."""
+        """The scalar weight that stands for the table (after build): its
+        gradient is the rows' IndexedSlices, which the optimizer's apply
+        step hands to apply_gradient. It is not a dense weight: hybrid
+        mode's allreduce leaves it out."""
         return self._anchor
 
     @property
@@ -661,21 +664,23 @@ class HetEmbedding(tf_keras.layers.Layer):
         return cls(**config)
 
 
-class _Split(collections.namedtuple("_Split", "is_first gather apply")):
-    """Rows a step takes apart from the cache: `is_first(unique, ids)` says
-    which of the step's unique keys (of its flat `ids`) they are, `gather(keys)` reads them and
-    `apply(keys, grads, learning_rate)` updates them. FAE's hot rows (the
-    hot block) or Herald's direct rows (the shards, after the plan)."""
+class _Split(collections.namedtuple("_Split", "choose chosen gather apply")):
+    """Rows a step takes apart from the cache: `choose(unique, ids)` says
+    which of a lookup's unique keys (of its flat `ids`) they are,
+    `chosen(keys)` which of the keys of the step's update were,
+    `gather(keys)` reads them and `apply(keys, grads, learning_rate)`
+    updates them. FAE's hot rows (the hot block) or Herald's direct rows
+    (the shards, after the plan)."""
 
 
 def _lookup_split(split, cache, ids, training):
-    """(rows, unique ids, inverse, which unique ids are the split's): the
-    split's rows from it, the others through the cache. A batch with none
-    of the others does not meet the cache at all."""
+    """(rows, unique ids, inverse): the split's rows from it, the others
+    through the cache. A batch with none of the others does not meet the
+    cache at all."""
     ids = cache.table.check_ids(ids)
     flat = tf.reshape(ids, [-1])
     unique, inverse = tf.unique(flat, out_idx=tf.int32)
-    is_first = split.is_first(unique, flat)
+    is_first = split.choose(unique, flat)
     first_at, rest_at = (tf.cast(tf.where(x)[:, 0], tf.int32) for x in (is_first, ~is_first))
     rest_keys = tf.gather(unique, rest_at)
 
@@ -687,24 +692,23 @@ def _lookup_split(split, cache, ids, training):
                    lambda: tf.zeros([0, cache.dim], tf.float32))
     rows = tf.dynamic_stitch([first_at, rest_at],
                              [split.gather(tf.gather(unique, first_at)), rest])
-    return rows, unique, tf.reshape(inverse, tf.shape(ids)), is_first
+    return rows, unique, tf.reshape(inverse, tf.shape(ids))
 
 
-def _update_split(split, cache, unique, grads, learning_rate, is_first, kept):
+def _update_split(split, cache, unique, grads, learning_rate):
     """The step's update: the split's rows' gradients to it, the others' to
-    the cache (only if the lookup met it). Padding (`kept` False) takes no
-    update."""
-    first, rest = (is_first, ~is_first) if kept is None else (is_first & kept, ~is_first & kept)
+    the cache (only if there are any)."""
+    first = split.chosen(unique)
     update_first = split.apply(tf.boolean_mask(unique, first), tf.boolean_mask(grads, first),
                                learning_rate)
 
     def update_rest():
-        update = cache.apply_gradients(tf.boolean_mask(unique, rest),
-                                       tf.boolean_mask(grads, rest), learning_rate)
+        update = cache.apply_gradients(tf.boolean_mask(unique, ~first),
+                                       tf.boolean_mask(grads, ~first), learning_rate)
         with tf.control_dependencies(tf.nest.flatten(update)):
             return tf.constant(True)
 
-    rest_update = tf.cond(tf.reduce_any(~is_first), update_rest, lambda: tf.constant(False))
+    rest_update = tf.cond(tf.reduce_any(~first), update_rest, lambda: tf.constant(False))
     return [update_first, rest_update]
 
 

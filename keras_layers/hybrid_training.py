@@ -19,8 +19,9 @@ def _check_built_after_init(model):
 
 def _hybrid_train_step(model, data, allocation=None):
     """Keras' train step with the dense gradients averaged over the ranks.
-    The embedding updates happen inside tape.gradient, on each rank's cache.
-    With `allocation` the step first re-divides the samples over the ranks."""
+    The tables' gradients go to the optimizer as they are: each rank updates
+    the tables through its own cache. With `allocation` the step first
+    re-divides the samples over the ranks."""
     hvd = initialized()
     if allocation is not None:
         data = allocation(data)
@@ -31,11 +32,14 @@ def _hybrid_train_step(model, data, allocation=None):
     variables = model.trainable_variables
     grads = tape.gradient(loss, variables)
     anchors = {id(layer.gradient_anchor) for layer in het_embedding_layers(model) if layer.built}
+    tables = [(g, v) for g, v in zip(grads, variables) if g is not None and id(v) in anchors]
     dense = [(tf.convert_to_tensor(g), v) for g, v in zip(grads, variables)
              if g is not None and id(v) not in anchors]
     if dense:
         averaged = hvd.grouped_allreduce([g for g, _ in dense], op=hvd.Average)
-        model.optimizer.apply_gradients(zip(averaged, [v for _, v in dense]))
+        dense = list(zip(averaged, [v for _, v in dense]))
+    if dense or tables:
+        model.optimizer.apply_gradients(dense + tables)
     return model.compute_metrics(x, y, y_pred, sample_weight)
 
 

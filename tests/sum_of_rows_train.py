@@ -2,19 +2,22 @@
 chief of a ParameterServerStrategy cluster or as every Horovod rank in
 hybrid mode, for tests/test_exactly_once.py.
 
-    sum_of_rows_train.py ps|hybrid RESULT_JSON
+    sum_of_rows_train.py ps|hybrid RESULT_JSON [DIM] [fresh|repeated]
 
-The model sums the rows of a batch's ids, and the loss is that sum's mean:
-each id's row moves by -LR/BATCH per occurrence in each dimension, from
-zeros, whatever the staleness and whichever worker trains the batch. So
-after a flush, row k is -LR/BATCH times the number of times k was trained,
-and its clock the number of steps that looked it up. Both are exact in
-float32 (LR/BATCH is a power of two).
+The model sums the rows of a batch's ids, looked up through one layer
+called twice (all of a sample's ids, then its first again, as a history
+and a target), and the loss is that sum's mean: each id's row moves by
+-LR/BATCH per occurrence in each dimension, from zeros, whatever the
+staleness and whichever worker trains the batch. So after a flush, row k
+is -LR/BATCH times the number of times k was trained, and its clock the
+number of steps that looked it up (one update a step, however many calls).
+Both are exact in float32 (LR/BATCH is a power of two).
 
 Under ParameterServerStrategy every step trains the same batch
 (`batch(0)`), so the sum does not depend on how the steps fall on the
 workers; in hybrid mode rank r trains `batch(r * STEPS + i)` at its step i
-and writes RESULT_JSON.rank<r>.
+(or `batch(r * STEPS)` at every step, `repeated`) and writes
+RESULT_JSON.rank<r>. DIM (default 2) is the rows' size.
 """
 import json
 import os
@@ -42,22 +45,25 @@ def trained_counts(batches):
     occurrences, steps = np.zeros(VOCABULARY, np.int64), np.zeros(VOCABULARY, np.int64)
     for ids in batches:
         np.add.at(occurrences, ids.ravel(), 1)
+        np.add.at(occurrences, ids[:, 0], 1)  # the second call's
         steps[np.unique(ids)] += 1
     return occurrences, steps
 
 
-def build_model():
+def build_model(dim=DIM):
     import tensorflow as tf
     import tf_keras
 
     from het_tf.keras_layers import HetEmbedding
 
-    layer = HetEmbedding(VOCABULARY, DIM, embeddings_initializer="zeros",
+    layer = HetEmbedding(VOCABULARY, dim, embeddings_initializer="zeros",
                          optimizer=tf_keras.optimizers.SGD(LR), cache_capacity=CACHE,
                          staleness=STALENESS, name="items")
     ids = tf_keras.Input((IDS,), dtype="int64", name="ids")
-    total = tf_keras.layers.Lambda(lambda rows: tf.reduce_sum(rows, axis=[1, 2])[:, None])(
-        layer(ids))
+    first = tf_keras.layers.Lambda(lambda x: x[:, :1])(ids)
+    total = tf_keras.layers.Lambda(
+        lambda rows: (tf.reduce_sum(rows[0], axis=[1, 2]) + tf.reduce_sum(rows[1], axis=[1, 2]))
+        [:, None])([layer(ids), layer(first)])
     return tf_keras.Model(ids, total), layer
 
 
@@ -72,7 +78,7 @@ def rows_and_clocks(layer):
     return {"keys": keys.tolist(), "values": values.tolist(), "clocks": clocks.tolist()}
 
 
-def run_ps(result_path):
+def run_ps(result_path, dim, _order):
     import tensorflow as tf
     import tf_keras
 
@@ -80,7 +86,7 @@ def run_ps(result_path):
 
     strategy = cluster.parameter_server_strategy()
     with strategy.scope():
-        model, layer = build_model()
+        model, layer = build_model(dim)
         compile_model(model)
     ids = batch(0)
 
@@ -95,15 +101,15 @@ def run_ps(result_path):
         json.dump(result, f)
 
 
-def run_hybrid(result_path):
+def run_hybrid(result_path, dim, order):
     from het_tf import hybrid
 
     hybrid.init()  # first: before any model is built
-    model, layer = build_model()
+    model, layer = build_model(dim)
     hybrid.distribute(model)  # before compile
     compile_model(model)
     rank = hybrid.rank()
-    indexes = [rank * STEPS + i for i in range(STEPS)]
+    indexes = [rank * STEPS + (0 if order == "repeated" else i) for i in range(STEPS)]
     ids = np.concatenate([batch(i) for i in indexes])
     model.fit(ids, np.zeros((len(ids), 1), np.float32), batch_size=BATCH, shuffle=False,
               epochs=1, verbose=0)
@@ -114,4 +120,6 @@ def run_hybrid(result_path):
 
 
 if __name__ == "__main__":
-    (run_ps if sys.argv[1] == "ps" else run_hybrid)(sys.argv[2])
+    mode, path, *options = sys.argv[1:]
+    dim, order = (int(options[0]) if options else DIM), (options[1] if options[1:] else "fresh")
+    (run_ps if mode == "ps" else run_hybrid)(path, dim, order)

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from het_tf import _op_library
 from het_tf.runtime.config import CacheConfig
+from het_tf.runtime.handles import FunctionHandles
 from het_tf.runtime.table import ShardedTable
 
 _instance = itertools.count()
@@ -43,6 +44,7 @@ class WorkerCache:
         # Caches are private to the process that makes them unless named.
         self.shared_name = shared_name or f"het_cache/{table.config.name}/{next(_instance)}"
         self._ops = _op_library.load()
+        self._handles = FunctionHandles()
 
     def _placed(self, device):
         return contextlib.nullcontext() if device is None else tf.device(device)
@@ -70,15 +72,20 @@ class WorkerCache:
         return self.table.dim
 
     def handle(self, device=None):
+        device = device or self.device
         c = self.config
-        with self._placed(device or self.device):
-            return self._ops.het_cache(
-                table_name=self.table.config.name, dim=self.dim, capacity=c.capacity,
-                vocabulary_size=self.table.config.vocabulary_size, policy=c.policy,
-                pin_threshold=c.pin_threshold, read_staleness=c.read_staleness,
-                write_staleness=c.write_staleness, staleness_ramp=c.staleness_ramp,
-                sync=c.op_sync, num_shards=self.table.num_shards, shared_name=self.shared_name,
-                **self.table.config.optimizer.op_attrs())
+
+        def make():
+            with self._placed(device):
+                return self._ops.het_cache(
+                    table_name=self.table.config.name, dim=self.dim, capacity=c.capacity,
+                    vocabulary_size=self.table.config.vocabulary_size, policy=c.policy,
+                    pin_threshold=c.pin_threshold, read_staleness=c.read_staleness,
+                    write_staleness=c.write_staleness, staleness_ramp=c.staleness_ramp,
+                    sync=c.op_sync, num_shards=self.table.num_shards,
+                    shared_name=self.shared_name, **self.table.config.optimizer.op_attrs())
+
+        return self._handles.get(device, make)
 
     def stats(self):
         """Counters summed over every worker's cache (eager)."""
@@ -200,17 +207,26 @@ class WorkerCache:
         with self._placed(self.device):
             return self._ops.het_cache_end_prefetch(self.handle(), unique, answers)
 
-    def apply_gradients(self, unique_keys, unique_grads, learning_rate, after=()):
-        """One local optimizer step per unique key, after the ops `after`.
-        By check, pushes whatever is due now; by refresh, what is due goes
-        with the next exchange, so the step sends nothing."""
-        with tf.control_dependencies(list(after)), self._placed(self.device):
-            pushes = self._ops.het_cache_accumulate(
+    def apply_gradients(self, unique_keys, unique_grads, learning_rate):
+        """One local optimizer step per unique key cached. By check, pushes
+        whatever is due now; by refresh, what is due goes with the next
+        exchange, so the step sends nothing. A key not cached (a later
+        lookup of the step evicted it) has its gradient pushed to the
+        shards, as without a cache. Returns the ops to wait on."""
+        with self._placed(self.device):
+            *pushes, uncached = self._ops.het_cache_accumulate(
                 self.handle(), unique_keys, unique_grads, tf.cast(learning_rate, tf.float32),
                 dim=self.dim)
+
+        def push_uncached():
+            keys, grads = tf.gather(unique_keys, uncached), tf.gather(unique_grads, uncached)
+            return tf.nest.flatten(push_without_cache(self.table, keys, grads, learning_rate))
+
+        direct = tf.cond(tf.size(uncached) > 0, push_uncached,
+                         lambda: [tf.zeros([0, self.dim]), tf.zeros([0], tf.int64)])
         if self.config.op_sync == "refresh":
-            return pushes[0]
-        return self._push_and_ack(pushes, learning_rate)
+            return [pushes[0], *direct]
+        return [self._push_and_ack(pushes, learning_rate), *direct]
 
     def flush(self, learning_rate):
         """Pushes every pending update of every worker's cache; returns the
@@ -261,7 +277,8 @@ def lookup_without_cache(table: ShardedTable, ids):
 
 
 def push_without_cache(table: ShardedTable, unique_keys, unique_grads, learning_rate):
+    """One update of each unique key with its gradient sum, on its shard."""
     counts = tf.ones_like(unique_keys)
-    # The keys are the forward's, checked by its gather.
-    return table.push(unique_keys, unique_grads, counts, learning_rate, return_rows=False,
-                      keys_checked=True)
+    # Checked: a gradient's keys come from the optimizer, which any caller
+    # may hand anything.
+    return table.push(unique_keys, unique_grads, counts, learning_rate, return_rows=False)

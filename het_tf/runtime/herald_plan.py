@@ -72,6 +72,10 @@ class HeraldPlan:
             # The unique keys of this rank's last step, sorted.
             self._last_keys = tf.Variable(tf.zeros([0], tf.int64), trainable=False,
                                           shape=tf.TensorShape([None]), name="het_plan_last")
+            # The direct keys of the step's lookup, sorted, for its update.
+            self._step_direct = tf.Variable(tf.zeros([0], tf.int64), trainable=False,
+                                            shape=tf.TensorShape([None]),
+                                            name="het_plan_direct")
 
     # ----- the step -----
 
@@ -121,7 +125,8 @@ class HeraldPlan:
         is_other = members(unique, others)
         is_direct = is_other | ~(last | ahead)
         with tf.control_dependencies([is_direct]):
-            remembered = self._last_keys.assign(tf.sort(unique))
+            remembered = [self._last_keys.assign(tf.sort(unique)),
+                          self._step_direct.assign(tf.sort(tf.boolean_mask(unique, is_direct)))]
         outbox = self.cache.drop(tf.concat([others, tf.boolean_mask(unique, is_direct)], 0))
         sent = tf.cond(outbox > 0, self.cache.push_due, lambda: tf.constant(0, tf.int64))
         with tf.control_dependencies([pushed, sent]):
@@ -136,8 +141,14 @@ class HeraldPlan:
                    self._direct_keys.assign_add(direct_count),
                    self._ahead_keys.assign_add(tf.reduce_sum(
                        tf.cast(ahead & ~last & ~is_other, tf.int64)))]
-        with tf.control_dependencies([done, remembered, *counted]):
+        with tf.control_dependencies([done, *remembered, *counted]):
             return tf.identity(is_direct)
+
+    def was_direct(self, keys):
+        """Which of the step's update's `keys` its lookup read directly. A
+        key read through the cache but evicted since is not: the cache
+        pushes its gradient itself."""
+        return members(keys, self._step_direct.read_value())
 
     def _ahead(self, ids):
         """This rank's ids of the window's batches after the step's, sorted."""
@@ -173,6 +184,7 @@ class HeraldPlan:
         self._kept_grads.assign(tf.zeros([0, self.table.dim]))
         self._kept_count.assign(0)
         self._last_keys.assign(tf.zeros([0], tf.int64))
+        self._step_direct.assign(tf.zeros([0], tf.int64))
 
     def stats(self):
         return {"plan_bytes": int(self._plan_bytes.numpy()),

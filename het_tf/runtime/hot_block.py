@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from het_tf import _op_library
 from het_tf.runtime.counters import counter
+from het_tf.runtime.handles import FunctionHandles
 from het_tf.runtime.table import ShardedTable
 
 # After the sorted hot keys, so that a search never runs off the end.
@@ -41,6 +42,7 @@ class HotBlock:
         self._attrs = config.op_attrs(1)
         self.shared_name = f"het_hot/{config.name}/{instance}"
         self._ops = _op_library.load()
+        self._handles = FunctionHandles()
         with tf.init_scope():
             self._keys = tf.Variable([_SENTINEL], dtype=tf.int64, trainable=False,
                                      shape=tf.TensorShape([None]), name="het_hot_keys")
@@ -53,7 +55,8 @@ class HotBlock:
         return self.table.dim
 
     def handle(self):
-        return self._ops.het_table_shard(shared_name=self.shared_name, **self._attrs)
+        return self._handles.get(None, lambda: self._ops.het_table_shard(
+            shared_name=self.shared_name, **self._attrs))
 
     @property
     def keys(self):

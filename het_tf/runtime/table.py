@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from het_tf import _op_library
 from het_tf.runtime.config import SQUARED_GRADIENT_SLOT, TableConfig
+from het_tf.runtime.handles import FunctionHandles
 
 
 class ShardedTable:
@@ -23,6 +24,7 @@ class ShardedTable:
         self.devices = list(devices)
         self.instance = instance
         self._ops = _op_library.load()
+        self._handles = FunctionHandles()
 
     @property
     def num_shards(self):
@@ -36,9 +38,12 @@ class ShardedTable:
         return f"het_table/{self.config.name}/{self.instance}/{shard}_of_{self.num_shards}"
 
     def handle(self, shard):
-        with tf.device(self.devices[shard]):
-            return self._ops.het_table_shard(shared_name=self.shared_name(shard),
-                                             **self.config.op_attrs(self.num_shards))
+        def make():
+            with tf.device(self.devices[shard]):
+                return self._ops.het_table_shard(shared_name=self.shared_name(shard),
+                                                 **self.config.op_attrs(self.num_shards))
+
+        return self._handles.get(shard, make)
 
     def _partition(self, keys, *values, keys_checked=False):
         """Splits keys (and rows that go with them) by shard; also returns

@@ -125,10 +125,11 @@ struct CacheCounters {
   uint64_t updates_pushed = 0;
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
-  uint64_t steps = 0;          // training updates (Accumulate calls)
-  uint64_t prefetched = 0;     // rows a prefetch inserted
-  uint64_t prefetch_hits = 0;  // unique keys served by a row the last prefetch inserted
-  uint64_t rounds_resent = 0;  // rounds sent again after an answer that never came
+  uint64_t steps = 0;            // training updates (Accumulate calls)
+  uint64_t prefetched = 0;       // rows a prefetch inserted
+  uint64_t prefetch_hits = 0;    // unique keys served by a row the last prefetch inserted
+  uint64_t rounds_resent = 0;    // rounds sent again after an answer that never came
+  uint64_t pushed_uncached = 0;  // gradients of keys not cached, for the caller to push
 };
 
 class WorkerCache {
@@ -207,8 +208,8 @@ class WorkerCache {
   Status Complete(const int64_t* unique_keys, int64_t u, const int32_t* positions, int64_t m,
                   const float* states, const int64_t* clocks, bool training, float* rows_out);
 
-  // One local update per key (keys unique and cached, or passed through by
-  // the last lookup): the entry takes the table optimizer's step with its
+  // One local update per unique key cached, or passed through by the last
+  // lookup: the entry takes the table optimizer's step with its
   // own copy of the slots, so later reads see this worker's own writes as the
   // shard will apply them, and every field's change joins the pending delta.
   // A row passed through takes its step on the state it was read with and
@@ -218,8 +219,14 @@ class WorkerCache {
   // with the next exchange. An update that would make a row or a slot
   // non-finite is refused before anything changes.
   // `senders`, when given, receives the round's sender for each shard.
+  // A key neither cached nor passed through (a later lookup of the same
+  // step evicted it, or no lookup read it) takes no step here: its place
+  // among the keys goes to `uncached`, for the caller to push its gradient
+  // to the shards as the path without a cache does. Without `uncached`
+  // such a key fails the whole update (FailedPrecondition).
   Status Accumulate(const int64_t* keys, int64_t n, const float* grads, float learning_rate,
-                    Pushes* due, std::vector<Sender>* senders = nullptr);
+                    Pushes* due, std::vector<Sender>* senders = nullptr,
+                    std::vector<int64_t>* uncached = nullptr);
 
   // Ends the round in flight, whose pushes `keys` and `counts` must be (a
   // push of no rows needs no round). With states and clocks from the
@@ -428,6 +435,28 @@ class WorkerCache {
     }
   } passing_;
   bool warned_pass_through_ = false;
+  // The training lookups since the last update: the step's. A lookup that
+  // finds the step open (the same layer called again before the update)
+  // holds the rows read so far, never a victim, until the update releases
+  // them; a step's only lookup holds nothing. A step whose update never
+  // comes (skipped, or never asked for) keeps its rows held until the next
+  // update; rows with no room pass through meanwhile.
+  struct StepRow {
+    int32_t slot;
+    int64_t key;
+  };
+  struct Step {
+    bool open = false;
+    std::vector<StepRow> read;  // by the lookups not yet held
+    std::vector<StepRow> held;
+    void Clear() {
+      open = false;
+      read.clear();
+      held.clear();
+    }
+  } step_;
+  void HoldStep();
+  void ReleaseStep();
   std::vector<int64_t> prepared_;        // the unique keys of the last lookup
   std::vector<int32_t> prepared_slots_;  // their slots, -1 if not cached
   KeyIndex first_seen_;                  // Deduplicate's scratch

@@ -60,6 +60,9 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
                                   const std::vector<const float*>& fresh_states,
                                   const std::vector<int64_t>& fresh_clocks, float* rows_out) {
   const int dim = config_.dim;
+  // A lookup before the last one's update (the same layer called again in
+  // its step): the rows the step read so far stay until that update.
+  if (step_.open) HoldStep();
   // Detach the batch's rows first so that filling the batch can never
   // evict a row the same batch needs.
   for (int64_t i = 0; i < u; ++i) {
@@ -118,7 +121,9 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
     // A slot just taken still carries its previous occupant's count.
     AttachSlot(slot, inserted[i] ? 1 : order_.touches(slot) + 1);
     std::memcpy(rows_out + size_t(i) * dim, State(slot), sizeof(float) * dim);
+    step_.read.push_back({slot, unique_keys[i]});
   }
+  step_.open = true;
   counters_.hits += hits;
   counters_.prefetch_hits += hits_fetched_ahead;
   counters_.misses += misses;
@@ -126,6 +131,29 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
   counters_.passed_through += passing_.clocks.size();
   if (prefetched) fetched_ahead_.Clear();
   RememberBatch(unique_keys, u, slots);
+}
+
+void WorkerCache::HoldStep() {
+  for (const StepRow& row : step_.read) {
+    if (SlotOf(row.key) != row.slot || !order_.attached(row.slot) || order_.held(row.slot)) {
+      continue;  // gone, or held already (pinned, or by an earlier lookup)
+    }
+    const uint64_t touches = order_.touches(row.slot);
+    order_.Detach(row.slot);
+    order_.Attach(row.slot, touches, /*held=*/true);
+    step_.held.push_back(row);
+  }
+  step_.read.clear();
+}
+
+void WorkerCache::ReleaseStep() {
+  for (const StepRow& row : step_.held) {
+    if (SlotOf(row.key) != row.slot || !order_.held(row.slot)) continue;
+    const uint64_t touches = order_.touches(row.slot);
+    order_.Detach(row.slot);
+    AttachSlot(row.slot, touches);
+  }
+  step_.Clear();
 }
 
 WorkerCache::OutboxRows::OutboxRows(const Pushes& outbox) : index(outbox.size()) {

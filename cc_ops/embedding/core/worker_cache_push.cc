@@ -1,6 +1,7 @@
 // The cache's write side: gradients applied to cached copies, pushes made
 // due by the write bound, their acknowledgement, and the final flush.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
 
@@ -36,7 +37,8 @@ void Pushes::Remove(const std::vector<uint8_t>& removed, int width) {
 }
 
 Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grads,
-                               float learning_rate, Pushes* due, std::vector<Sender>* senders) {
+                               float learning_rate, Pushes* due, std::vector<Sender>* senders,
+                               std::vector<int64_t>* uncached) {
   const int dim = config_.dim;
   HET_RETURN_IF_ERROR(CheckLearningRate(Name(), config_.optimizer, learning_rate));
   for (int64_t i = 0; i < n * dim; ++i) {
@@ -49,13 +51,21 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
   const int64_t write_staleness = BoundInForce(config_.write_staleness);
   std::vector<int32_t> cached;
   HET_RETURN_IF_ERROR(BatchSlots(keys, n, &cached));
-  // A cached row's slot, or -1 - its place among the rows passed through.
+  // A cached row's slot, -1 - its place among the rows passed through, or
+  // kUncached.
+  constexpr int64_t kUncached = INT64_MIN;
   std::vector<int64_t> slots(n);
+  std::vector<int64_t> missing;
   for (int64_t i = 0; i < n; ++i) {
     const uint32_t passing = cached[i] < 0 ? passing_.index.Find(keys[i]) : KeyIndex::kAbsent;
     if (cached[i] < 0 && passing == KeyIndex::kAbsent) {
-      return Status::FailedPrecondition(Name() + ": gradient for id " + std::to_string(keys[i]) +
-                                        ", which is not cached; update only ids just looked up");
+      if (uncached == nullptr) {
+        return Status::FailedPrecondition(Name() + ": gradient for id " + std::to_string(keys[i]) +
+                                          ", which is not cached");
+      }
+      missing.push_back(i);
+      slots[i] = kUncached;
+      continue;
     }
     slots[i] = cached[i] >= 0 ? int64_t{cached[i]} : -1 - int64_t{passing};
   }
@@ -66,7 +76,10 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
   const size_t span = 2 * size_t(width_);
   std::vector<float> next(size_t(n) * span);
   for (int64_t i = 0; i < n; ++i) {
-    if (i + kPrefetchAhead < n) PrefetchSlot(static_cast<int32_t>(slots[i + kPrefetchAhead]));
+    if (i + kPrefetchAhead < n && slots[i + kPrefetchAhead] != kUncached) {
+      PrefetchSlot(static_cast<int32_t>(slots[i + kPrefetchAhead]));
+    }
+    if (slots[i] == kUncached) continue;
     float* row = next.data() + size_t(i) * span;
     int64_t step;
     if (slots[i] >= 0) {
@@ -87,6 +100,7 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
   }
   last_learning_rate_ = learning_rate;
   for (int64_t i = 0; i < n; ++i) {
+    if (slots[i] == kUncached) continue;
     const float* row = next.data() + size_t(i) * span;
     if (slots[i] < 0) {
       // A row passed through takes its one step and joins the outbox,
@@ -104,7 +118,17 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
     }
   }
   passing_.Clear();
+  ReleaseStep();
   ++counters_.steps;
+  if (uncached != nullptr) {
+    *uncached = std::move(missing);
+    // The caller pushes them as gradients, as the path without a cache does.
+    counters_.pushed_uncached += uncached->size();
+    if (!uncached->empty()) {
+      counters_.bytes_sent += wire::PushRequest(static_cast<int64_t>(uncached->size()), config_.dim,
+                                                /*delta=*/false, config_.num_shards);
+    }
+  }
   // Under kRefresh the pushes wait for the next exchange, which starts a
   // round with the outbox and these entries as they are then; under kCheck
   // they go now, unless a round is still in flight: then it goes again.

@@ -297,10 +297,12 @@ class HetCacheAccumulateOp : public CacheKernel {
     OP_REQUIRES_OK(ctx, ReadScalar(name, "learning rate", ctx->input(3), &learning_rate));
     Pushes due;
     std::vector<Sender> senders;
+    std::vector<int64_t> uncached;
     OP_REQUIRES_OK(ctx, ToTf(cache.Accumulate(keys.flat<int64_t>().data(), n,
                                               ctx->input(2).flat<float>().data(), learning_rate,
-                                              &due, &senders)));
+                                              &due, &senders, &uncached)));
     OP_REQUIRES_OK(ctx, OutputPushes(ctx, due, cache, senders));
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 6, uncached));
   }
 };
 
@@ -429,6 +431,7 @@ class HetCacheStatsOp : public CacheKernel {
                                              {"prefetched", int64_t(c.prefetched)},
                                              {"prefetch_hits", int64_t(c.prefetch_hits)},
                                              {"rounds_resent", int64_t(c.rounds_resent)},
+                                             {"pushed_uncached", int64_t(c.pushed_uncached)},
                                              {"pinned_keys", cache.pinned_keys()},
                                          }));
   }

@@ -26,6 +26,13 @@ tensorflow::Status PushListShape(InferenceContext* c) {
   return tensorflow::OkStatus();
 }
 
+// The pushes, then the places of the keys not cached.
+tensorflow::Status AccumulateShape(InferenceContext* c) {
+  TF_RETURN_IF_ERROR(PushListShape(c));
+  c->set_output(6, c->Vector(c->UnknownDim()));
+  return tensorflow::OkStatus();
+}
+
 }  // namespace
 
 // The pushes a cache hands out (HetCacheAccumulate, HetCacheFlush): keys,
@@ -33,15 +40,15 @@ tensorflow::Status PushListShape(InferenceContext* c) {
 // from; how many leading ones are rows the cache evicted (it wants no state
 // back for them); and, for each shard, the sender to push them with
 // (worker id, generation, the round's sequence number, the epoch seen).
-#define HET_PUSH_LIST()                  \
+#define HET_PUSH_OUTPUTS()               \
   Output("push_keys: int64")             \
       .Output("push_deltas: float")      \
       .Output("push_counts: int64")      \
       .Output("push_base_clocks: int64") \
       .Output("push_evicted: int64")     \
       .Output("senders: int64")          \
-      .Attr("dim: int >= 1")             \
-      .SetShapeFn(PushListShape)
+      .Attr("dim: int >= 1")
+#define HET_PUSH_LIST() HET_PUSH_OUTPUTS().SetShapeFn(PushListShape)
 
 REGISTER_OP("HetCache")
     .Output("handle: resource")
@@ -188,13 +195,18 @@ REGISTER_OP("HetCacheAccumulate")
     .Input("keys: int64")
     .Input("grads: float")
     .Input("learning_rate: float")
-    .HET_PUSH_LIST()
+    .HET_PUSH_OUTPUTS()
+    .Output("uncached: int64")
+    .SetShapeFn(AccumulateShape)
     .Doc(R"doc(
-Takes one local step of the table's optimizer per (unique, cached) key and,
-with sync 'check', returns the pushes that are now due, as state deltas with
-their update counts and the server clocks they started from: rows past the
-write bound and rows evicted with pending updates. With sync 'refresh' it
-returns none: they go with the next HetCacheBeginExchange.
+Takes one local step of the table's optimizer per unique key cached (or
+passed through by the last lookup) and, with sync 'check', returns the
+pushes that are now due, as state deltas with their update counts and the
+server clocks they started from: rows past the write bound and rows evicted
+with pending updates. With sync 'refresh' it returns none: they go with the
+next HetCacheBeginExchange. `uncached`: the places among `keys` of those
+neither cached nor passed through, which took no step: the caller pushes
+their gradients to the shards.
 )doc");
 
 REGISTER_OP("HetCacheAckPush")

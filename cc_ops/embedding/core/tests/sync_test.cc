@@ -362,6 +362,28 @@ HET_TEST(ACacheTakesMemoryAsItFillsNotWhenMade) {
   EXPECT_TRUE(ResidentBytes() < before + (32u << 20));
 }
 
+HET_TEST(KeysNotCachedAreHandedBackForTheCallerToPush) {
+  // A later lookup of the same step may evict a row the step's update
+  // needs: its gradient comes back to be pushed as without a cache, and the
+  // cached rows take their steps.
+  const int dim = 2;
+  LocalCluster cluster(Table(het::OptimizerKind::kSGD, dim), 1);
+  auto cache = MakeCache(Cache(dim, 3, het::CachePolicy::kLFU, 1, 1));
+  het::LookupPlan plan;
+  std::vector<float> rows;
+  EXPECT_OK(cluster.Lookup(*cache, {1, 2}, true, &plan, &rows));
+  het::Pushes due;
+  const std::vector<int64_t> keys = {9, 1, 7};
+  const std::vector<float> grads = {1, 1, 2, 2, 3, 3};
+  std::vector<int64_t> uncached;
+  EXPECT_OK(cache->Accumulate(keys.data(), 3, grads.data(), 0.5f, &due, nullptr, &uncached));
+  EXPECT_TRUE(uncached == (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(cache->Counters().pushed_uncached, 2u);
+  cache->Flush(&due);
+  EXPECT_TRUE(due.keys == (std::vector<int64_t>{1}));  // only the cached row moved
+  EXPECT_EQ(due.deltas[0], -0.5f * 2);
+}
+
 HET_TEST(BadCacheUseIsRejectedWithoutSideEffects) {
   const int dim = 2;
   LocalCluster cluster(Table(het::OptimizerKind::kSGD, dim), 1);

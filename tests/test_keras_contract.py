@@ -1,0 +1,176 @@
+"""The Keras contract: a HetEmbedding's table trains where tf_keras applies
+gradients, so the optimizer treats its gradient as it treats any
+embedding's. Every case trains tf_keras' own Embedding beside it on the
+same data, from the same rows (one weights=[matrix]), as the oracle."""
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+from het_tf.keras_layers import HetEmbedding
+
+VOCAB, DIM = 50, 4
+MATRIX = np.random.default_rng(5).uniform(-0.1, 0.1, (VOCAB, DIM)).astype(np.float32)
+_DATA = np.random.default_rng(0)
+HISTORY = _DATA.integers(0, VOCAB, (64, 3))
+TARGET = _DATA.integers(0, VOCAB, (64, 1))
+LABELS = _DATA.normal(size=(64, 1)).astype(np.float32)
+
+# The routes one process takes: the cache off, synchronous (both bounds 0),
+# by refresh and by check at two bounds, a cache smaller than a step's rows
+# (rows pass through, and a second call evicts the first's), FAE's hot rows.
+ROUTES = {
+    "off": dict(cache_capacity=0),
+    "s0": dict(cache_capacity=0.5, staleness=0),
+    "refresh-s1": dict(cache_capacity=0.5, staleness=1),
+    "refresh-s100": dict(cache_capacity=0.5, staleness=100),
+    "check-s100": dict(cache_capacity=0.5, staleness=100, sync="check"),
+    "small-cache": dict(cache_capacity=5, staleness=100),
+    "hot-rows": dict(cache_capacity=0.5, staleness=100, hot_rows=10),
+}
+OPTIMIZERS = {"sgd": lambda: tf_keras.optimizers.SGD(0.1),
+              "adagrad": lambda: tf_keras.optimizers.Adagrad(0.1)}
+
+
+def embedding(kind, optimizer="sgd", name=None, **settings):
+    if kind == "keras":
+        return tf_keras.layers.Embedding(VOCAB, DIM, weights=[MATRIX], name=name)
+    return HetEmbedding(VOCAB, DIM, weights=[MATRIX], optimizer=OPTIMIZERS[optimizer](),
+                        name=name, **settings)
+
+
+def shared_model(layer, calls):
+    """History and target ids through one layer (the target `calls` - 1
+    times), then a linear readout of every vector."""
+    history = tf_keras.Input((3,), dtype="int64")
+    target = tf_keras.Input((1,), dtype="int64")
+    vectors = [layer(history)] + [layer(target) for _ in range(calls - 1)]
+    flat = tf_keras.layers.Concatenate()([tf_keras.layers.Flatten()(v) for v in vectors])
+    out = tf_keras.layers.Dense(1, kernel_initializer="ones", use_bias=False)(flat)
+    return tf_keras.Model([history, target], out)
+
+
+def rows_of(layer):
+    if isinstance(layer, HetEmbedding):
+        layer.flush()
+    return layer.get_weights()[0]
+
+
+def train(kind, optimizer="sgd", calls=2, labels=LABELS, epochs=2, fit=None, compiled=None,
+          **settings):
+    """The rows after model.fit (2 epochs of 8 batches, in order)."""
+    tf_keras.utils.set_random_seed(0)
+    layer = embedding(kind, optimizer, **settings)
+    model = shared_model(layer, calls)
+    if settings.get("hot_rows"):
+        layer.set_hot_keys(np.arange(10))
+    model.compile(compiled() if compiled else OPTIMIZERS[optimizer](), "mse",
+                  **(fit or {}))
+    model.fit([HISTORY, TARGET], labels, batch_size=8, epochs=epochs, verbose=0, shuffle=False)
+    return rows_of(layer)
+
+
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("route", sorted(ROUTES))
+def test_a_layer_called_twice_trains_as_keras_shared_embedding(route, optimizer):
+    expected = train("keras", optimizer)
+    np.testing.assert_allclose(train("het", optimizer, **ROUTES[route]), expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("route", ["off", "refresh-s1", "check-s100", "small-cache"])
+def test_a_layer_called_three_times_trains_as_keras_shared_embedding(route):
+    expected = train("keras", "adagrad", calls=3)
+    np.testing.assert_allclose(train("het", "adagrad", calls=3, **ROUTES[route]), expected,
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize("clip", [dict(clipvalue=0.01), dict(clipnorm=0.05),
+                                  dict(global_clipnorm=0.1)])
+@pytest.mark.parametrize("legacy", [False, True], ids=["optimizer", "legacy"])
+def test_clipping_reaches_the_table_as_it_reaches_keras_embedding(clip, legacy):
+    """Large errors, so that every clip bites; the table's own optimizer
+    has the compiled one's learning rate."""
+    family = tf_keras.optimizers.legacy if legacy else tf_keras.optimizers
+
+    def compiled():
+        return family.SGD(0.1, **clip)
+
+    big = LABELS * 10
+    expected = train("keras", labels=big, epochs=1, compiled=compiled)
+    for route in ("off", "refresh-s100"):
+        got = train("het", labels=big, epochs=1, compiled=compiled, **ROUTES[route])
+        np.testing.assert_allclose(got, expected, atol=1e-6, err_msg=route)
+    unclipped = train("keras", labels=big, epochs=1)
+    assert np.abs(unclipped - expected).max() > 0.1  # the clip changed the rows
+
+
+def test_steps_per_execution_trains_every_step():
+    expected = train("keras", "adagrad")
+    got = train("het", "adagrad", fit=dict(steps_per_execution=4), **ROUTES["refresh-s1"])
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+
+
+@pytest.fixture
+def mixed_float16():
+    tf_keras.mixed_precision.set_global_policy("mixed_float16")
+    yield
+    tf_keras.mixed_precision.set_global_policy("float32")
+
+
+def updates_of(layer):
+    """Each row's update count, as the table keeps it (its clock)."""
+    layer.flush()
+    _, _, clocks, _ = layer.table.read_rows(tf.range(VOCAB, dtype=tf.int64))
+    return clocks.numpy()
+
+
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_mixed_float16_trains_the_table_as_float32_does(optimizer, mixed_float16):
+    """The loss scale (2^15 at first) is taken off before the table's
+    update: 20 steps move the rows as float32's do."""
+    settings = dict(ROUTES["refresh-s100"], epochs=3)
+    got = train("het", optimizer, **settings)
+    tf_keras.mixed_precision.set_global_policy("float32")
+    expected = train("het", optimizer, **settings)
+    assert np.abs(expected - MATRIX).max() > 0.01
+    np.testing.assert_allclose(got, expected, atol=1e-3)
+
+
+def test_a_step_the_loss_scale_skips_changes_no_row_and_no_clock(mixed_float16):
+    tf_keras.utils.set_random_seed(0)
+    layer = embedding("het", "adagrad", **ROUTES["refresh-s100"])
+    model = shared_model(layer, 2)
+    model.compile(OPTIMIZERS["adagrad"](), "mse")
+    assert isinstance(model.optimizer, tf_keras.mixed_precision.LossScaleOptimizer)
+    x = [HISTORY[:8], TARGET[:8]]
+    model.train_on_batch(x, LABELS[:8])
+    before, clocks = rows_of(layer), updates_of(layer)
+    scale = float(model.optimizer.loss_scale.numpy())
+    # Float16 outputs with errors of 1e6: the scaled gradients overflow.
+    model.train_on_batch(x, np.full((8, 1), 1e6, np.float32))
+    assert float(model.optimizer.loss_scale.numpy()) == scale / 2  # the step was skipped
+    np.testing.assert_array_equal(rows_of(layer), before)
+    np.testing.assert_array_equal(updates_of(layer), clocks)
+    model.train_on_batch(x, LABELS[:8])  # and the next step trains
+    assert (updates_of(layer) > clocks).any()
+
+
+def test_a_custom_loop_updates_the_table_where_it_applies_gradients():
+    """tape.gradient alone changes nothing; apply_gradients updates the
+    table, with the rows' gradients summed over the layer's calls."""
+    layer = embedding("het", **ROUTES["refresh-s1"])
+    ids = tf.constant([[1, 2, 1]], tf.int64)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(layer(ids, training=True)) + tf.reduce_sum(layer(ids[:, :1],
+                                                                             training=True))
+    grads = tape.gradient(loss, layer.trainable_weights)
+    assert isinstance(grads[0], tf.IndexedSlices)
+    np.testing.assert_array_equal(rows_of(layer), MATRIX)
+    tf_keras.optimizers.SGD().apply_gradients(zip(grads, layer.trainable_weights))
+    expected = MATRIX.copy()
+    expected[1] -= 0.1 * 3
+    expected[2] -= 0.1
+    np.testing.assert_allclose(rows_of(layer), expected, atol=1e-6)
+    with pytest.raises(ValueError, match="HetEmbedding '.*': the table's gradient reached the "
+                                         "optimizer as a dense"):
+        tf_keras.optimizers.SGD().apply_gradients([(tf.zeros([]), layer.trainable_weights[0])])
