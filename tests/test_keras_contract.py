@@ -104,9 +104,11 @@ def test_clipping_reaches_the_table_as_it_reaches_keras_embedding(clip, legacy):
     assert np.abs(unclipped - expected).max() > 0.1  # the clip changed the rows
 
 
-def test_steps_per_execution_trains_every_step():
+@pytest.mark.parametrize("fit", [dict(steps_per_execution=4), dict(run_eagerly=True)],
+                         ids=["steps_per_execution", "eager"])
+def test_steps_in_a_loop_or_eagerly_train_every_step(fit):
     expected = train("keras", "adagrad")
-    got = train("het", "adagrad", fit=dict(steps_per_execution=4), **ROUTES["refresh-s1"])
+    got = train("het", "adagrad", fit=fit, **ROUTES["refresh-s1"])
     np.testing.assert_allclose(got, expected, atol=1e-6)
 
 
