@@ -11,6 +11,7 @@ drops into any model and `model.fit` with no subclassing.
 import collections
 import copy
 import dataclasses
+import weakref
 import zlib
 
 import numpy as np
@@ -203,6 +204,7 @@ class HetEmbedding(tf_keras.layers.Layer):
         self._pinned = np.zeros([0], np.int64)  # hot rows pinned in the workers' caches
         self._serving_lookup = None  # see set_serving_lookup
         self._lookahead = False  # see het_tf.lookahead
+        self._herald_graphs = weakref.WeakSet()  # traced steps that called the plan
         self.supports_masking = self.mask_zero
 
     # ----- settings -----
@@ -344,6 +346,8 @@ class HetEmbedding(tf_keras.layers.Layer):
         split = self._split(training)
         regularizer, mask_zero = self.embeddings_regularizer, self.mask_zero
         lookahead = self.lookahead_active and training
+        if self._plan is not None and training:
+            self._check_one_call_a_step()
         vocabulary = self._table_config.vocabulary_size
         dense_shape = [np.iinfo(np.int64).max if vocabulary == UNBOUNDED else vocabulary, dim]
 
@@ -392,6 +396,16 @@ class HetEmbedding(tf_keras.layers.Layer):
         penalties.append(regularizer(penalized))
         return out
 
+    def _check_one_call_a_step(self):
+        """Herald's plan shares each step's ids once: a second training call
+        in one traced step is refused."""
+        graph = tf.compat.v1.get_default_graph()
+        if graph in self._herald_graphs and not tf.executing_eagerly():
+            raise ValueError(f"{self._owner}: sync='herald' plans one lookup a step, and the "
+                             "layer is called more than once in a training step; use "
+                             "sync='refresh' for a layer called several times")
+        self._herald_graphs.add(graph)
+
     def apply_gradient(self, gradient):
         """The table's update from the gradient the optimizer applies to the
         anchor (het_tf patches tf_keras' optimizers to call this): the rows'
@@ -403,7 +417,16 @@ class HetEmbedding(tf_keras.layers.Layer):
                 f"{self._owner}: the table's gradient reached the optimizer as a dense "
                 f"{type(gradient).__name__}; pass the gradient tape's IndexedSlices to "
                 "apply_gradients unchanged")
-        keys = tf.cast(gradient.indices, tf.int64)
+        keys = self._table.check_ids(gradient.indices, "the gradient's ids")
+        if self.input_dim is not None:
+            # Before any part of the update: a cached part and a pushed part
+            # must not be applied without the other.
+            valid = tf.debugging.assert_equal(
+                tf.reduce_all((keys >= 0) & (keys < self.input_dim)), True,
+                message=f"{self._owner}: the gradient's ids must lie in [0, {self.input_dim}); "
+                        "nothing was applied")
+            with tf.control_dependencies([valid]):
+                keys = tf.identity(keys)
         unique, at = tf.unique(keys, out_idx=tf.int32)
         grads = tf.math.unsorted_segment_sum(tf.cast(gradient.values, tf.float32), at,
                                              tf.size(unique))

@@ -10,6 +10,7 @@ variables, the anchors' gradients go to their layers instead, which update
 the tables; the rest of the step is the optimizer's own. This module wraps
 that one place in tf_keras' optimizers, once, on import.
 """
+import tensorflow as tf
 from tf_keras.src.optimizers import optimizer as _optimizer
 from tf_keras.src.optimizers.legacy import optimizer_v2 as _legacy
 
@@ -30,8 +31,18 @@ def _apply_tables(grads_and_vars):
         if layer is None:
             rest.append((grad, var))
         elif grad is not None:
+            _check_one_replica(layer)
             updates.append(layer.apply_gradient(grad))
     return rest, updates
+
+
+def _check_one_replica(layer):
+    """Each replica would apply the summed gradient to the table again."""
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    if replicas > 1:
+        raise ValueError(f"HetEmbedding '{layer.name}': the optimizer runs on {replicas} "
+                         "replicas in sync, and each would update the table; use one replica "
+                         "a worker (ParameterServerStrategy over CPU workers, or hybrid mode)")
 
 
 def _wrap_apply(original):

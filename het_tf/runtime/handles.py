@@ -27,14 +27,15 @@ class FunctionHandles:
     one eagerly."""
 
     def __init__(self):
-        self._by_graph = weakref.WeakKeyDictionary()
+        # By name: a tensor would keep its graph, the key, alive.
+        self._names = weakref.WeakKeyDictionary()
 
     def get(self, key, make):
         if tf.executing_eagerly():
             return make()
         graph = _outermost(tf.compat.v1.get_default_graph())
-        handles = self._by_graph.setdefault(graph, {})
-        if key not in handles:
+        names = self._names.setdefault(graph, {})
+        if key not in names:
             with graph.as_default(), tf.control_dependencies(None):
-                handles[key] = make()
-        return handles[key]
+                names[key] = make().name
+        return graph.get_tensor_by_name(names[key])

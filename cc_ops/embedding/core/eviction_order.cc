@@ -38,10 +38,18 @@ uint64_t EvictionOrder::BucketFor(uint64_t touches) const {
 }
 
 void EvictionOrder::Attach(int32_t slot, uint64_t touches, bool held) {
+  AttachTo(slot, touches, held ? kHeldBucket : BucketFor(touches));
+}
+
+void EvictionOrder::AttachLastResort(int32_t slot, uint64_t touches) {
+  AttachTo(slot, touches, kPinnedBucket);
+}
+
+void EvictionOrder::AttachTo(int32_t slot, uint64_t touches, uint64_t bucket) {
   Node& node = nodes_[slot];
   node.touches = touches;
   node.attached = true;
-  node.bucket = buckets_.try_emplace(held ? kHeldBucket : BucketFor(touches)).first;
+  node.bucket = buckets_.try_emplace(bucket).first;
   List& list = node.bucket->second;
   node.prev = list.tail;
   node.next = kNone;

@@ -36,9 +36,14 @@ class EvictionOrder {
   // Adds a detached slot with the given touch count at the most recent end
   // of its bucket: the held one if `held`.
   void Attach(int32_t slot, uint64_t touches, bool held = false);
+  // Adds a detached slot to the top bucket below the held one (LFU-opt's
+  // pinned rows'): a victim only when nothing else is left, the least
+  // recently attached first.
+  void AttachLastResort(int32_t slot, uint64_t touches);
   void Detach(int32_t slot);
   bool attached(int32_t slot) const { return nodes_[slot].attached; }
   uint64_t touches(int32_t slot) const { return nodes_[slot].touches; }
+  // In the last-resort bucket (LFU-opt's pinned rows, or AttachLastResort).
   bool pinned(int32_t slot) const {
     return attached(slot) && nodes_[slot].bucket->first == kPinnedBucket;
   }
@@ -73,6 +78,7 @@ class EvictionOrder {
     bool attached;
   };
   uint64_t BucketFor(uint64_t touches) const;
+  void AttachTo(int32_t slot, uint64_t touches, uint64_t bucket);
 
   CachePolicy policy_;
   uint64_t pin_threshold_;

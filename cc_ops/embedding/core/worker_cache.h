@@ -437,10 +437,11 @@ class WorkerCache {
   bool warned_pass_through_ = false;
   // The training lookups since the last update: the step's. A lookup that
   // finds the step open (the same layer called again before the update)
-  // holds the rows read so far, never a victim, until the update releases
-  // them; a step's only lookup holds nothing. A step whose update never
-  // comes (skipped, or never asked for) keeps its rows held until the next
-  // update; rows with no room pass through meanwhile.
+  // keeps the rows read so far as a last resort, evicted only when nothing
+  // else is left, until the update releases them; a step's only lookup
+  // keeps nothing. Lookups with no update after them (a step the loss
+  // scale skipped) keep their rows so until the next update, the oldest
+  // evicted first: the cache still turns over.
   struct StepRow {
     int32_t slot;
     int64_t key;

@@ -135,20 +135,34 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
 
 void WorkerCache::HoldStep() {
   for (const StepRow& row : step_.read) {
-    if (SlotOf(row.key) != row.slot || !order_.attached(row.slot) || order_.held(row.slot)) {
-      continue;  // gone, or held already (pinned, or by an earlier lookup)
+    if (SlotOf(row.key) != row.slot || !order_.attached(row.slot) || order_.held(row.slot) ||
+        order_.pinned(row.slot)) {
+      continue;  // gone, or kept already (pinned, or by an earlier lookup)
     }
     const uint64_t touches = order_.touches(row.slot);
     order_.Detach(row.slot);
-    order_.Attach(row.slot, touches, /*held=*/true);
+    order_.AttachLastResort(row.slot, touches);
     step_.held.push_back(row);
   }
   step_.read.clear();
+  // Lookups with no update after them hold again rows they read again:
+  // the entries no longer kept and the repeats go, so the list stays
+  // within the cache's size.
+  if (step_.held.size() > 2 * static_cast<size_t>(config_.capacity)) {
+    std::vector<uint8_t> listed(static_cast<size_t>(config_.capacity), 0);
+    size_t kept = 0;
+    for (const StepRow& row : step_.held) {
+      if (SlotOf(row.key) != row.slot || !order_.pinned(row.slot) || listed[row.slot]) continue;
+      listed[row.slot] = 1;
+      step_.held[kept++] = row;
+    }
+    step_.held.resize(kept);
+  }
 }
 
 void WorkerCache::ReleaseStep() {
   for (const StepRow& row : step_.held) {
-    if (SlotOf(row.key) != row.slot || !order_.held(row.slot)) continue;
+    if (SlotOf(row.key) != row.slot || !order_.pinned(row.slot)) continue;
     const uint64_t touches = order_.touches(row.slot);
     order_.Detach(row.slot);
     AttachSlot(row.slot, touches);

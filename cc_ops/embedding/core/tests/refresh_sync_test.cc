@@ -215,6 +215,42 @@ HET_TEST(ABatchLargerThanTheCacheTrainsAndLosesNothing) {
   }
 }
 
+HET_TEST(AStepsEarlierRowsAreEvictedLastUntilItsUpdate) {
+  // A layer called twice in a step: the second lookup evicts other rows
+  // before the first lookup's, which the step's update needs.
+  const int dim = 2;
+  LocalCluster cluster(SgdTable(dim), 1);
+  het::CacheConfig config = RefreshCache(dim, 4, 10, 10, 1)->config();
+  config.policy = het::CachePolicy::kLFU;  // 4 rows
+  std::unique_ptr<het::WorkerCache> cache;
+  EXPECT_OK(het::WorkerCache::Create(config, &cache));
+  het::LookupPlan plan;
+  std::vector<float> rows;
+  het::Pushes due;
+  const std::vector<int64_t> old = {7, 8};
+  const std::vector<float> grads(4 * dim, 1.0f);
+  for (int step = 0; step < 3; ++step) {  // touched more than the step's rows will be
+    EXPECT_OK(cluster.Lookup(*cache, old, true, &plan, &rows));
+    EXPECT_OK(cache->Accumulate(old.data(), 2, grads.data(), 0.1f, &due));
+  }
+  EXPECT_OK(cluster.Lookup(*cache, {1, 2}, true, &plan, &rows));  // the step's first call
+  EXPECT_OK(cluster.Lookup(*cache, {3, 4}, true, &plan, &rows));  // its second: 7, 8 go
+  const std::vector<int64_t> step = {1, 2, 3, 4};
+  std::vector<int64_t> uncached;
+  EXPECT_OK(cache->Accumulate(step.data(), 4, grads.data(), 0.1f, &due, nullptr, &uncached));
+  EXPECT_TRUE(uncached.empty());
+  EXPECT_EQ(cache->Counters().pushed_uncached, 0u);
+  // Released: the next steps' lookups may evict them again.
+  for (int64_t key : {5, 6, 9, 10}) {
+    const std::vector<int64_t> one = {key};
+    EXPECT_OK(cluster.Lookup(*cache, one, true, &plan, &rows));
+    EXPECT_OK(cache->Accumulate(one.data(), 1, grads.data(), 0.1f, &due));
+  }
+  const uint64_t hits = cache->Counters().hits;
+  EXPECT_OK(cluster.Lookup(*cache, {1, 2, 3, 4}, true, &plan, &rows));
+  EXPECT_TRUE(cache->Counters().hits - hits < 4u);
+}
+
 HET_TEST(PinnedRowsStayCachedWhateverThePolicy) {
   const int dim = 2;
   LocalCluster cluster(SgdTable(dim), 1);
