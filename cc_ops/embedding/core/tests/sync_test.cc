@@ -362,36 +362,43 @@ HET_TEST(ACacheTakesMemoryAsItFillsNotWhenMade) {
   EXPECT_TRUE(ResidentBytes() < before + (32u << 20));
 }
 
+// An SGD table of rows of 2 and a 3-row LFU cache that just looked up ids
+// 1 and 2, as a training step's update finds them.
+struct TwoRowsLookedUp {
+  LocalCluster cluster{Table(het::OptimizerKind::kSGD, 2), 1};
+  std::unique_ptr<het::WorkerCache> cache = MakeCache(Cache(2, 3, het::CachePolicy::kLFU, 1, 1));
+  het::Pushes due;
+  TwoRowsLookedUp() {
+    het::LookupPlan plan;
+    std::vector<float> rows;
+    EXPECT_OK(cluster.Lookup(*cache, {1, 2}, true, &plan, &rows));
+  }
+};
+
 HET_TEST(KeysNotCachedAreHandedBackForTheCallerToPush) {
   // A later lookup of the same step may evict a row the step's update
   // needs: its gradient comes back to be pushed as without a cache, and the
   // cached rows take their steps.
-  const int dim = 2;
-  LocalCluster cluster(Table(het::OptimizerKind::kSGD, dim), 1);
-  auto cache = MakeCache(Cache(dim, 3, het::CachePolicy::kLFU, 1, 1));
-  het::LookupPlan plan;
-  std::vector<float> rows;
-  EXPECT_OK(cluster.Lookup(*cache, {1, 2}, true, &plan, &rows));
-  het::Pushes due;
+  TwoRowsLookedUp step;
   const std::vector<int64_t> keys = {9, 1, 7};
   const std::vector<float> grads = {1, 1, 2, 2, 3, 3};
   std::vector<int64_t> uncached;
-  EXPECT_OK(cache->Accumulate(keys.data(), 3, grads.data(), 0.5f, &due, nullptr, &uncached));
+  EXPECT_OK(
+      step.cache->Accumulate(keys.data(), 3, grads.data(), 0.5f, &step.due, nullptr, &uncached));
   EXPECT_TRUE(uncached == (std::vector<int64_t>{0, 2}));
-  EXPECT_EQ(cache->Counters().pushed_uncached, 2u);
-  cache->Flush(&due);
-  EXPECT_TRUE(due.keys == (std::vector<int64_t>{1}));  // only the cached row moved
-  EXPECT_EQ(due.deltas[0], -0.5f * 2);
+  EXPECT_EQ(step.cache->Counters().pushed_uncached, 2u);
+  step.cache->Flush(&step.due);
+  EXPECT_TRUE(step.due.keys == (std::vector<int64_t>{1}));  // only the cached row moved
+  EXPECT_EQ(step.due.deltas[0], -0.5f * 2);
 }
 
 HET_TEST(BadCacheUseIsRejectedWithoutSideEffects) {
   const int dim = 2;
-  LocalCluster cluster(Table(het::OptimizerKind::kSGD, dim), 1);
-  auto cache = MakeCache(Cache(dim, 3, het::CachePolicy::kLFU, 1, 1));
+  TwoRowsLookedUp step;
+  auto& cache = step.cache;
+  het::Pushes& due = step.due;
   het::LookupPlan plan;
   std::vector<float> rows;
-  EXPECT_OK(cluster.Lookup(*cache, {1, 2}, true, &plan, &rows));
-  het::Pushes due;
   const std::vector<int64_t> keys = {1, 2};
   const std::vector<float> bad = {1, 1, 1, INFINITY};
   EXPECT_INVALID(cache->Accumulate(keys.data(), 2, bad.data(), 0.1f, &due), "non-finite");
@@ -408,7 +415,7 @@ HET_TEST(BadCacheUseIsRejectedWithoutSideEffects) {
   config = Cache(dim, 4, het::CachePolicy::kLFU, 1, 1);
   config.vocabulary_size = 100;
   auto fixed = MakeCache(config);
-  EXPECT_INVALID(cluster.Lookup(*fixed, {5, 100}, true, &plan, &rows), "id 100 is outside");
+  EXPECT_INVALID(step.cluster.Lookup(*fixed, {5, 100}, true, &plan, &rows), "id 100 is outside");
 }
 
 HET_TEST(CountersAddUpAndLfuBeatsLruOnSkewedKeys) {
