@@ -109,9 +109,10 @@ class FaultyWorker:
             return
         _rows, unique, _ = self.cache.lookup(tf.constant(ids, tf.int64), training=True)
         grads = gradients(len(unique), scale)
-        # Every key was just looked up, so none comes back uncached.
-        *pushes, _uncached = OPS.het_cache_accumulate(self.cache.handle(), unique, grads, LR,
-                                                      dim=DIM)
+        # Every key was just looked up, so none comes back uncached: the
+        # first six outputs are the push.
+        pushes = tuple(OPS.het_cache_accumulate(self.cache.handle(), unique, grads, LR,
+                                                dim=DIM)[:6])
         self.oracle.trained(unique.numpy(), grads)
         push_unanswered(self.table, pushes)
         self.unanswered = pushes
@@ -161,5 +162,10 @@ class FaultyWorker:
         """Empties the cache, as a restore does: nothing in flight, no epoch
         known."""
         self.cache.clear()
+        self.forget_epochs()
+
+    def forget_epochs(self):
+        """The cache met another epoch (Aborted) and empties itself at its
+        next lookup: nothing in flight, no epoch known until an answer."""
         self.unanswered, self.answered = None, False
         self.pushed_before = self.cache.stats()["rows_pushed"]

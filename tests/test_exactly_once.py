@@ -147,6 +147,10 @@ _runs = itertools.count()
 @example(sync="check", staleness=0, actions=[("train", 0, [0], 1), ("restart",)])
 @example(sync="check", staleness=1,
          actions=[("train", 0, [0], 1), ("snapshot",), ("train", 0, [0, 1], 1), ("restart",)])
+# Restarted again after the first restart's Aborted emptied the cache, with
+# no push answered since: it knows no epoch then.
+@example(sync="check", staleness=1,
+         actions=[("train", 0, [0], 0), ("train", 0, [0], 0), ("restart",), ("restart",)])
 def test_any_run_with_faults_ends_at_the_data(sync, staleness, actions):
     name = f"faults_{os.getpid()}_{next(_runs)}"
     config = het_tf.TableConfig(name, DIM, seed=SEED, optimizer=het_tf.OptimizerConfig("sgd"),
@@ -180,7 +184,7 @@ def test_any_run_with_faults_ends_at_the_data(sync, staleness, actions):
                 with pytest.raises(tf.errors.AbortedError):
                     train(worker.cache, Oracle(), [0])
                     worker.cache.flush(LR)
-                worker.unanswered = None
+                worker.forget_epochs()
                 worker.train([1], 1)  # from an empty cache, in the restored table
     for worker in workers:
         worker.cache.flush(LR)
