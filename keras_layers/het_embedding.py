@@ -376,8 +376,8 @@ class HetEmbedding(tf_keras.layers.Layer):
                 keys = tf.reshape(table.check_ids(ids), [-1])
                 values = tf.reshape(tf.cast(dy, tf.float32), [-1, dim])
                 if kept is not None:  # padding: no gradient, no update, no clock tick
-                    keys, values = (tf.boolean_mask(keys, keys != 0),
-                                    tf.boolean_mask(values, keys != 0))
+                    real = keys != 0
+                    keys, values = tf.boolean_mask(keys, real), tf.boolean_mask(values, real)
                 if d_penalized is not None:  # the regularizer's penalty on these rows
                     penalized = unique if kept is None else tf.boolean_mask(unique, kept)
                     keys = tf.concat([keys, penalized], 0)
@@ -436,8 +436,8 @@ class HetEmbedding(tf_keras.layers.Layer):
             update = _update_split(split, self._cache, unique, grads, lr)
         elif self._cache is not None:
             update = self._cache.apply_gradients(unique, grads, lr)
-        else:
-            update = push_without_cache(self._table, unique, grads, lr)
+        else:  # the ids were checked above
+            update = push_without_cache(self._table, unique, grads, lr, keys_checked=True)
         with tf.control_dependencies(tf.nest.flatten(update)):
             return self._updates.assign_add(1)
 

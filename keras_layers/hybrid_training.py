@@ -7,6 +7,7 @@ import tf_keras
 from het_tf.distribute.horovod import barrier, initialized, num_ps, rank
 from het_tf.keras_layers.allocation import Allocation
 from het_tf.keras_layers.het_embedding import het_embedding_layers
+from het_tf.keras_layers.table_gradients import is_anchor
 from het_tf.keras_layers.table_weights import model_variables
 
 
@@ -36,10 +37,9 @@ def _hybrid_train_step(model, data, allocation=None):
         loss = model.compute_loss(x, y, y_pred, sample_weight)
     variables = model.trainable_variables
     grads = tape.gradient(loss, variables)
-    anchors = {id(layer.gradient_anchor) for layer in het_embedding_layers(model) if layer.built}
-    tables = [(g, v) for g, v in zip(grads, variables) if g is not None and id(v) in anchors]
+    tables = [(g, v) for g, v in zip(grads, variables) if g is not None and is_anchor(v)]
     dense = [(tf.convert_to_tensor(g), v) for g, v in zip(grads, variables)
-             if g is not None and id(v) not in anchors]
+             if g is not None and not is_anchor(v)]
     if dense:
         averaged = hvd.grouped_allreduce([g for g, _ in dense], op=hvd.Average)
         dense = list(zip(averaged, [v for _, v in dense]))

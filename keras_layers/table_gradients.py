@@ -22,6 +22,11 @@ def mark_anchor(anchor, layer):
     setattr(anchor, _OWNER, layer)
 
 
+def is_anchor(variable):
+    """Whether `variable` stands for a HetEmbedding's table."""
+    return getattr(variable, _OWNER, None) is not None
+
+
 def _apply_tables(grads_and_vars):
     """Updates the tables of the anchors among `grads_and_vars`; returns
     the other pairs and the tables' update ops."""

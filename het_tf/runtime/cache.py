@@ -276,9 +276,11 @@ def lookup_without_cache(table: ShardedTable, ids):
     return rows, unique, tf.reshape(inverse, tf.shape(ids))
 
 
-def push_without_cache(table: ShardedTable, unique_keys, unique_grads, learning_rate):
-    """One update of each unique key with its gradient sum, on its shard."""
+def push_without_cache(table: ShardedTable, unique_keys, unique_grads, learning_rate,
+                       keys_checked=False):
+    """One update of each unique key with its gradient sum, on its shard;
+    keys_checked as for ShardedTable.pull (a caller that has not checked
+    them may have been handed anything)."""
     counts = tf.ones_like(unique_keys)
-    # Checked: a gradient's keys come from the optimizer, which any caller
-    # may hand anything.
-    return table.push(unique_keys, unique_grads, counts, learning_rate, return_rows=False)
+    return table.push(unique_keys, unique_grads, counts, learning_rate, return_rows=False,
+                      keys_checked=keys_checked)
