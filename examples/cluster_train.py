@@ -129,6 +129,7 @@ def main():
                             epochs=args.epochs, steps_per_epoch=args.steps_per_epoch, verbose=2,
                             callbacks=[HetMetricsCallback()] + save_each_epoch).history
     if args.evaluate_steps:
+        layer.flush()  # as evaluate does first: what it pushes after is its lookups'
         pushed = layer.het_stats()["table_updates_applied"]
         result["evaluation"] = model.evaluate(
             tf_keras.utils.experimental.DatasetCreator(dataset_fn(args)),
@@ -136,12 +137,15 @@ def main():
         result["pushed_during_evaluation"] = layer.het_stats()["table_updates_applied"] - pushed
     if args.hot_rows:
         # Every worker's cache still holds every pinned row: an evaluation
-        # lookup of them (which changes nothing) hits on each.
-        hits = layer.het_stats()["cache_hits"]
+        # lookup of them (which changes nothing) finds each cached, up to
+        # date (a hit) or behind the shard (refreshed), on every worker.
+        before = layer.het_stats()
         for device in layer.cache.worker_devices:
             with tf.device(device):
                 layer.cache.lookup(tf.constant(layer.hot_keys), training=False)
-        result["pinned_hits"] = layer.het_stats()["cache_hits"] - hits
+        after = layer.het_stats()
+        result["pinned_found"] = sum(after[f"cache_{k}"] - before[f"cache_{k}"]
+                                     for k in ("hits", "stale_refreshes"))
     layer.flush()
     stats = layer.het_stats()
     keys, values, _, clocks, _ = (t.numpy() for t in layer.table.export_all())

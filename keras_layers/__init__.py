@@ -1,5 +1,8 @@
 """Keras (tf_keras) layers of het_tf, importable as het_tf.keras_layers."""
+from het_tf.keras_layers import evaluation
 from het_tf.keras_layers.het_embedding import HetEmbedding
 from het_tf.keras_layers.metrics_callback import HetMetricsCallback
+
+evaluation.install()
 
 __all__ = ["HetEmbedding", "HetMetricsCallback"]

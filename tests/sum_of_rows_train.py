@@ -15,9 +15,10 @@ Both are exact in float32 (LR/BATCH is a power of two).
 
 Under ParameterServerStrategy every step trains the same batch
 (`batch(0)`), so the sum does not depend on how the steps fall on the
-workers; in hybrid mode rank r trains `batch(r * STEPS + i)` at its step i
-(or `batch(r * STEPS)` at every step, `repeated`) and writes
-RESULT_JSON.rank<r>. DIM (default 2) is the rows' size.
+workers, and each epoch's validation and `evaluate` right after `fit` score
+that batch (its loss); in hybrid mode rank r trains `batch(r * STEPS + i)` at its step i (or
+`batch(r * STEPS)` at every step, `repeated`) and writes RESULT_JSON.rank<r>.
+DIM (default 2) is the rows' size.
 """
 import json
 import os
@@ -94,9 +95,14 @@ def run_ps(result_path, dim, _order):
         return tf.data.Dataset.from_tensors((ids, np.zeros((BATCH, 1), np.float32))).repeat()
 
     data = tf_keras.utils.experimental.DatasetCreator(dataset_fn)
-    model.fit(data, epochs=1, steps_per_epoch=STEPS * 2, verbose=0)
+    # Each epoch's validation, and evaluate right after fit, run with
+    # updates still pending in the workers' caches.
+    history = model.fit(data, epochs=2, steps_per_epoch=STEPS, validation_data=data,
+                        validation_steps=2, verbose=0).history
+    evaluated = model.evaluate(data, steps=2, verbose=0)
     layer.flush()
-    result = dict(rows_and_clocks(layer), batches=[0] * (STEPS * 2))
+    result = dict(rows_and_clocks(layer), batches=[0] * (STEPS * 2), evaluated_loss=evaluated,
+                  validation_losses=history["val_loss"])
     with open(result_path, "w") as f:
         json.dump(result, f)
 

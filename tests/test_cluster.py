@@ -128,7 +128,7 @@ def test_hot_rows_stay_pinned_in_every_workers_cache(tmp_path):
                                          "--cache-capacity", "30"])
     assert code == 0, log[-5000:]
     assert len(result["hot_keys"]) == 10
-    assert result["pinned_hits"] == 2 * 10
+    assert result["pinned_found"] == 2 * 10
     assert result["stats"]["cache_pinned_keys"] == 2 * 10
 
 

@@ -207,6 +207,10 @@ def assert_rows_follow_the_data(result, batches):
 
 
 def test_a_parameter_server_strategy_cluster_ends_at_the_data(tmp_path):
+    """Two workers train the rows; after a flush they are what the data
+    says, and each epoch's validation and evaluate right after fit already
+    read them (they missed the updates still pending in the workers'
+    caches)."""
     result_path, log = tmp_path / "result.json", Log()
     with LocalCluster(1, 2, out=log) as cluster:
         chief = cluster.start_chief([sys.executable, SUM_OF_ROWS, "ps", str(result_path)])
@@ -215,6 +219,18 @@ def test_a_parameter_server_strategy_cluster_ends_at_the_data(tmp_path):
     assert code == 0, log.text()[-5000:]
     result = json.loads(result_path.read_text())
     assert_rows_follow_the_data(result, result["batches"])
+    # Each epoch's validation, and evaluate right after fit, read every
+    # worker's updates of the steps before: the loss is the batch's mean sum
+    # of the rows the data gives, over both calls.
+    def loss_after(steps):
+        occurrences, _ = data.trained_counts([data.batch(0)] * steps)
+        rows = -data.LR / data.BATCH * occurrences * data.DIM  # each row's sum over its dims
+        ids = data.batch(0)
+        return (rows[ids].sum(axis=1) + rows[ids[:, 0]]).mean()
+
+    losses = result["validation_losses"] + [result["evaluated_loss"]]
+    expected = [loss_after(data.STEPS), loss_after(2 * data.STEPS), loss_after(2 * data.STEPS)]
+    np.testing.assert_allclose(losses, expected, rtol=1e-6)
 
 
 @pytest.mark.parametrize("dim, order", [(1, "fresh"), (1, "repeated"), (8, "fresh"),

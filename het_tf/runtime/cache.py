@@ -124,7 +124,9 @@ class WorkerCache:
         """Rows of int64 `ids` (any shape) plus the batch's unique keys and
         the inverse map, for the gradient step. Training syncs as the
         config says; evaluation checks every key, so that it changes
-        nothing. With `lookahead` (sync "refresh", training) the step's own
+        nothing, at read bound 0: a copy behind the shard's row by any
+        update is read from the shard (with this worker's own pending
+        updates merged in). With `lookahead` (sync "refresh", training) the step's own
         exchange asks only for ids not cached: the step's `prefetch` carries
         its updates."""
         ids = self.table.check_ids(ids)
@@ -133,6 +135,8 @@ class WorkerCache:
         with self._placed(self.device):
             unique, inverse, clocks, read_staleness = self._ops.het_cache_prepare(
                 self.handle(), ids)
+        if not training:
+            read_staleness = tf.zeros_like(read_staleness)
         # Training takes whole states: local steps need the optimizer's slots.
         positions, values, row_clocks = self.table.pull(unique, clocks, read_staleness,
                                                         with_slots=training, keys_checked=True)

@@ -12,6 +12,7 @@ import tf_keras
 import het_tf
 from het_tf.apps.launch import LOCAL_TASKS_ENV
 from het_tf.data.synthetic import HELD_OUT_STREAM
+from het_tf.keras_layers.evaluation import as_the_caches_stand
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 from het_tf.keras_layers.hybrid_training import het_allocation
 from het_tf.runtime.cache import hit_rate
@@ -148,7 +149,8 @@ def evaluate_steps(model, eval_input, args):
     run where the model trains (on the workers in ps mode, so through their
     caches); the AUC is Keras's (2,000 thresholds)."""
     steps = max(1, args.eval_samples // args.batch_size)
-    evaluation = model.evaluate(eval_input, steps=steps, return_dict=True, verbose=0)
+    with as_the_caches_stand():
+        evaluation = model.evaluate(eval_input, steps=steps, return_dict=True, verbose=0)
     return dict(auc=float(evaluation["auc"]), logloss=float(evaluation["logloss"]),
                 eval_samples=steps * args.batch_size)
 

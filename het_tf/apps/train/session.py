@@ -15,6 +15,7 @@ from het_tf.apps.train.modes import MODES, own_command
 from het_tf.apps.train.wire import WireBytes
 from het_tf.data import parse_stats
 from het_tf.distribute.server import SERVER_IMPORTS_ENV
+from het_tf.keras_layers.evaluation import as_the_caches_stand
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 from het_tf.models import EmbeddingSpec, build_model
 
@@ -84,9 +85,12 @@ def train(args, mode):
     # Without HetEmbedding (TF's PS path) there are no shards to count.
     counted = (lambda: figures.shard_bytes(model)) if het_embedding_layers(model) else None
     wire = WireBytes(counted) if rank == 0 else None
-    history = model.fit(train_input, epochs=epochs, steps_per_epoch=steps_per_epoch,
-                        callbacks=[throughput.callback], **timeline,
-                        verbose=(1 if sys.stdout.isatty() else 2) if rank == 0 else 0).history
+    # The timeline reads the model as the caches hold it: pushing their
+    # pending updates first would change the training it measures.
+    with as_the_caches_stand():
+        history = model.fit(train_input, epochs=epochs, steps_per_epoch=steps_per_epoch,
+                            callbacks=[throughput.callback], **timeline,
+                            verbose=(1 if sys.stdout.isatty() else 2) if rank == 0 else 0).history
     mode.barrier()
     train_samples = epochs * steps_per_epoch * args.batch_size * mode.size
     result = {"config": arguments.options(args, leave_out=("run_dir",)),

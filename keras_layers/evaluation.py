@@ -1,0 +1,58 @@
+"""Evaluation and prediction read every update training made. Under
+ParameterServerStrategy each worker's cache holds updates that only that
+worker reads until they are pushed, so `Model.evaluate` and
+`Model.predict` (and fit's validation, which runs `evaluate`) first push
+every worker's pending updates of the model's HetEmbedding layers; their
+lookups then read every row a copy is behind on (WorkerCache.lookup). A
+cache that only this process uses is read by its own evaluation as it is,
+and is left alone."""
+import contextlib
+import functools
+
+import tf_keras
+
+from het_tf.keras_layers.het_embedding import het_embedding_layers
+
+# Depth of `as_the_caches_stand` blocks open: within one, no push first.
+_standing = [0]
+
+
+def flush_workers_caches(model):
+    """Pushes the pending updates of every HetEmbedding cache of `model`
+    that lives on the cluster's workers (eager)."""
+    for layer in het_embedding_layers(model):
+        cache = layer.cache if layer.built else None
+        if cache is not None and any(device is not None for device in cache.worker_devices):
+            layer.flush()
+
+
+@contextlib.contextmanager
+def as_the_caches_stand():
+    """Within the block, `evaluate` and `predict` (fit's validation too)
+    read the model as the workers' caches hold it, their pending updates
+    unpushed: an experiment (het-tf train's --eval-before-flush, and its
+    timeline, which must not change the traffic it measures)."""
+    _standing[0] += 1
+    try:
+        yield
+    finally:
+        _standing[0] -= 1
+
+
+def _flushing_first(method):
+    @functools.wraps(method)
+    def flushed_then(model, *args, **kwargs):
+        if not _standing[0]:
+            flush_workers_caches(model)
+        return method(model, *args, **kwargs)
+
+    flushed_then.het_flushes_first = True
+    return flushed_then
+
+
+def install():
+    """Makes tf_keras' Model.evaluate and Model.predict flush first (once)."""
+    for name in ("evaluate", "predict"):
+        method = getattr(tf_keras.Model, name)
+        if not getattr(method, "het_flushes_first", False):
+            setattr(tf_keras.Model, name, _flushing_first(method))
