@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow as tf
 from tf_keras.src.engine import base_layer_utils
 
+from het_tf.distribute import horovod
 from het_tf.runtime.config import MATERIALIZE_LIMIT
 
 
@@ -43,9 +44,14 @@ class TableWeights(base_layer_utils.TrackableWeightHandler):
             return [layer.table.gather(tf.range(layer.input_dim, dtype=tf.int64))]
 
     def set_weights(self, weights):
-        """Writes the matrix as the table's rows, keeping each row's optimizer
-        state and advancing its clock, empties every worker's cache, whose
-        copies it made stale, and gives the hot block its new rows."""
+        """Writes the matrix as the table's rows (`_write`), empties every
+        worker's cache, whose copies it made stale, and gives the hot block
+        its new rows.
+
+        In hybrid mode every rank keeps its own cache, so every rank calls
+        it, as it calls het_tf.hybrid.save: all ranks push their pending
+        updates, rank 0 writes its matrix, and then all ranks empty their
+        caches and reload their hot rows."""
         self._check_size()
         layer = self._layer
         if len(weights) != 1:
@@ -55,20 +61,32 @@ class TableWeights(base_layer_utils.TrackableWeightHandler):
         if matrix.shape != (layer.input_dim, layer.output_dim):
             raise ValueError(f"{layer._owner}: the table is [{layer.input_dim}, "
                              f"{layer.output_dim}], got a matrix of shape {matrix.shape}")
+        hybrid = horovod.num_ps() is not None
         with tf.init_scope():
             layer.flush()
-            keys, _, slots, clocks, steps = (t.numpy() for t in layer.table.export_all())
-            all_slots = layer.table.config.initial_slots(layer.input_dim)
-            all_clocks = np.zeros(layer.input_dim, np.int64)
-            all_steps = np.zeros(layer.input_dim, np.int64)
-            inside = keys < layer.input_dim
-            all_slots[keys[inside]] = slots[inside]
-            all_clocks[keys[inside]] = clocks[inside]
-            all_steps[keys[inside]] = steps[inside]
-            layer.table.import_rows(tf.range(layer.input_dim, dtype=tf.int64), matrix,
-                                    all_slots, all_clocks + 1, all_steps)
+            if hybrid:
+                horovod.barrier()  # every rank's pending updates are in
+            if not hybrid or horovod.rank() == 0:
+                self._write(matrix)
+            if hybrid:
+                horovod.barrier()  # no rank reads before the rows are written
             layer.clear_cache()
             layer.reload_hot_rows()
+
+    def _write(self, matrix):
+        """The matrix as the shards' rows, each keeping its optimizer state
+        and taking one more clock tick (eager)."""
+        layer = self._layer
+        keys, _, slots, clocks, steps = (t.numpy() for t in layer.table.export_all())
+        all_slots = layer.table.config.initial_slots(layer.input_dim)
+        all_clocks = np.zeros(layer.input_dim, np.int64)
+        all_steps = np.zeros(layer.input_dim, np.int64)
+        inside = keys < layer.input_dim
+        all_slots[keys[inside]] = slots[inside]
+        all_clocks[keys[inside]] = clocks[inside]
+        all_steps[keys[inside]] = steps[inside]
+        layer.table.import_rows(tf.range(layer.input_dim, dtype=tf.int64), matrix,
+                                all_slots, all_clocks + 1, all_steps)
 
 
 def model_variables(model):

@@ -17,12 +17,14 @@ Under ParameterServerStrategy every step trains the same batch
 (`batch(0)`), so the sum does not depend on how the steps fall on the
 workers, and each epoch's validation and `evaluate` right after `fit` score
 that batch (its loss); in hybrid mode rank r trains `batch(r * STEPS + i)` at its step i (or
-`batch(r * STEPS)` at every step, `repeated`) and writes RESULT_JSON.rank<r>.
+`batch(r * STEPS)` at every step, `repeated`), then every rank sets the
+table's weights and reads them back, and each writes RESULT_JSON.rank<r>.
 DIM (default 2) is the rows' size.
 """
 import json
 import os
 import sys
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -121,8 +123,29 @@ def run_hybrid(result_path, dim, order):
               epochs=1, verbose=0)
     hybrid.flush_and_clear(model)
     hybrid.barrier()  # every rank's updates are on the shards now
+    result = dict(rows_and_clocks(layer), batches=indexes)
+    hybrid.barrier()  # every rank has read them
+    result["read_after_set"] = read_after_set_weights(layer, rank)
     with open(f"{result_path}.rank{rank}", "w") as f:
-        json.dump(dict(rows_and_clocks(layer), batches=indexes), f)
+        json.dump(result, f)
+
+
+def read_after_set_weights(layer, rank):
+    """Every rank caches rows, then sets the table (rank 1 last, and with a
+    matrix of its own), then reads the rows again through its cache: what
+    it reads, for the test to hold against rank 0's matrix, `set_matrix(0)`."""
+    import tensorflow as tf
+
+    ids = tf.range(CACHE, dtype=tf.int64)
+    layer(ids, training=True)  # cached copies of the trained rows
+    if rank == 1:
+        time.sleep(1)
+    layer.set_weights([set_matrix(rank, layer.output_dim)])
+    return layer(ids, training=True).numpy().tolist()
+
+
+def set_matrix(rank, dim):
+    return np.arange(VOCABULARY * dim, dtype=np.float32).reshape(VOCABULARY, dim) + 1000 * rank
 
 
 if __name__ == "__main__":

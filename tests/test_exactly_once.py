@@ -239,10 +239,16 @@ def test_hybrid_ranks_end_at_the_data(tmp_path, dim, order):
     """Two Horovod ranks on 2 PS tasks, each training its own batches
     through a layer called twice: the step's update waits for its lookups'
     rows (it failed with an id 'not cached' when the gradient, built from
-    shapes alone, ran first)."""
+    shapes alone, ran first). Then set_weights, called on every rank,
+    writes rank 0's matrix, and every rank reads it through its cache."""
     result_path = tmp_path / "result.json"
     run_ranks(tmp_path, 2, 2, [sys.executable, SUM_OF_ROWS, "hybrid", str(result_path),
                                str(dim), order])
     ranks = [json.loads((tmp_path / f"result.json.rank{r}").read_text()) for r in range(2)]
     assert ranks[0]["values"] == ranks[1]["values"]  # both read the shards after the barrier
     assert_rows_follow_the_data(ranks[0], ranks[0]["batches"] + ranks[1]["batches"])
+    # set_weights on every rank: each reads rank 0's matrix through its
+    # cache, which held the trained rows (rank 1 wrote last before, and
+    # both read its matrix).
+    written = data.set_matrix(0, dim)[:data.CACHE].tolist()
+    assert [r["read_after_set"] for r in ranks] == [written, written]
