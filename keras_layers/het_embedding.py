@@ -201,6 +201,7 @@ class HetEmbedding(tf_keras.layers.Layer):
         self._cache = None
         self._hot = None
         self._plan = None  # Herald's, see _make_plan
+        self._strategy = None  # ParameterServerStrategy's, see _wait_for_scheduled_steps
         self._pinned = np.zeros([0], np.int64)  # hot rows pinned in the workers' caches
         self._serving_lookup = None  # see set_serving_lookup
         self._lookahead = False  # see het_tf.lookahead
@@ -260,6 +261,8 @@ class HetEmbedding(tf_keras.layers.Layer):
 
     def _create_table_and_cache(self):
         shard_devices, worker_devices, instance = placement(f"{id(self):x}")
+        # Its coordinator, once Keras makes one, schedules the workers' steps.
+        self._strategy = tf.distribute.get_strategy() if worker_devices is not None else None
         self._table = ShardedTable(self._table_config, shard_devices, instance)
         self._cache = None
         if self._cache_config is not None:
@@ -506,7 +509,19 @@ class HetEmbedding(tf_keras.layers.Layer):
 
     # ----- state -----
 
+    def _wait_for_scheduled_steps(self):
+        """Under ParameterServerStrategy, from the chief (eagerly): waits for
+        the steps scheduled so far. A worker's cache serves one caller at a
+        time: a flush, save or clear beside a running step could answer that
+        step's push for it, or drop the updates it makes in between. Keras
+        saves, validates and calls callbacks from the thread that schedules
+        the steps, so none is scheduled while this one runs."""
+        coordinator = getattr(self._strategy, "_cluster_coordinator", None)
+        if coordinator is not None and tf.executing_eagerly():
+            coordinator.join()
+
     def _flush_ops(self):
+        self._wait_for_scheduled_steps()
         ops = [] if self._hot is None else tf.nest.flatten(self._hot.write_back())
         if self._plan is not None:  # the direct rows' gradients kept for the next step
             ops += [self._plan.flush()]
@@ -517,6 +532,7 @@ class HetEmbedding(tf_keras.layers.Layer):
     def clear_cache(self):
         """Drops this worker's cached rows and pending updates (flush first
         to keep them); returns the ops."""
+        self._wait_for_scheduled_steps()
         if self._plan is not None:
             self._plan.clear()
         return [] if self._cache is None else [self._cache.clear()]

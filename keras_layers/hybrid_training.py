@@ -92,9 +92,10 @@ def flush_and_clear(model):
 
 def save(model, manager):
     """A checkpoint of the tables and rank 0's dense weights, taken by every
-    rank together: all ranks flush, rank 0 saves, all ranks empty their caches
-    (so that training goes on as a restore of this checkpoint would)."""
-    flush_and_clear(model)
+    rank together: all ranks flush, rank 0 saves, and no rank trains on
+    until it has. The caches keep their copies."""
+    for layer in het_embedding_layers(model):
+        layer.flush()
     barrier()
     path = manager.save() if rank() == 0 else None
     barrier()

@@ -2,7 +2,7 @@
 chief of a ParameterServerStrategy cluster or as every Horovod rank in
 hybrid mode, for tests/test_exactly_once.py.
 
-    sum_of_rows_train.py ps|hybrid RESULT_JSON [DIM] [fresh|repeated]
+    sum_of_rows_train.py ps|ps-saving|hybrid RESULT_JSON [DIM] [fresh|repeated]
 
 The model sums the rows of a batch's ids, looked up through one layer
 called twice (all of a sample's ids, then its first again, as a history
@@ -34,6 +34,7 @@ import numpy as np  # noqa: E402
 VOCABULARY, IDS, DIM = 48, 4, 2
 BATCH, LR, STEPS = 32, 0.25, 24
 CACHE, STALENESS = 24, 3
+SAVE_EVERY = 2
 
 
 def batch(index):
@@ -109,6 +110,70 @@ def run_ps(result_path, dim, _order):
         json.dump(result, f)
 
 
+def run_ps_saving(result_path, dim, _order):
+    """As run_ps, with a checkpoint every SAVE_EVERY steps the chief
+    schedules (Keras waits for the last step's logs before it saves, not for
+    the one before, which may still be training on the other worker), and
+    get_weights() after every step the chief schedules, without waiting for
+    it. Each save's and read's record holds the steps the optimizer had
+    finished just before it began and just after it ended."""
+    import tensorflow as tf
+    import tf_keras
+
+    from het_tf import cluster
+
+    strategy = cluster.parameter_server_strategy()
+    with strategy.scope():
+        model, layer = build_model(dim)
+        compile_model(model)
+    ids = batch(0)
+    saves = []
+
+    class Finished(tf_keras.callbacks.Callback):
+        def __init__(self, field):
+            super().__init__()
+            self.field = field
+            self._supports_tf_logs = True  # as ModelCheckpoint: batch hooks under PSS
+
+        def on_train_batch_end(self, step, logs=None):
+            if (step + 1) % SAVE_EVERY:
+                return
+            if self.field == "before":
+                saves.append({"path": f"{result_path}.ckpt-{step + 1}"})  # as Keras names it
+            saves[-1][self.field] = finished()
+
+    def dataset_fn(_context):
+        return tf.data.Dataset.from_tensors((ids, np.zeros((BATCH, 1), np.float32))).repeat()
+
+    def finished():
+        return int(model.optimizer.iterations.numpy())
+
+    class ReadWeights(tf_keras.callbacks.Callback):
+        """get_weights() right after each step is scheduled, while it trains."""
+
+        def __init__(self):
+            super().__init__()
+            self._supports_tf_logs = True
+
+        def on_train_batch_end(self, step, logs=None):
+            before = finished()
+            for _ in range(4):  # flushes beside the running steps (unless they wait)
+                layer.flush()
+            (table,) = [w for w in model.get_weights() if w.shape == (VOCABULARY, dim)]
+            reads.append({"rows": table[:, 0].tolist(), "before": before, "after": finished()})
+
+    reads = []
+    model.fit(tf_keras.utils.experimental.DatasetCreator(dataset_fn), epochs=1,
+              steps_per_epoch=STEPS * 2, verbose=0,
+              callbacks=[Finished("before"), tf_keras.callbacks.ModelCheckpoint(
+                  f"{result_path}.ckpt-{{batch}}", save_weights_only=True,
+                  save_freq=SAVE_EVERY), Finished("after"), ReadWeights()])
+    layer.flush()
+    result = dict(rows_and_clocks(layer), batches=[0] * (STEPS * 2), saves=saves, reads=reads)
+    with open(result_path, "w") as f:
+        json.dump(result, f)
+
+
 def run_hybrid(result_path, dim, order):
     from het_tf import hybrid
 
@@ -151,4 +216,4 @@ def set_matrix(rank, dim):
 if __name__ == "__main__":
     mode, path, *options = sys.argv[1:]
     dim, order = (int(options[0]) if options else DIM), (options[1] if options[1:] else "fresh")
-    (run_ps if mode == "ps" else run_hybrid)(path, dim, order)
+    {"ps": run_ps, "ps-saving": run_ps_saving, "hybrid": run_hybrid}[mode](path, dim, order)

@@ -233,6 +233,54 @@ def test_a_parameter_server_strategy_cluster_ends_at_the_data(tmp_path):
     np.testing.assert_allclose(losses, expected, rtol=1e-6)
 
 
+def saved_table(prefix):
+    """keys, values and clocks of the one table in a checkpoint, from its
+    chunks' tensors (read apart from het_tf)."""
+    reader = tf.train.load_checkpoint(prefix)
+    names = reader.get_variable_to_shape_map()
+
+    def field(name):
+        chunks = sorted(n for n in names if "/chunk_" in n and n.endswith(f"/{name}"))
+        return np.concatenate([reader.get_tensor(n) for n in chunks])
+
+    return field("keys"), field("values"), field("clocks")
+
+
+def test_checkpoints_saved_while_the_workers_train_are_consistent_cuts(tmp_path):
+    """A ModelCheckpoint every 2 steps and get_weights() after every step,
+    from the chief's callbacks, while two workers train the same batch: each
+    checkpoint holds n whole steps' updates, every row moved by n steps and
+    its clock at n, with n at least the steps finished before the save began
+    (none lost) and at most those finished when it ended, plus one running
+    on each worker (none counted twice); so does each matrix get_weights()
+    read. After the run every row is what the data says."""
+    result_path, log = tmp_path / "result.json", Log()
+    with LocalCluster(1, 2, out=log) as cluster:
+        chief = cluster.start_chief([sys.executable, SUM_OF_ROWS, "ps-saving", str(result_path)])
+        code = chief.wait(timeout=300)
+    assert_all_gone(cluster)
+    assert code == 0, log.text()[-5000:]
+    result = json.loads(result_path.read_text())
+    assert_rows_follow_the_data(result, result["batches"])
+    occurrences, _ = data.trained_counts([data.batch(0)])
+    one_step = -data.LR / data.BATCH * occurrences  # each row's move in each dimension
+    kept = [s for s in result["saves"] if ".ckpt-" in s["path"]]
+    assert len(kept) == len(result["batches"]) // data.SAVE_EVERY  # ModelCheckpoint's
+    for save in result["saves"]:
+        keys, values, clocks = saved_table(save["path"])
+        steps = int(clocks[0])
+        assert (clocks == steps).all(), (save, clocks)
+        assert save["before"] <= steps <= save["after"] + 2, (save, steps)
+        np.testing.assert_array_equal(
+            values, np.repeat(steps * one_step[keys][:, None], values.shape[1], axis=1))
+    assert len(result["reads"]) == len(result["batches"])
+    for read in result["reads"]:
+        rows = np.array(read["rows"])  # get_weights' matrix, first dimension
+        steps = int(round(rows[0] / one_step[0]))
+        assert read["before"] <= steps <= read["after"] + 2, (read, steps)
+        np.testing.assert_array_equal(rows, steps * one_step)
+
+
 @pytest.mark.parametrize("dim, order", [(1, "fresh"), (1, "repeated"), (8, "fresh"),
                                         (8, "repeated")])
 def test_hybrid_ranks_end_at_the_data(tmp_path, dim, order):

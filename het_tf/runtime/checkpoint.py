@@ -2,10 +2,10 @@
 
 A table is saved as one logical table (keys, values, slots, clocks, steps),
 whatever its number of shards, so it restores onto any number of shards.
-Saving flushes the caches, empties them, then writes the rows; restoring
+Saving pushes every cache's pending updates, then writes the rows; the
+caches keep their copies, so a save costs the training no hit. Restoring
 replaces every row and empties the caches, whose copies and pending updates
-belong to the abandoned run. Both leave a cold cache, so a run resumed from a
-checkpoint continues exactly as the run that wrote it.
+belong to the abandoned run.
 
 The rows go in chunks of at most CHUNK_BYTES, each written by its own SaveV2
 (and read back by its own RestoreV2) after the one before it is done, so a
@@ -47,7 +47,6 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
             # Now, whether or not TensorFlow traces the save: each worker's
             # pending updates reach the shards before any row is read.
             tf.nest.flatten(self._flush())
-            tf.nest.flatten(self._clear_caches())
             rows = [self._table.shard_rows(s) for s in range(self._table.num_shards)]
         prefixes, chunk = [], 0
         for shard, count in enumerate(rows):

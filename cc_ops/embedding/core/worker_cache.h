@@ -422,8 +422,8 @@ class WorkerCache {
   int64_t sequence_ = 0;
   std::vector<int64_t> epochs_;  // each shard's, from the first answer
   bool old_timeline_ = false;    // a shard's epoch changed: clear first
-  // Rows the last training lookup passed through, until the step's
-  // Accumulate pushes them.
+  // Rows the step's training lookups passed through, until its Accumulate
+  // pushes them (FillForTraining bounds them for steps with no update).
   struct PassedThrough {
     KeyIndex index;  // key -> place of its state and server clock
     std::vector<float> states;

@@ -61,8 +61,15 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
                                   const std::vector<int64_t>& fresh_clocks, float* rows_out) {
   const int dim = config_.dim;
   // A lookup before the last one's update (the same layer called again in
-  // its step): the rows the step read so far stay until that update.
-  if (step_.open) HoldStep();
+  // its step): the rows the step read so far stay until that update, and
+  // so do those passing through, which only the update pushes. The latter
+  // go after all once they outnumber twice the cache or the batch: lookups
+  // no update follows (a skipped step) must not gather rows without end.
+  const bool again = step_.open;
+  if (again) HoldStep();
+  const size_t passing_bound = 2 * static_cast<size_t>(std::max<int64_t>(config_.capacity, u));
+  if (!again || passing_.clocks.size() > passing_bound) passing_.Clear();
+  const size_t passed_before = passing_.clocks.size();
   // Detach the batch's rows first so that filling the batch can never
   // evict a row the same batch needs.
   for (int64_t i = 0; i < u; ++i) {
@@ -73,7 +80,6 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
   }
   std::vector<bool> inserted(u, false);
   uint64_t hits = 0, misses = 0, refreshes = 0, hits_fetched_ahead = 0;
-  passing_.Clear();
   OutboxRows unsent(outbox_);
   const bool prefetched = fetched_ahead_.size() > 0;
   for (int64_t i = 0; i < u; ++i) {
@@ -92,6 +98,16 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
     if (slot >= 0) {
       Refresh(slot, fresh, clock);
       ++refreshes;
+      continue;
+    }
+    const uint32_t passing = passing_.index.Find(unique_keys[i]);
+    if (passing != KeyIndex::kAbsent) {
+      // Passing through since the step's earlier lookup: it reads what that
+      // one read, and a slot for it now would evict a row the step read.
+      if (config_.sync == SyncMode::kRefresh) unreported_evictions_.push_back(unique_keys[i]);
+      std::memcpy(rows_out + size_t(i) * dim, passing_.states.data() + size_t(passing) * width_,
+                  sizeof(float) * dim);
+      ++misses;
       continue;
     }
     slot = TakeSlot();
@@ -128,7 +144,7 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
   counters_.prefetch_hits += hits_fetched_ahead;
   counters_.misses += misses;
   counters_.stale_refreshes += refreshes;
-  counters_.passed_through += passing_.clocks.size();
+  counters_.passed_through += passing_.clocks.size() - passed_before;
   if (prefetched) fetched_ahead_.Clear();
   RememberBatch(unique_keys, u, slots);
 }

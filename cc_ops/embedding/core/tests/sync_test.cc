@@ -1,5 +1,6 @@
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -390,6 +391,32 @@ HET_TEST(KeysNotCachedAreHandedBackForTheCallerToPush) {
   step.cache->Flush(&step.due);
   EXPECT_TRUE(step.due.keys == (std::vector<int64_t>{1}));  // only the cached row moved
   EXPECT_EQ(step.due.deltas[0], -0.5f * 2);
+}
+
+HET_TEST(RowsPassingThroughKeepPassingUntilTheStepsUpdate) {
+  // A step reads five rows through a 3-row cache (two pass through), then
+  // the same layer reads them again: the update finds every row, cached or
+  // passing, and pushes each once, with nothing handed back.
+  TwoRowsLookedUp step;  // a step before, whose update never came
+  het::LookupPlan plan;
+  std::vector<float> rows;
+  const std::vector<int64_t> keys = {3, 4, 5, 6, 7};
+  EXPECT_OK(step.cluster.Lookup(*step.cache, keys, true, &plan, &rows));
+  EXPECT_OK(step.cluster.Lookup(*step.cache, {7, 6, 5}, true, &plan, &rows));
+  EXPECT_EQ(step.cache->Counters().passed_through, 2u);  // the second lookup's were passing
+  const std::vector<float> grads = {1, 1, 2, 2, 3, 3, 4, 4, 5, 5};
+  std::vector<int64_t> uncached;
+  EXPECT_OK(
+      step.cache->Accumulate(keys.data(), 5, grads.data(), 0.5f, &step.due, nullptr, &uncached));
+  EXPECT_TRUE(uncached.empty());
+  step.cache->Flush(&step.due);
+  std::vector<std::pair<int64_t, float>> pushed;
+  for (size_t i = 0; i < step.due.size(); ++i) {
+    pushed.push_back({step.due.keys[i], step.due.deltas[i * 2]});
+  }
+  std::sort(pushed.begin(), pushed.end());
+  EXPECT_TRUE(pushed == (std::vector<std::pair<int64_t, float>>{
+                            {3, -0.5f}, {4, -1.0f}, {5, -1.5f}, {6, -2.0f}, {7, -2.5f}}));
 }
 
 HET_TEST(BadCacheUseIsRejectedWithoutSideEffects) {
