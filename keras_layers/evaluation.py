@@ -12,6 +12,7 @@ import functools
 import tf_keras
 
 from het_tf.keras_layers.het_embedding import het_embedding_layers
+from het_tf.runtime.cache import evaluation_as_cached
 
 # Depth of `as_the_caches_stand` blocks open: within one, no push first.
 _standing = [0]
@@ -29,12 +30,14 @@ def flush_workers_caches(model):
 @contextlib.contextmanager
 def as_the_caches_stand():
     """Within the block, `evaluate` and `predict` (fit's validation too)
-    read the model as the workers' caches hold it, their pending updates
-    unpushed: an experiment (het-tf train's --eval-before-flush, and its
-    timeline, which must not change the traffic it measures)."""
+    read the model as the workers' caches hold it: their pending updates
+    unpushed, their copies read up to the read bound. An experiment (het-tf
+    train's --eval-before-flush, and its timeline, which must not change
+    the traffic it measures)."""
     _standing[0] += 1
     try:
-        yield
+        with evaluation_as_cached():
+            yield
     finally:
         _standing[0] -= 1
 
@@ -42,7 +45,13 @@ def as_the_caches_stand():
 def _flushing_first(method):
     @functools.wraps(method)
     def flushed_then(model, *args, **kwargs):
-        if not _standing[0]:
+        standing = bool(_standing[0])
+        # The read bound is fixed when Keras traces its functions: trace
+        # again when the way of reading changed.
+        if getattr(model, "_het_evaluated_standing", standing) != standing:
+            model.test_function = model.predict_function = None
+        model._het_evaluated_standing = standing
+        if not standing:
             flush_workers_caches(model)
         return method(model, *args, **kwargs)
 

@@ -20,6 +20,22 @@ _WORKER_GONE = (tf.errors.UnavailableError, tf.errors.CancelledError, tf.errors.
                 tf.errors.DeadlineExceededError)
 
 
+# Depth of `evaluation_as_cached` blocks open while lookups are traced.
+_as_cached = [0]
+
+
+@contextlib.contextmanager
+def evaluation_as_cached():
+    """Evaluation lookups traced within read cached copies up to the cache's
+    own read bound, as training does, rather than at bound 0: the model as
+    the workers' caches hold it."""
+    _as_cached[0] += 1
+    try:
+        yield
+    finally:
+        _as_cached[0] -= 1
+
+
 def _worker_gone(error):
     # A cache whose shard was restored answers Aborted too, naming it: that
     # worker is there, and its caller must know its pending updates went.
@@ -124,7 +140,8 @@ class WorkerCache:
         """Rows of int64 `ids` (any shape) plus the batch's unique keys and
         the inverse map, for the gradient step. Training syncs as the
         config says; evaluation checks every key, so that it changes
-        nothing, at read bound 0: a copy behind the shard's row by any
+        nothing, at read bound 0 (unless traced within
+        `evaluation_as_cached`): a copy behind the shard's row by any
         update is read from the shard (with this worker's own pending
         updates merged in). With `lookahead` (sync "refresh", training) the step's own
         exchange asks only for ids not cached: the step's `prefetch` carries
@@ -135,7 +152,7 @@ class WorkerCache:
         with self._placed(self.device):
             unique, inverse, clocks, read_staleness = self._ops.het_cache_prepare(
                 self.handle(), ids)
-        if not training:
+        if not training and not _as_cached[0]:
             read_staleness = tf.zeros_like(read_staleness)
         # Training takes whole states: local steps need the optimizer's slots.
         positions, values, row_clocks = self.table.pull(unique, clocks, read_staleness,

@@ -119,9 +119,8 @@ def add_arguments(p):
                    "the end of each tenth of training, for AUC against training time, as the "
                    "workers' caches hold the model (metrics.json 'timeline'; 0: off)")
     p.add_argument("--eval-before-flush", action="store_true",
-                   help="also evaluate before the caches' pending updates are pushed, each worker "
-                   "reading the shards' rows and its own pending updates (metrics.json "
-                   "'before_flush')")
+                   help="also evaluate before the caches' pending updates are pushed, as the "
+                   "workers' own copies stand (metrics.json 'before_flush')")
     p.add_argument("--batch-size", type=_positive, default=1024, help="per worker")
     p.add_argument("--dim", type=_positive, default=DEFAULT_DIM, help="embedding size")
     p.add_argument("--optimizer", choices=("adagrad", "adam", "sgd", "ftrl"), default="adagrad",
