@@ -206,19 +206,27 @@ def assert_rows_follow_the_data(result, batches):
     np.testing.assert_array_equal(result["clocks"], steps[keys])
 
 
-def test_a_parameter_server_strategy_cluster_ends_at_the_data(tmp_path):
-    """Two workers train the rows; after a flush they are what the data
-    says, and each epoch's validation and evaluate right after fit already
-    read them (they missed the updates still pending in the workers'
-    caches)."""
+def run_ps_chief(tmp_path, mode):
+    """Runs sum_of_rows_train.py `mode` as the chief of 1 PS task and 2
+    workers; checks that the rows after its flush are what the data says,
+    and returns its result."""
     result_path, log = tmp_path / "result.json", Log()
     with LocalCluster(1, 2, out=log) as cluster:
-        chief = cluster.start_chief([sys.executable, SUM_OF_ROWS, "ps", str(result_path)])
+        chief = cluster.start_chief([sys.executable, SUM_OF_ROWS, mode, str(result_path)])
         code = chief.wait(timeout=300)
     assert_all_gone(cluster)
     assert code == 0, log.text()[-5000:]
     result = json.loads(result_path.read_text())
     assert_rows_follow_the_data(result, result["batches"])
+    return result
+
+
+def test_a_parameter_server_strategy_cluster_ends_at_the_data(tmp_path):
+    """Two workers train the rows; after a flush they are what the data
+    says, and each epoch's validation and evaluate right after fit already
+    read them (they missed the updates still pending in the workers'
+    caches)."""
+    result = run_ps_chief(tmp_path, "ps")
     # Each epoch's validation, and evaluate right after fit, read every
     # worker's updates of the steps before: the loss is the batch's mean sum
     # of the rows the data gives, over both calls.
@@ -254,14 +262,7 @@ def test_checkpoints_saved_while_the_workers_train_are_consistent_cuts(tmp_path)
     (none lost) and at most those finished when it ended, plus one running
     on each worker (none counted twice); so does each matrix get_weights()
     read. After the run every row is what the data says."""
-    result_path, log = tmp_path / "result.json", Log()
-    with LocalCluster(1, 2, out=log) as cluster:
-        chief = cluster.start_chief([sys.executable, SUM_OF_ROWS, "ps-saving", str(result_path)])
-        code = chief.wait(timeout=300)
-    assert_all_gone(cluster)
-    assert code == 0, log.text()[-5000:]
-    result = json.loads(result_path.read_text())
-    assert_rows_follow_the_data(result, result["batches"])
+    result = run_ps_chief(tmp_path, "ps-saving")
     occurrences, _ = data.trained_counts([data.batch(0)])
     one_step = -data.LR / data.BATCH * occurrences  # each row's move in each dimension
     kept = [s for s in result["saves"] if ".ckpt-" in s["path"]]
