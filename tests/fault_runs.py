@@ -98,6 +98,18 @@ class FaultyWorker:
         train(self.cache, self.oracle, ids, gradients(len(ids), scale))
         self.answered = True
 
+    def train_twice(self, ids, scale, more):
+        """A layer called twice in a step: two lookups, then one update of
+        every id either read (through the cache, or pushed as without one
+        if the second lookup took its row's place)."""
+        for read in (ids, more):
+            self.cache.lookup(tf.constant(read, tf.int64), training=True)
+        unique = np.unique(np.array(ids + more, np.int64))
+        grads = gradients(len(unique), scale)
+        self.cache.apply_gradients(tf.constant(unique), tf.constant(grads), LR)
+        self.oracle.trained(unique, grads)
+        self.answered = True
+
     def drop_answer(self, ids, scale):
         """A step whose shards merge and whose answer never comes back."""
         self.faults["dropped"] += 1

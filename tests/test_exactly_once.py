@@ -132,6 +132,7 @@ IDS = st.lists(st.integers(0, 23), min_size=1, max_size=8, unique=True)
 ACTIONS = st.one_of(
     st.tuples(st.sampled_from(["train", "drop_answer"]), st.integers(0, 1), IDS,
               st.integers(-4, 4)),
+    st.tuples(st.just("train_twice"), st.integers(0, 1), IDS, st.integers(-4, 4), IDS),
     st.tuples(st.sampled_from(["refuse", "replay"]), st.integers(0, 1)),
     st.tuples(st.sampled_from(["snapshot", "restart"])),
 )
@@ -151,6 +152,10 @@ _runs = itertools.count()
 # no push answered since: it knows no epoch then.
 @example(sync="check", staleness=1,
          actions=[("train", 0, [0], 0), ("train", 0, [0], 0), ("restart",), ("restart",)])
+# A step that reads 10 rows through the 8-row cache, then the 2 passing
+# through again: they pass again, and its update pushes them in its round.
+@example(sync="refresh", staleness=3,
+         actions=[("train_twice", 0, list(range(10)), 1, [8, 9]), ("train", 1, [8], 1)])
 def test_any_run_with_faults_ends_at_the_data(sync, staleness, actions):
     name = f"faults_{os.getpid()}_{next(_runs)}"
     config = het_tf.TableConfig(name, DIM, seed=SEED, optimizer=het_tf.OptimizerConfig("sgd"),
@@ -162,7 +167,7 @@ def test_any_run_with_faults_ends_at_the_data(sync, staleness, actions):
         shared_name=f"{name}_worker{w}"), oracle) for w in range(2)]
     snapshot = ([t.numpy() for t in table.export_all()], oracle.copy())  # the empty table
     for action, *args in actions:
-        if action in ("train", "drop_answer", "refuse", "replay"):
+        if action in ("train", "train_twice", "drop_answer", "refuse", "replay"):
             getattr(workers[args[0]], action)(*args[1:])
         elif action == "snapshot":
             for worker in workers:
