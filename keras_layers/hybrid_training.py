@@ -23,12 +23,12 @@ def _hybrid_train_step(model, data, allocation=None):
     The tables' gradients go to the optimizer as they are: each rank updates
     the tables through its own cache. With `allocation` the step first
     re-divides the samples over the ranks."""
-    hvd = initialized()
     if isinstance(model.optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
         # Its skip decision would read each rank's own table gradients:
         # ranks could skip different steps and their dense weights part.
         raise ValueError("hybrid mode does not take a LossScaleOptimizer (mixed_float16): "
                          "train in float32 or mixed_bfloat16, which needs no loss scale")
+    hvd = initialized()
     if allocation is not None:
         data = allocation(data)
     x, y, sample_weight = tf_keras.utils.unpack_x_y_sample_weight(data)

@@ -2,6 +2,10 @@
 gradients, so the optimizer treats its gradient as it treats any
 embedding's. Every case trains tf_keras' own Embedding beside it on the
 same data, from the same rows (one weights=[matrix]), as the oracle."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -186,3 +190,48 @@ def test_a_custom_loop_updates_the_table_where_it_applies_gradients():
                        match=rf"HetEmbedding '{layer.name}': the gradient's ids must lie in"):
         tf_keras.optimizers.SGD().apply_gradients([(bad, layer.trainable_weights[0])])
     np.testing.assert_array_equal(rows_of(layer), before)
+
+
+# Run apart: a process makes its logical devices before TensorFlow starts.
+_MIRRORED = """
+import os
+import subprocess
+import sys
+
+import numpy as np
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import tf_keras
+from het_tf.keras_layers import HetEmbedding
+with tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]).scope():
+    model = tf_keras.Sequential([tf_keras.Input((1,), dtype="int64"), HetEmbedding(10, 2, name="items"),
+                                 tf_keras.layers.Flatten(), tf_keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+try:
+    model.fit(np.zeros((8, 1), np.int64), np.zeros((8, 1)), batch_size=4, verbose=0)
+except ValueError as e:
+    print("refused:", e)
+"""
+
+
+def test_an_optimizer_on_several_replicas_in_sync_is_refused():
+    """Each replica would apply the table's summed gradient again."""
+    run = subprocess.run([sys.executable, "-c", _MIRRORED], capture_output=True, text=True,
+                         timeout=300, env=dict(os.environ, TF_USE_LEGACY_KERAS="1"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "refused:" in run.stdout
+    assert "HetEmbedding 'items': the optimizer runs on 2 replicas in sync" in run.stdout
+
+
+def test_hybrid_mode_refuses_a_loss_scale_optimizer():
+    """Each rank's skip decision would read its own table gradients."""
+    from het_tf.keras_layers.hybrid_training import _hybrid_train_step
+
+    model = tf_keras.Sequential([tf_keras.Input((1,), dtype="int64"),
+                                 embedding("het", name="lso_items"), tf_keras.layers.Flatten(),
+                                 tf_keras.layers.Dense(1)])
+    model.compile(tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.SGD(0.1)),
+                  "mse")
+    with pytest.raises(ValueError, match="hybrid mode does not take a LossScaleOptimizer"):
+        _hybrid_train_step(model, (np.zeros((4, 1), np.int64), np.zeros((4, 1), np.float32)))
