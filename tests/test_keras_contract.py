@@ -23,8 +23,7 @@ LABELS = _DATA.normal(size=(64, 1)).astype(np.float32)
 # The routes one process takes: the cache off, synchronous (both bounds 0),
 # by refresh and by check at two bounds (a cache that holds a step's rows),
 # FAE's hot rows; and a cache smaller than a step's rows, where rows pass
-# through and a second call evicts the first's (exact for SGD: Adagrad's
-# rows evicted mid-step take their update on the shard, in another order).
+# through and a second call evicts the first's (which then pass through).
 ROUTES = {
     "off": dict(cache_capacity=0),
     "s0": dict(cache_capacity=0.8, staleness=0),
@@ -77,8 +76,7 @@ def train(kind, optimizer="sgd", calls=2, labels=LABELS, epochs=2, fit=None, com
 
 
 @pytest.mark.parametrize("route, optimizer", [
-    (route, optimizer) for route in sorted(ROUTES) for optimizer in sorted(OPTIMIZERS)
-    if route != "small-cache" or optimizer == "sgd"])
+    (route, optimizer) for route in sorted(ROUTES) for optimizer in sorted(OPTIMIZERS)])
 def test_a_layer_called_twice_trains_as_keras_shared_embedding(route, optimizer):
     expected = train("keras", optimizer)
     np.testing.assert_allclose(train("het", optimizer, **ROUTES[route]), expected, atol=1e-6)

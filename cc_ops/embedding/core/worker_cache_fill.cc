@@ -19,17 +19,26 @@ int32_t WorkerCache::TakeSlot() {
   if (slots_used_ < config_.capacity) return static_cast<int32_t>(slots_used_++);
   const int32_t slot = order_.Victim();
   if (slot == EvictionOrder::kNone) return slot;
+  const bool last_resort = order_.pinned(slot);
   order_.Detach(slot);
+  const int64_t key = entries_[slot].key;
   if (PendingCount(slot) > 0) {
     // The key is not in this batch, so it cannot be updated again before
     // the outbox goes out with the next pushes.
-    outbox_.Add(entries_[slot].key, PendingDelta(slot), width_, PendingCount(slot),
-                entries_[slot].server_clock);
+    outbox_.Add(key, PendingDelta(slot), width_, PendingCount(slot), entries_[slot].server_clock);
     ++counters_.dirty_evictions;
   }
-  index_.Erase(entries_[slot].key);
+  if (last_resort && step_.open && passing_.index.Find(key) == KeyIndex::kAbsent) {
+    // Most likely a row the open step read: it passes through from here,
+    // so that the step's update still takes its step on the copy the step
+    // read (its pending delta went first, to the outbox).
+    passing_.index.Insert(key, static_cast<uint32_t>(passing_.clocks.size()));
+    passing_.states.insert(passing_.states.end(), State(slot), State(slot) + width_);
+    passing_.clocks.push_back(entries_[slot].local_clock);
+  }
+  index_.Erase(key);
   // The shards' record of this worker's copies drops it at the next exchange.
-  if (config_.sync == SyncMode::kRefresh) unreported_evictions_.push_back(entries_[slot].key);
+  if (config_.sync == SyncMode::kRefresh) unreported_evictions_.push_back(key);
   ++counters_.evictions;
   return slot;
 }
@@ -69,7 +78,6 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
   if (again) HoldStep();
   const size_t passing_bound = 2 * static_cast<size_t>(std::max<int64_t>(config_.capacity, u));
   if (!again || passing_.clocks.size() > passing_bound) passing_.Clear();
-  const size_t passed_before = passing_.clocks.size();
   // Detach the batch's rows first so that filling the batch can never
   // evict a row the same batch needs.
   for (int64_t i = 0; i < u; ++i) {
@@ -79,7 +87,7 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
     if (slots[i] >= 0 && order_.attached(slots[i])) order_.Detach(slots[i]);
   }
   std::vector<bool> inserted(u, false);
-  uint64_t hits = 0, misses = 0, refreshes = 0, hits_fetched_ahead = 0;
+  uint64_t hits = 0, misses = 0, refreshes = 0, hits_fetched_ahead = 0, passed = 0;
   OutboxRows unsent(outbox_);
   const bool prefetched = fetched_ahead_.size() > 0;
   for (int64_t i = 0; i < u; ++i) {
@@ -100,27 +108,20 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
       ++refreshes;
       continue;
     }
-    const uint32_t passing = passing_.index.Find(unique_keys[i]);
-    if (passing != KeyIndex::kAbsent) {
-      // Passing through since the step's earlier lookup: it reads what that
-      // one read, and a slot for it now would evict a row the step read.
-      if (config_.sync == SyncMode::kRefresh) unreported_evictions_.push_back(unique_keys[i]);
-      std::memcpy(rows_out + size_t(i) * dim, passing_.states.data() + size_t(passing) * width_,
-                  sizeof(float) * dim);
-      ++misses;
-      continue;
-    }
     slot = TakeSlot();
     if (slot == EvictionOrder::kNone) {
       // The batch's cached rows fill the cache: this row passes through,
-      // read now and pushed with the step's update (Accumulate).
+      // read now and pushed with the step's update (Accumulate). Once a
+      // row passes in a step, it keeps the state the step read first.
+      ++passed;
+      std::memcpy(rows_out + size_t(i) * dim, fresh, sizeof(float) * dim);
+      ++misses;
+      // The shards recorded the copy a sync handed out: it goes at once.
+      if (config_.sync == SyncMode::kRefresh) unreported_evictions_.push_back(unique_keys[i]);
+      if (passing_.index.Find(unique_keys[i]) != KeyIndex::kAbsent) continue;
       passing_.index.Insert(unique_keys[i], static_cast<uint32_t>(passing_.clocks.size()));
       passing_.states.insert(passing_.states.end(), fresh, fresh + width_);
       passing_.clocks.push_back(clock);
-      // The shards recorded the copy a sync handed out: it goes at once.
-      if (config_.sync == SyncMode::kRefresh) unreported_evictions_.push_back(unique_keys[i]);
-      std::memcpy(rows_out + size_t(i) * dim, fresh, sizeof(float) * dim);
-      ++misses;
       continue;
     }
     slots[i] = slot;
@@ -144,7 +145,7 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
   counters_.prefetch_hits += hits_fetched_ahead;
   counters_.misses += misses;
   counters_.stale_refreshes += refreshes;
-  counters_.passed_through += passing_.clocks.size() - passed_before;
+  counters_.passed_through += passed;
   if (prefetched) fetched_ahead_.Clear();
   RememberBatch(unique_keys, u, slots);
 }

@@ -393,17 +393,18 @@ HET_TEST(KeysNotCachedAreHandedBackForTheCallerToPush) {
   EXPECT_EQ(step.due.deltas[0], -0.5f * 2);
 }
 
-HET_TEST(RowsPassingThroughKeepPassingUntilTheStepsUpdate) {
+HET_TEST(EveryRowAStepReadIsThereForItsUpdate) {
   // A step reads five rows through a 3-row cache (two pass through), then
-  // the same layer reads them again: the update finds every row, cached or
-  // passing, and pushes each once, with nothing handed back.
+  // the same layer reads three of them again, taking the places of rows the
+  // step read: those pass through from then on. The update finds every
+  // row, cached or passing, and pushes each once, with nothing handed back.
   TwoRowsLookedUp step;  // a step before, whose update never came
   het::LookupPlan plan;
   std::vector<float> rows;
   const std::vector<int64_t> keys = {3, 4, 5, 6, 7};
   EXPECT_OK(step.cluster.Lookup(*step.cache, keys, true, &plan, &rows));
   EXPECT_OK(step.cluster.Lookup(*step.cache, {7, 6, 5}, true, &plan, &rows));
-  EXPECT_EQ(step.cache->Counters().passed_through, 2u);  // the second lookup's were passing
+  EXPECT_EQ(step.cache->Counters().passed_through, 2u);  // read past the cache: 6 and 7
   const std::vector<float> grads = {1, 1, 2, 2, 3, 3, 4, 4, 5, 5};
   std::vector<int64_t> uncached;
   EXPECT_OK(
@@ -417,6 +418,38 @@ HET_TEST(RowsPassingThroughKeepPassingUntilTheStepsUpdate) {
   std::sort(pushed.begin(), pushed.end());
   EXPECT_TRUE(pushed == (std::vector<std::pair<int64_t, float>>{
                             {3, -0.5f}, {4, -1.0f}, {5, -1.5f}, {6, -2.0f}, {7, -2.5f}}));
+}
+
+HET_TEST(RowsAStepsLaterLookupEvictsStillTakeItsUpdate) {
+  // The step reads three rows into the 3-row cache, then two new ones,
+  // whose places the first two give up: those pass through from then on
+  // (their pending updates, from the step before, went to the outbox), so
+  // the update still takes its step on the copies the step read.
+  TwoRowsLookedUp step;
+  const std::vector<int64_t> before = {1, 2};
+  const std::vector<float> ones = {1, 1, 1, 1};
+  EXPECT_OK(step.cache->Accumulate(before.data(), 2, ones.data(), 0.5f, &step.due));
+  het::LookupPlan plan;
+  std::vector<float> rows;
+  EXPECT_OK(step.cluster.Lookup(*step.cache, {1, 3, 4}, true, &plan, &rows));
+  EXPECT_OK(step.cluster.Lookup(*step.cache, {5, 6}, true, &plan, &rows));
+  const std::vector<int64_t> keys = {1, 3, 4, 5, 6};
+  const std::vector<float> grads = {1, 1, 2, 2, 3, 3, 4, 4, 5, 5};
+  std::vector<int64_t> uncached;
+  EXPECT_OK(
+      step.cache->Accumulate(keys.data(), 5, grads.data(), 0.5f, &step.due, nullptr, &uncached));
+  EXPECT_TRUE(uncached.empty());
+  // Each key's delta over every push, first dimension (2's went out with
+  // the lookup whose row took its place).
+  std::map<int64_t, float> moved;
+  for (int round = 0; round < 3; ++round) {  // a key goes once a round
+    step.cache->Flush(&step.due);
+    for (size_t i = 0; i < step.due.size(); ++i) moved[step.due.keys[i]] += step.due.deltas[i * 2];
+    step.cache->AckPush(step.due.keys.data(), static_cast<int64_t>(step.due.size()),
+                        step.due.counts.data(), nullptr, nullptr, 0, nullptr);
+  }
+  EXPECT_TRUE(moved == (std::map<int64_t, float>{
+                           {1, -1.0f}, {3, -1.0f}, {4, -1.5f}, {5, -2.0f}, {6, -2.5f}}));
 }
 
 HET_TEST(BadCacheUseIsRejectedWithoutSideEffects) {
