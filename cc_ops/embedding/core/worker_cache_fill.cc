@@ -19,7 +19,7 @@ int32_t WorkerCache::TakeSlot() {
   if (slots_used_ < config_.capacity) return static_cast<int32_t>(slots_used_++);
   const int32_t slot = order_.Victim();
   if (slot == EvictionOrder::kNone) return slot;
-  const bool last_resort = order_.pinned(slot);
+  const bool last_resort = step_.open && order_.pinned(slot);
   order_.Detach(slot);
   const int64_t key = entries_[slot].key;
   if (PendingCount(slot) > 0) {
@@ -28,7 +28,7 @@ int32_t WorkerCache::TakeSlot() {
     outbox_.Add(key, PendingDelta(slot), width_, PendingCount(slot), entries_[slot].server_clock);
     ++counters_.dirty_evictions;
   }
-  if (last_resort && step_.open && passing_.index.Find(key) == KeyIndex::kAbsent) {
+  if (last_resort && passing_.index.Find(key) == KeyIndex::kAbsent) {
     // Most likely a row the open step read: it passes through from here,
     // so that the step's update still takes its step on the copy the step
     // read (its pending delta went first, to the outbox).
