@@ -365,7 +365,9 @@ class RefCache:
             self.batch = unique
             return unique, self._fill(unique, answer)
         clocks = [self.entries[k]["cc"] if k in self.entries else -1 for k in unique]
-        answer = {i: (state, c) for i, state, c in self.table.pull(unique, clocks, self.s_r)}
+        # Evaluation reads at bound 0: a copy behind the shard by any update.
+        bound = self.s_r if training else 0
+        answer = {i: (state, c) for i, state, c in self.table.pull(unique, clocks, bound)}
         self.counters["rows_pulled"] += len(answer)
         out = []
         if not training:
