@@ -6,16 +6,12 @@ every worker's pending updates of the model's HetEmbedding layers; their
 lookups then read every row a copy is behind on (WorkerCache.lookup). A
 cache that only this process uses is read by its own evaluation as it is,
 and is left alone."""
-import contextlib
 import functools
 
 import tf_keras
 
 from het_tf.keras_layers.het_embedding import het_embedding_layers
-from het_tf.runtime.cache import evaluation_as_cached
-
-# Depth of `as_the_caches_stand` blocks open: within one, no push first.
-_standing = [0]
+from het_tf.runtime.cache import evaluating_as_cached, evaluation_as_cached
 
 
 def flush_workers_caches(model):
@@ -27,25 +23,19 @@ def flush_workers_caches(model):
             layer.flush()
 
 
-@contextlib.contextmanager
 def as_the_caches_stand():
     """Within the block, `evaluate` and `predict` (fit's validation too)
     read the model as the workers' caches hold it: their pending updates
     unpushed, their copies read up to the read bound. An experiment (het-tf
     train's --eval-before-flush, and its timeline, which must not change
     the traffic it measures)."""
-    _standing[0] += 1
-    try:
-        with evaluation_as_cached():
-            yield
-    finally:
-        _standing[0] -= 1
+    return evaluation_as_cached()
 
 
 def _flushing_first(method):
     @functools.wraps(method)
     def flushed_then(model, *args, **kwargs):
-        standing = bool(_standing[0])
+        standing = evaluating_as_cached()
         # The read bound is fixed when Keras traces its functions: trace
         # again when the way of reading changed.
         if getattr(model, "_het_evaluated_standing", standing) != standing:

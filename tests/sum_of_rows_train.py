@@ -82,14 +82,15 @@ def rows_and_clocks(layer):
     return {"keys": keys.tolist(), "values": values.tolist(), "clocks": clocks.tolist()}
 
 
-def run_ps(result_path, dim, _order):
+def ps_model(dim):
+    """(model, layer, input) under ParameterServerStrategy, the input
+    `batch(0)` at every step."""
     import tensorflow as tf
     import tf_keras
 
     from het_tf import cluster
 
-    strategy = cluster.parameter_server_strategy()
-    with strategy.scope():
+    with cluster.parameter_server_strategy().scope():
         model, layer = build_model(dim)
         compile_model(model)
     ids = batch(0)
@@ -97,7 +98,11 @@ def run_ps(result_path, dim, _order):
     def dataset_fn(_context):
         return tf.data.Dataset.from_tensors((ids, np.zeros((BATCH, 1), np.float32))).repeat()
 
-    data = tf_keras.utils.experimental.DatasetCreator(dataset_fn)
+    return model, layer, tf_keras.utils.experimental.DatasetCreator(dataset_fn)
+
+
+def run_ps(result_path, dim, _order):
+    model, layer, data = ps_model(dim)
     # Each epoch's validation, and evaluate right after fit, run with
     # updates still pending in the workers' caches.
     history = model.fit(data, epochs=2, steps_per_epoch=STEPS, validation_data=data,
@@ -117,16 +122,9 @@ def run_ps_saving(result_path, dim, _order):
     get_weights() after every step the chief schedules, without waiting for
     it. Each save's and read's record holds the steps the optimizer had
     finished just before it began and just after it ended."""
-    import tensorflow as tf
     import tf_keras
 
-    from het_tf import cluster
-
-    strategy = cluster.parameter_server_strategy()
-    with strategy.scope():
-        model, layer = build_model(dim)
-        compile_model(model)
-    ids = batch(0)
+    model, layer, data = ps_model(dim)
     saves = []
 
     class Finished(tf_keras.callbacks.Callback):
@@ -141,9 +139,6 @@ def run_ps_saving(result_path, dim, _order):
             if self.field == "before":
                 saves.append({"path": f"{result_path}.ckpt-{step + 1}"})  # as Keras names it
             saves[-1][self.field] = finished()
-
-    def dataset_fn(_context):
-        return tf.data.Dataset.from_tensors((ids, np.zeros((BATCH, 1), np.float32))).repeat()
 
     def finished():
         return int(model.optimizer.iterations.numpy())
@@ -163,8 +158,7 @@ def run_ps_saving(result_path, dim, _order):
             reads.append({"rows": table[:, 0].tolist(), "before": before, "after": finished()})
 
     reads = []
-    model.fit(tf_keras.utils.experimental.DatasetCreator(dataset_fn), epochs=1,
-              steps_per_epoch=STEPS * 2, verbose=0,
+    model.fit(data, epochs=1, steps_per_epoch=STEPS * 2, verbose=0,
               callbacks=[Finished("before"), tf_keras.callbacks.ModelCheckpoint(
                   f"{result_path}.ckpt-{{batch}}", save_weights_only=True,
                   save_freq=SAVE_EVERY), Finished("after"), ReadWeights()])

@@ -36,6 +36,11 @@ def evaluation_as_cached():
         _as_cached[0] -= 1
 
 
+def evaluating_as_cached():
+    """Whether an `evaluation_as_cached` block is open."""
+    return _as_cached[0] > 0
+
+
 def _worker_gone(error):
     # A cache whose shard was restored answers Aborted too, naming it: that
     # worker is there, and its caller must know its pending updates went.
@@ -152,7 +157,7 @@ class WorkerCache:
         with self._placed(self.device):
             unique, inverse, clocks, read_staleness = self._ops.het_cache_prepare(
                 self.handle(), ids)
-        if not training and not _as_cached[0]:
+        if not training and not evaluating_as_cached():
             read_staleness = tf.zeros_like(read_staleness)
         # Training takes whole states: local steps need the optimizer's slots.
         positions, values, row_clocks = self.table.pull(unique, clocks, read_staleness,
