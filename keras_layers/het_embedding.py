@@ -19,7 +19,7 @@ import tensorflow as tf
 import tf_keras
 
 from het_tf.distribute import horovod
-from het_tf.keras_layers import server_optimizer, table_gradients
+from het_tf.keras_layers import server_optimizer, table_gradients, table_weights
 from het_tf.keras_layers.combiners import COMBINERS, embed_and_combine
 from het_tf.keras_layers.layer_settings import (
     placement,
@@ -51,6 +51,8 @@ def _is_keras3(value):
     return module.startswith("keras.") or module == "keras"
 
 
+# Registered, so a model saved to a .keras file loads without custom_objects.
+@tf_keras.saving.register_keras_serializable(package="het_tf")
 class HetEmbedding(tf_keras.layers.Layer):
     """Turns int ids into dense vectors, like `tf_keras.layers.Embedding`.
 
@@ -252,6 +254,23 @@ class HetEmbedding(tf_keras.layers.Layer):
         if not self.built:  # as Keras: [] is all an unbuilt layer takes
             return super().set_weights(weights)
         self._table_weights_or_fail().set_weights(weights)
+
+    def save_own_variables(self, store):
+        """Keras' .keras (and .weights.h5) files: the table's rows with their
+        optimizer state, clocks and steps, pending updates pushed first."""
+        table_weights.save_table(self, store)
+
+    def load_own_variables(self, store):
+        """Replaces the table's rows with a Keras file's; every worker's
+        cache is emptied."""
+        table_weights.load_table(self, store)
+
+    def _trackable_children(self, save_type="checkpoint", **kwargs):
+        # A SavedModel is refused here, where both model.save(dir) and
+        # tf.saved_model.save reach the layer before anything is written.
+        if save_type == "savedmodel":
+            table_weights.check_savable(self, table_weights.SAVEDMODEL)
+        return super()._trackable_children(save_type, **kwargs)
 
     def _table_weights_or_fail(self):
         if self._table_weights is None:

@@ -1,6 +1,9 @@
 """Hybrid mode's Keras half: the training step that averages dense
 gradients over the Horovod ranks, and checkpoints taken by every rank
 together (het_tf.hybrid documents the whole mode)."""
+import functools
+import os
+
 import tensorflow as tf
 import tf_keras
 
@@ -8,7 +11,12 @@ from het_tf.distribute.horovod import barrier, initialized, num_ps, rank
 from het_tf.keras_layers.allocation import Allocation
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 from het_tf.keras_layers.table_gradients import is_anchor
-from het_tf.keras_layers.table_weights import model_variables
+from het_tf.keras_layers.table_weights import (
+    KERAS_FILE,
+    check_savable,
+    every_rank_flushed,
+    model_variables,
+)
 
 
 def _check_built_after_init(model):
@@ -90,16 +98,40 @@ def flush_and_clear(model):
         layer.clear_cache()
 
 
-def save(model, manager):
-    """A checkpoint of the tables and rank 0's dense weights, taken by every
-    rank together: all ranks flush, rank 0 saves, and no rank trains on
-    until it has. The caches keep their copies."""
-    for layer in het_embedding_layers(model):
+def save(model, target):
+    """Saves the model from every rank together: all ranks push their
+    pending updates, rank 0 saves, and no rank trains on until it has. The
+    caches keep their copies. `target` is a tf.train.CheckpointManager
+    (the tables and rank 0's dense weights; returns the checkpoint's path)
+    or a Keras file: a path ending in `.keras` (model.save) or
+    `.weights.h5` (save_weights), returned."""
+    if isinstance(target, tf.train.CheckpointManager):
+        write = target.save
+    else:
+        path = os.fspath(target)
+        if path.endswith(".weights.h5"):
+            write = functools.partial(model.save_weights, path)
+        elif path.endswith(".keras"):
+            write = functools.partial(model.save, path)
+        else:
+            raise ValueError("het_tf.hybrid.save takes a tf.train.CheckpointManager or a path "
+                             f"ending in .keras or .weights.h5, got {target!r}")
+    layers = het_embedding_layers(model)
+    if not isinstance(target, tf.train.CheckpointManager):
+        with every_rank_flushed():  # each rank refuses what rank 0 would
+            for layer in layers:
+                check_savable(layer, KERAS_FILE)
+    for layer in layers:
         layer.flush()
     barrier()
-    path = manager.save() if rank() == 0 else None
+    written = None
+    if rank() == 0:
+        with every_rank_flushed():
+            written = write()
+        if not isinstance(target, tf.train.CheckpointManager):
+            written = path
     barrier()
-    return path
+    return written
 
 
 def restore(model, path):

@@ -1,13 +1,35 @@
-"""A fixed-vocabulary HetEmbedding's table as one Keras weight, so that
-`get_weights()` / `set_weights()` (the layer's and the model's) read and
-write it as the `[input_dim, output_dim]` matrix tf_keras.layers.Embedding
-has, through the shards and every worker's cache."""
+"""A HetEmbedding's table as Keras sees its weights.
+
+A fixed vocabulary's table is one Keras weight, so that `get_weights()` /
+`set_weights()` (the layer's and the model's) read and write it as the
+`[input_dim, output_dim]` matrix tf_keras.layers.Embedding has, through the
+shards and every worker's cache. Keras' own files (`model.save("m.keras")`,
+`save_weights("w.weights.h5")`) hold any table as the rows it holds, with
+their optimizer slots, clocks and steps: what a checkpoint holds, so a
+loaded model trains on as a restored one does. Keras' HDF5 files and its
+SavedModel cannot hold a table and are refused (saving.py)."""
+import contextlib
+import threading
+
 import numpy as np
 import tensorflow as tf
 from tf_keras.src.engine import base_layer_utils
 
 from het_tf.distribute import horovod
 from het_tf.runtime.config import MATERIALIZE_LIMIT
+from het_tf.runtime.table import ROW_FIELDS
+
+# Keras' files a model is saved to: the .keras file (and its .weights.h5),
+# the legacy HDF5 file, the SavedModel.
+KERAS_FILE, HDF5, SAVEDMODEL = "keras", "h5", "savedmodel"
+# What the formats that work are, for the refusals.
+_FORMATS_THAT_WORK = (
+    "save with model.save('model.keras') (architecture, rows and optimizer state), "
+    "model.save_weights('dir/weights') (a TensorFlow checkpoint, chunked, any size), or "
+    "export for serving with het_tf.export_saved_model(model, dir) (stock TensorFlow ops, "
+    "which TensorFlow Serving loads)")
+# The layer's variables in a Keras file, by name (the table is not one).
+_VARIABLES = ("anchor", "updates", "samples")
 
 
 class TableWeights(base_layer_utils.TrackableWeightHandler):
@@ -61,17 +83,7 @@ class TableWeights(base_layer_utils.TrackableWeightHandler):
         if matrix.shape != (layer.input_dim, layer.output_dim):
             raise ValueError(f"{layer._owner}: the table is [{layer.input_dim}, "
                              f"{layer.output_dim}], got a matrix of shape {matrix.shape}")
-        hybrid = horovod.num_ps() is not None
-        with tf.init_scope():
-            layer.flush()
-            if hybrid:
-                horovod.barrier()  # every rank's pending updates are in
-            if not hybrid or horovod.rank() == 0:
-                self._write(matrix)
-            if hybrid:
-                horovod.barrier()  # no rank reads before the rows are written
-            layer.clear_cache()
-            layer.reload_hot_rows()
+        _write_everywhere(layer, lambda: self._write(matrix))
 
     def _write(self, matrix):
         """The matrix as the shards' rows, each keeping its optimizer state
@@ -87,6 +99,124 @@ class TableWeights(base_layer_utils.TrackableWeightHandler):
         all_steps[keys[inside]] = steps[inside]
         layer.table.import_rows(tf.range(layer.input_dim, dtype=tf.int64), matrix,
                                 all_slots, all_clocks + 1, all_steps)
+
+
+def _write_everywhere(layer, write):
+    """Runs `write()`, which writes the table's rows, where every worker's
+    cache sees it (eager): pending updates are pushed first, and every cache
+    is emptied after, as its copies are stale; the hot block then reloads.
+
+    In hybrid mode every rank keeps its own cache, so every rank calls it,
+    as it calls het_tf.hybrid.save: all ranks push their pending updates,
+    rank 0 writes, and then all ranks empty their caches and reload their
+    hot rows."""
+    hybrid = horovod.num_ps() is not None
+    with tf.init_scope():
+        layer.flush()
+        if hybrid:
+            horovod.barrier()  # every rank's pending updates are in
+        if not hybrid or horovod.rank() == 0:
+            write()
+        if hybrid:
+            horovod.barrier()  # no rank reads before the rows are written
+        layer.clear_cache()
+        layer.reload_hot_rows()
+
+
+_saving = threading.local()
+
+
+@contextlib.contextmanager
+def every_rank_flushed():
+    """Within the block this process may write a hybrid model's tables to a
+    Keras file: every rank has pushed its pending updates (het_tf.hybrid.save)."""
+    _saving.every_rank_flushed = True
+    try:
+        yield
+    finally:
+        _saving.every_rank_flushed = False
+
+
+def check_savable(layer, file_format):
+    """Refuses, before Keras opens any file, a format that cannot hold the
+    layer's table, and a Keras file it cannot write whole."""
+    owner = layer._owner
+    if file_format == HDF5:
+        raise ValueError(f"{owner}: Keras' HDF5 format (.h5) holds only tf.Variables, and "
+                         f"the table is rows on the parameter servers; {_FORMATS_THAT_WORK}")
+    if file_format == SAVEDMODEL:
+        raise ValueError(f"{owner}: a Keras SavedModel (model.save(dir), tf.saved_model.save) "
+                         "would hold the table's het_tf ops, which TensorFlow Serving does "
+                         f"not have; {_FORMATS_THAT_WORK}")
+    if not layer.built:  # Keras saves an unbuilt layer's config alone
+        return
+    if (horovod.num_ps() is not None and layer.cache is not None
+            and not getattr(_saving, "every_rank_flushed", False)):
+        raise ValueError(f"{owner}: in hybrid mode each rank's cache holds updates the "
+                         "others have not pushed; save with het_tf.hybrid.save(model, "
+                         "'model.keras') on every rank, which pushes them all before rank 0 "
+                         "writes the file")
+    with tf.init_scope():
+        rows = sum(layer.table.shard_rows(s) for s in range(layer.table.num_shards))
+    if rows * layer.output_dim > MATERIALIZE_LIMIT:
+        raise ValueError(f"{owner}: the table holds {rows} rows of {layer.output_dim} values, "
+                         f"more than a Keras file takes ({MATERIALIZE_LIMIT} values); save it "
+                         "with model.save_weights('dir/weights') or tf.train.Checkpoint, "
+                         "which write it in chunks, and serve it with "
+                         "het_tf.export_saved_model(model, dir)")
+
+
+def save_table(layer, store):
+    """Writes the layer's variables and its table to Keras' weights store
+    (after check_savable): every row the table holds with its optimizer
+    slots, clock and step, every pending cached update pushed first. The
+    caches keep their copies."""
+    with tf.init_scope():
+        layer.flush()
+        rows = [t.numpy() for t in layer.table.export_all()]
+    for name, variable in zip(_VARIABLES, _variables(layer)):
+        store[name] = variable.numpy()
+    for name, value in zip(ROW_FIELDS, rows):
+        store[name] = value
+
+
+def load_table(layer, store):
+    """Replaces the layer's variables and its table's rows with those
+    save_table wrote; every worker's cache is emptied."""
+    owner = layer._owner
+    if not layer.built:
+        raise ValueError(f"{owner} is not built: build the model before loading its weights")
+    missing = [name for name in _VARIABLES + ROW_FIELDS if name not in store]
+    if missing:
+        raise ValueError(f"{owner}: the file holds no table for this layer (no "
+                         f"{', '.join(missing)}); was it saved from another model?")
+    keys, values, slots, clocks, steps = (np.asarray(store[name]) for name in ROW_FIELDS)
+    n, config = len(keys), layer.table.config
+    expected = {"keys": (n,), "values": (n, layer.output_dim),
+                "slots": (n,) + config.initial_slots(0).shape[1:], "clocks": (n,),
+                "steps": (n,)}
+    for name, value in zip(ROW_FIELDS, (keys, values, slots, clocks, steps)):
+        if value.shape != expected[name]:
+            raise ValueError(f"{owner}: the file's table has {name} of shape {value.shape}, "
+                             f"this layer's takes {expected[name]} (another output_dim or "
+                             "table optimizer?)")
+    if layer.input_dim is not None and n and (keys.min() < 0 or keys.max() >= layer.input_dim):
+        raise ValueError(f"{owner}: the file's table has ids from {keys.min()} to "
+                         f"{keys.max()}, outside this layer's [0, {layer.input_dim})")
+
+    def replace_rows():
+        layer.table.clear()
+        layer.table.import_rows(keys, values, slots, clocks, steps)
+
+    with tf.init_scope():
+        for name, variable in zip(_VARIABLES, _variables(layer)):
+            variable.assign(np.asarray(store[name]))
+    _write_everywhere(layer, replace_rows)
+
+
+def _variables(layer):
+    """The layer's variables, in the order of _VARIABLES."""
+    return [layer.gradient_anchor, layer._updates, layer._samples]
 
 
 def model_variables(model):

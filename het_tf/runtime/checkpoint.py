@@ -21,7 +21,8 @@ import tensorflow as tf
 from tensorflow.python.ops import io_ops
 from tensorflow.python.saved_model import registration
 
-_FIELDS = ("keys", "values", "slots", "clocks", "steps")
+from het_tf.runtime.table import ROW_FIELDS
+
 _DTYPES = (tf.int64, tf.float32, tf.float32, tf.int64, tf.int64)
 # The most bytes of a table a save or restore holds at once, in one chunk.
 CHUNK_BYTES = 64 << 20
@@ -58,8 +59,8 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
                     fields = self._table.export_shard(shard, offset, limit)
                 with tf.device("/cpu:0"):
                     prefix = tf.strings.join([file_prefix, f"_{chunk}"])
-                    after = [io_ops.save_v2(prefix, [_chunk_name(name, chunk, f) for f in _FIELDS],
-                                            [""] * len(_FIELDS), fields)]
+                    names = [_chunk_name(name, chunk, f) for f in ROW_FIELDS]
+                    after = [io_ops.save_v2(prefix, names, [""] * len(ROW_FIELDS), fields)]
                 prefixes.append(prefix)
                 chunk += 1
         with tf.device("/cpu:0"), tf.control_dependencies(after):
@@ -78,8 +79,8 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
             for chunk in range(int(count)):
                 with tf.device("/cpu:0"), tf.control_dependencies(after):
                     fields = io_ops.restore_v2(merged_prefix,
-                                               [_chunk_name(name, chunk, f) for f in _FIELDS],
-                                               [""] * len(_FIELDS), _DTYPES)
+                                               [_chunk_name(name, chunk, f) for f in ROW_FIELDS],
+                                               [""] * len(ROW_FIELDS), _DTYPES)
                 after = [self.restore_rows(*fields)]
             if self._restored is not None:
                 with tf.control_dependencies(after):

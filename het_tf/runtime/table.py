@@ -11,6 +11,10 @@ from het_tf import _op_library
 from het_tf.runtime.config import SQUARED_GRADIENT_SLOT, TableConfig
 from het_tf.runtime.handles import FunctionHandles
 
+# What a row is, field by field, as export_shard and export_all give rows and
+# import_rows takes them: a saved table is these five arrays.
+ROW_FIELDS = ("keys", "values", "slots", "clocks", "steps")
+
 
 class ShardedTable:
     """`instance` tells apart tables that share a display name: shards are
