@@ -16,9 +16,13 @@ Both are exact in float32 (LR/BATCH is a power of two).
 Under ParameterServerStrategy every step trains the same batch
 (`batch(0)`), so the sum does not depend on how the steps fall on the
 workers, and each epoch's validation and `evaluate` right after `fit` score
-that batch (its loss); in hybrid mode rank r trains `batch(r * STEPS + i)` at its step i (or
-`batch(r * STEPS)` at every step, `repeated`), then every rank sets the
-table's weights and reads them back, and each writes RESULT_JSON.rank<r>.
+that batch (its loss); the chief saves the model to RESULT_JSON.keras right
+after `fit`, and at the end loads it into the cluster again. In hybrid mode
+rank r trains `batch(r * STEPS + i)` at its step i (or `batch(r * STEPS)`
+at every step, `repeated`); every rank saves the model to
+RESULT_JSON.keras with het_tf.hybrid.save, then sets the table's weights
+and reads them back, then loads the file and reads again, and each writes
+RESULT_JSON.rank<r>.
 DIM (default 2) is the rows' size.
 """
 import json
@@ -64,11 +68,10 @@ def build_model(dim=DIM):
                          optimizer=tf_keras.optimizers.SGD(LR), cache_capacity=CACHE,
                          staleness=STALENESS, name="items")
     ids = tf_keras.Input((IDS,), dtype="int64", name="ids")
-    first = tf_keras.layers.Lambda(lambda x: x[:, :1])(ids)
-    total = tf_keras.layers.Lambda(
-        lambda rows: (tf.reduce_sum(rows[0], axis=[1, 2]) + tf.reduce_sum(rows[1], axis=[1, 2]))
-        [:, None])([layer(ids), layer(first)])
-    return tf_keras.Model(ids, total), layer
+    # TensorFlow ops on Keras tensors: layers Keras saves and loads as its own.
+    total = (tf.reduce_sum(layer(ids), axis=[1, 2])
+             + tf.reduce_sum(layer(ids[:, :1]), axis=[1, 2]))
+    return tf_keras.Model(ids, total[:, None]), layer
 
 
 def compile_model(model):
@@ -102,21 +105,34 @@ def ps_model(dim):
 
 
 def run_ps(result_path, dim, _order):
+    import tf_keras
+
+    from het_tf import cluster
+
     model, layer, data = ps_model(dim)
-    # Each epoch's validation, and evaluate right after fit, run with
-    # updates still pending in the workers' caches.
+    # Each epoch's validation, evaluate right after fit and the save run
+    # with updates still pending in the workers' caches.
     history = model.fit(data, epochs=2, steps_per_epoch=STEPS, validation_data=data,
                         validation_steps=2, verbose=0).history
+    model.save(f"{result_path}.keras")
     evaluated = model.evaluate(data, steps=2, verbose=0)
     layer.flush()
     result = dict(rows_and_clocks(layer), batches=[0] * (STEPS * 2), evaluated_loss=evaluated,
                   validation_losses=history["val_loss"])
+    # The chief loads the file into the cluster: the table it names takes
+    # the file's rows, whatever the shards held since.
+    layer.set_weights([np.ones((VOCABULARY, dim), np.float32)])
+    with cluster.parameter_server_strategy().scope():
+        # Uncompiled: the loss is a Python lambda, which Keras loads only when told.
+        loaded = tf_keras.models.load_model(f"{result_path}.keras", compile=False)
+    (loaded_layer,) = [x for x in loaded.layers if x.name == layer.name]
+    result["loaded"] = rows_and_clocks(loaded_layer)
     with open(result_path, "w") as f:
         json.dump(result, f)
 
 
 def run_ps_saving(result_path, dim, _order):
-    """As run_ps, with a checkpoint every SAVE_EVERY steps the chief
+    """As run_ps, with a checkpoint and a .keras file every SAVE_EVERY steps the chief
     schedules (Keras waits for the last step's logs before it saves, not for
     the one before, which may still be training on the other worker), and
     get_weights() after every step the chief schedules, without waiting for
@@ -160,6 +176,8 @@ def run_ps_saving(result_path, dim, _order):
     reads = []
     model.fit(data, epochs=1, steps_per_epoch=STEPS * 2, verbose=0,
               callbacks=[Finished("before"), tf_keras.callbacks.ModelCheckpoint(
+                  f"{result_path}.ckpt-{{batch}}.keras", save_freq=SAVE_EVERY),
+                  tf_keras.callbacks.ModelCheckpoint(
                   f"{result_path}.ckpt-{{batch}}", save_weights_only=True,
                   save_freq=SAVE_EVERY), Finished("after"), ReadWeights()])
     layer.flush()
@@ -169,6 +187,8 @@ def run_ps_saving(result_path, dim, _order):
 
 
 def run_hybrid(result_path, dim, order):
+    import tensorflow as tf
+
     from het_tf import hybrid
 
     hybrid.init()  # first: before any model is built
@@ -180,11 +200,20 @@ def run_hybrid(result_path, dim, order):
     ids = np.concatenate([batch(i) for i in indexes])
     model.fit(ids, np.zeros((len(ids), 1), np.float32), batch_size=BATCH, shuffle=False,
               epochs=1, verbose=0)
+    refused = None
+    try:  # one rank alone cannot save what the other's cache holds
+        model.save(f"{result_path}.rank{rank}.keras")
+    except ValueError as e:
+        refused = str(e)
+    hybrid.save(model, f"{result_path}.keras")  # every rank, with updates pending
     hybrid.flush_and_clear(model)
     hybrid.barrier()  # every rank's updates are on the shards now
     result = dict(rows_and_clocks(layer), batches=indexes)
     hybrid.barrier()  # every rank has read them
     result["read_after_set"] = read_after_set_weights(layer, rank)
+    model.load_weights(f"{result_path}.keras")  # every rank, after set_weights
+    loaded_rows = layer(tf.range(CACHE, dtype=tf.int64), training=True).numpy()
+    result.update(read_after_load=loaded_rows.tolist(), refused=refused)
     with open(f"{result_path}.rank{rank}", "w") as f:
         json.dump(result, f)
 

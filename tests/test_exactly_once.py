@@ -5,11 +5,14 @@ the data: with SGD each row ends at its initial row (tests.reference, apart
 from the ops) minus the learning rate times the sum of the gradients it was
 trained with, its clock at their number (docs/consistency.md, "Exactly
 once")."""
+import io
 import itertools
 import json
 import os
 import sys
+import zipfile
 
+import h5py
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -211,6 +214,18 @@ def assert_rows_follow_the_data(result, batches):
     np.testing.assert_array_equal(result["clocks"], steps[keys])
 
 
+def keras_file_rows(path):
+    """keys, values and clocks of the one table in a .keras file, read with
+    h5py apart from het_tf."""
+    with zipfile.ZipFile(path) as archive:
+        weights = h5py.File(io.BytesIO(archive.read("model.weights.h5")), "r")
+    tables = []
+    weights.visititems(lambda name, item: tables.append(item) if name.endswith("vars")
+                       and "keys" in item else None)
+    (table,) = tables
+    return {field: table[field][()].tolist() for field in ("keys", "values", "clocks")}
+
+
 def run_ps_chief(tmp_path, mode):
     """Runs sum_of_rows_train.py `mode` as the chief of 1 PS task and 2
     workers; checks that the rows after its flush are what the data says,
@@ -244,6 +259,11 @@ def test_a_parameter_server_strategy_cluster_ends_at_the_data(tmp_path):
     losses = result["validation_losses"] + [result["evaluated_loss"]]
     expected = [loss_after(data.STEPS), loss_after(2 * data.STEPS), loss_after(2 * data.STEPS)]
     np.testing.assert_allclose(losses, expected, rtol=1e-6)
+    # model.save from the chief right after fit holds every worker's updates,
+    # and load_model on the chief writes them back to the cluster's table.
+    assert_rows_follow_the_data(keras_file_rows(f"{tmp_path / 'result.json'}.keras"),
+                                result["batches"])
+    assert_rows_follow_the_data(result["loaded"], result["batches"])
 
 
 def saved_table(prefix):
@@ -260,10 +280,10 @@ def saved_table(prefix):
 
 
 def test_checkpoints_saved_while_the_workers_train_are_consistent_cuts(tmp_path):
-    """A ModelCheckpoint every 2 steps and get_weights() after every step,
-    from the chief's callbacks, while two workers train the same batch: each
-    checkpoint holds n whole steps' updates, every row moved by n steps and
-    its clock at n, with n at least the steps finished before the save began
+    """A ModelCheckpoint every 2 steps (a TensorFlow checkpoint and a .keras
+    file) and get_weights() after every step, from the chief's callbacks,
+    while two workers train the same batch: each checkpoint and file holds
+    n whole steps' updates, every row moved by n steps and its clock at n, with n at least the steps finished before the save began
     (none lost) and at most those finished when it ended, plus one running
     on each worker (none counted twice); so does each matrix get_weights()
     read. After the run every row is what the data says."""
@@ -273,12 +293,15 @@ def test_checkpoints_saved_while_the_workers_train_are_consistent_cuts(tmp_path)
     kept = [s for s in result["saves"] if ".ckpt-" in s["path"]]
     assert len(kept) == len(result["batches"]) // data.SAVE_EVERY  # ModelCheckpoint's
     for save in result["saves"]:
-        keys, values, clocks = saved_table(save["path"])
-        steps = int(clocks[0])
-        assert (clocks == steps).all(), (save, clocks)
-        assert save["before"] <= steps <= save["after"] + 2, (save, steps)
-        np.testing.assert_array_equal(
-            values, np.repeat(steps * one_step[keys][:, None], values.shape[1], axis=1))
+        keras_file = keras_file_rows(f"{save['path']}.keras")
+        for keys, values, clocks in (saved_table(save["path"]),
+                                     [np.array(keras_file[f]) for f in ("keys", "values",
+                                                                        "clocks")]):
+            steps = int(clocks[0])
+            assert (clocks == steps).all(), (save, clocks)
+            assert save["before"] <= steps <= save["after"] + 2, (save, steps)
+            np.testing.assert_array_equal(
+                values, np.repeat(steps * one_step[keys][:, None], values.shape[1], axis=1))
     assert len(result["reads"]) == len(result["batches"])
     for read in result["reads"]:
         rows = np.array(read["rows"])  # get_weights' matrix, first dimension
@@ -306,3 +329,14 @@ def test_hybrid_ranks_end_at_the_data(tmp_path, dim, order):
     # both read its matrix).
     written = data.set_matrix(0, dim)[:data.CACHE].tolist()
     assert [r["read_after_set"] for r in ranks] == [written, written]
+    # model.save on one rank is refused; het_tf.hybrid.save on every rank
+    # right after fit holds both ranks' updates, and load_weights on every
+    # rank writes them back over set_weights' matrix.
+    for r in ranks:
+        assert "het_tf.hybrid.save(model, 'model.keras') on every rank" in r["refused"]
+    assert not list(tmp_path.glob("result.json.rank*.keras"))
+    saved = keras_file_rows(tmp_path / "result.json.keras")
+    assert_rows_follow_the_data(saved, ranks[0]["batches"] + ranks[1]["batches"])
+    trained = dict(zip(saved["keys"], saved["values"]))
+    expected = [trained.get(k, [0.0] * dim) for k in range(data.CACHE)]
+    assert [r["read_after_load"] for r in ranks] == [expected, expected]
