@@ -21,6 +21,8 @@ x = tf_keras.layers.Dense(32, activation="relu")(tf_keras.layers.Flatten()(x))
 model = tf_keras.Model(inputs, tf_keras.layers.Dense(1, activation="sigmoid", name="score")(x))
 model.compile("adam", "binary_crossentropy", metrics=[tf_keras.metrics.AUC()])
 model.fit(ids, labels, batch_size=256, epochs=3, callbacks=[HetMetricsCallback()], verbose=2)
-model.save_weights(f"{out_dir}/checkpoint/weights")      # rows, slots and clocks too
+model.save(f"{out_dir}/model.keras")                     # rows, slots and clocks too
+model = tf_keras.models.load_model(f"{out_dir}/model.keras")  # no custom_objects needed
+model.save_weights(f"{out_dir}/checkpoint/weights")      # chunked checkpoints, any size
 het_tf.export_saved_model(model, f"{out_dir}/saved_model")  # stock TF ops only
 print("exported to", f"{out_dir}/saved_model")

@@ -191,7 +191,6 @@ class HetEmbedding(tf_keras.layers.Layer):
             self._optimizer_config, **resolve_constraint(embeddings_constraint, owner))
         self.embeddings_constraint = (None if embeddings_constraint is None
                                       else tf_keras.constraints.get(embeddings_constraint))
-        self.optimizer = optimizer
         self._cache_config = resolve_cache(cache_capacity, cache_policy, staleness,
                                            read_staleness, write_staleness, pin_threshold,
                                            self.input_dim, owner, sync, window)

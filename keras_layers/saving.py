@@ -58,6 +58,8 @@ def _keras_file_checked(save, suffix):
         if not layers or saving_lib.is_remote_path(filepath):
             return save(model, filepath, *args, **kwargs)
         folder, name = os.path.split(filepath)
+        if folder:  # as Keras' other formats do
+            os.makedirs(folder, exist_ok=True)
         # Keras checks the suffix, so the temporary name keeps it.
         partial = os.path.join(folder, f".{name[:-len(suffix)]}.partial-{os.getpid()}{suffix}")
         try:

@@ -170,7 +170,10 @@ def save_table(layer, store):
     """Writes the layer's variables and its table to Keras' weights store
     (after check_savable): every row the table holds with its optimizer
     slots, clock and step, every pending cached update pushed first. The
-    caches keep their copies."""
+    caches keep their copies. An unbuilt layer has nothing to write, as
+    Keras' own layers."""
+    if not layer.built:
+        return
     with tf.init_scope():
         layer.flush()
         rows = [t.numpy() for t in layer.table.export_all()]
@@ -185,6 +188,8 @@ def load_table(layer, store):
     save_table wrote; every worker's cache is emptied."""
     owner = layer._owner
     if not layer.built:
+        if not len(store):  # saved unbuilt: nothing to load, as Keras' own layers
+            return
         raise ValueError(f"{owner} is not built: build the model before loading its weights")
     missing = [name for name in _VARIABLES + ROW_FIELDS if name not in store]
     if missing:
