@@ -1,22 +1,16 @@
 """Hybrid mode's Keras half: the training step that averages dense
 gradients over the Horovod ranks, and checkpoints taken by every rank
 together (het_tf.hybrid documents the whole mode)."""
-import functools
 import os
 
 import tensorflow as tf
 import tf_keras
 
-from het_tf.distribute.horovod import barrier, initialized, num_ps, rank
+from het_tf.distribute.horovod import barrier, initialized, num_ps, on_rank_zero
 from het_tf.keras_layers.allocation import Allocation
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 from het_tf.keras_layers.table_gradients import is_anchor
-from het_tf.keras_layers.table_weights import (
-    KERAS_FILE,
-    check_savable,
-    every_rank_flushed,
-    model_variables,
-)
+from het_tf.keras_layers.table_weights import every_rank_flushed, model_variables
 
 
 def _check_built_after_init(model):
@@ -100,38 +94,31 @@ def flush_and_clear(model):
 
 def save(model, target):
     """Saves the model from every rank together: all ranks push their
-    pending updates, rank 0 saves, and no rank trains on until it has. The
-    caches keep their copies. `target` is a tf.train.CheckpointManager
-    (the tables and rank 0's dense weights; returns the checkpoint's path)
-    or a Keras file: a path ending in `.keras` (model.save) or
-    `.weights.h5` (save_weights), returned."""
+    pending updates, rank 0 saves, and no rank trains on until it has (if
+    rank 0's save fails, every rank raises). The caches keep their copies.
+    `target` is a tf.train.CheckpointManager (the tables and rank 0's dense
+    weights) or a Keras file: a path ending in `.keras` (model.save) or
+    `.weights.h5` (save_weights), on a file system every rank that loads it
+    sees. Returns the checkpoint's path or the file's on rank 0, None on the
+    others."""
     if isinstance(target, tf.train.CheckpointManager):
         write = target.save
     else:
         path = os.fspath(target)
-        if path.endswith(".weights.h5"):
-            write = functools.partial(model.save_weights, path)
-        elif path.endswith(".keras"):
-            write = functools.partial(model.save, path)
-        else:
+        save_file = (model.save_weights if path.endswith(".weights.h5")
+                     else model.save if path.endswith(".keras") else None)
+        if save_file is None:
             raise ValueError("het_tf.hybrid.save takes a tf.train.CheckpointManager or a path "
                              f"ending in .keras or .weights.h5, got {target!r}")
-    layers = het_embedding_layers(model)
-    if not isinstance(target, tf.train.CheckpointManager):
-        with every_rank_flushed():  # each rank refuses what rank 0 would
-            for layer in layers:
-                check_savable(layer, KERAS_FILE)
-    for layer in layers:
+
+        def write():
+            with every_rank_flushed():
+                save_file(path)
+            return path
+    for layer in het_embedding_layers(model):
         layer.flush()
     barrier()
-    written = None
-    if rank() == 0:
-        with every_rank_flushed():
-            written = write()
-        if not isinstance(target, tf.train.CheckpointManager):
-            written = path
-    barrier()
-    return written
+    return on_rank_zero(write, "het_tf.hybrid.save")
 
 
 def restore(model, path):

@@ -2,19 +2,21 @@
 
 `model.save("m.keras")` and `model.save_weights("w.weights.h5")` ask each
 layer for its state (HetEmbedding.save_own_variables) only once Keras has
-opened the file, so a refusal then would leave half a file behind. Each
-such call is therefore checked for every HetEmbedding layer first, and the
-file is written under a temporary name and renamed when whole: a save that
-fails leaves the file that was there before. Keras' HDF5 files (.h5) cannot
-hold a table and are refused here, before any file is opened; a SavedModel
+opened the file and written some of the model, so each such call first
+pushes every HetEmbedding layer's pending updates (under
+ParameterServerStrategy that waits for the steps scheduled so far, so the
+whole file is one cut) and checks the layer, before any file is opened. A
+local file is written under a temporary name and renamed when whole: a save
+that fails leaves the file that was there before. Keras' HDF5 files (.h5)
+cannot hold a table: saving and loading them are refused here. A SavedModel
 is refused by the layer itself, which tf.saved_model.save reaches too."""
 import functools
 import inspect
 import os
 
 from tf_keras.src.saving import saving_lib
+from tf_keras.src.saving.legacy import hdf5_format, saving_utils
 from tf_keras.src.saving.legacy import save as legacy_saving
-from tf_keras.src.saving.legacy import saving_utils
 
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 from het_tf.keras_layers.table_weights import HDF5, KERAS_FILE, check_savable
@@ -29,6 +31,11 @@ def _is_hdf5(filepath, save_format):
         os.fspath(filepath))
 
 
+def _refusing_hdf5(model):
+    for layer in het_embedding_layers(model):
+        check_savable(layer, HDF5)
+
+
 def _legacy_checked(save):
     """Legacy model.save / save_weights: HDF5 refused for HetEmbedding layers."""
     signature = inspect.signature(save)
@@ -38,9 +45,21 @@ def _legacy_checked(save):
         save_format = signature.bind(model, filepath, *args, **kwargs).arguments.get(
             "save_format")
         if _is_hdf5(filepath, save_format):
-            for layer in het_embedding_layers(model):
-                check_savable(layer, HDF5)
+            _refusing_hdf5(model)
         return save(model, filepath, *args, **kwargs)
+
+    checked_then.het_checks_first = True
+    return checked_then
+
+
+def _hdf5_load_checked(load):
+    """Legacy load_weights and load_model of an HDF5 file: refused for a
+    model with HetEmbedding layers, whose tables such a file cannot hold
+    (one saved before these checks holds only a dynamic table's anchor)."""
+    @functools.wraps(load)
+    def checked_then(f, model, *args, **kwargs):
+        _refusing_hdf5(model)
+        return load(f, model, *args, **kwargs)
 
     checked_then.het_checks_first = True
     return checked_then
@@ -48,14 +67,18 @@ def _legacy_checked(save):
 
 def _keras_file_checked(save, suffix):
     """saving_lib's writers of .keras and .weights.h5 files: every
-    HetEmbedding layer checked, then the file written whole or not at all."""
+    HetEmbedding layer flushed and checked, then the file written whole or
+    not at all."""
     @functools.wraps(save)
     def checked_then(model, filepath, *args, **kwargs):
         layers = het_embedding_layers(model)
         for layer in layers:
+            if layer.built:
+                layer.flush()
             check_savable(layer, KERAS_FILE)
         filepath = os.fspath(filepath)
-        if not layers or saving_lib.is_remote_path(filepath):
+        # Keras refuses another suffix itself; a remote path it writes as it can.
+        if not layers or not filepath.endswith(suffix) or saving_lib.is_remote_path(filepath):
             return save(model, filepath, *args, **kwargs)
         folder, name = os.path.split(filepath)
         if folder:  # as Keras' other formats do
@@ -83,3 +106,5 @@ def install():
                                                        ".weights.h5")
     legacy_saving.save_model = _legacy_checked(legacy_saving.save_model)
     legacy_saving.save_weights = _legacy_checked(legacy_saving.save_weights)
+    for name in ("load_weights_from_hdf5_group", "load_weights_from_hdf5_group_by_name"):
+        setattr(hdf5_format, name, _hdf5_load_checked(getattr(hdf5_format, name)))

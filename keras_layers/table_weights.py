@@ -22,12 +22,12 @@ from het_tf.runtime.table import ROW_FIELDS
 # Keras' files a model is saved to: the .keras file (and its .weights.h5),
 # the legacy HDF5 file, the SavedModel.
 KERAS_FILE, HDF5, SAVEDMODEL = "keras", "h5", "savedmodel"
-# What the formats that work are, for the refusals.
+# The calls that save and load a table, for the refusals.
 _FORMATS_THAT_WORK = (
-    "save with model.save('model.keras') (architecture, rows and optimizer state), "
-    "model.save_weights('dir/weights') (a TensorFlow checkpoint, chunked, any size), or "
-    "export for serving with het_tf.export_saved_model(model, dir) (stock TensorFlow ops, "
-    "which TensorFlow Serving loads)")
+    "use model.save('model.keras') and load_model (architecture, rows and optimizer "
+    "state), model.save_weights('dir/weights') and load_weights (a TensorFlow checkpoint, "
+    "chunked, any size), or het_tf.export_saved_model(model, dir) to serve (stock "
+    "TensorFlow ops, which TensorFlow Serving loads)")
 # The layer's variables in a Keras file, by name (the table is not one).
 _VARIABLES = ("anchor", "updates", "samples")
 
@@ -109,16 +109,16 @@ def _write_everywhere(layer, write):
     In hybrid mode every rank keeps its own cache, so every rank calls it,
     as it calls het_tf.hybrid.save: all ranks push their pending updates,
     rank 0 writes, and then all ranks empty their caches and reload their
-    hot rows."""
+    hot rows. If rank 0's write fails, every rank raises."""
     hybrid = horovod.num_ps() is not None
     with tf.init_scope():
         layer.flush()
         if hybrid:
             horovod.barrier()  # every rank's pending updates are in
-        if not hybrid or horovod.rank() == 0:
+            # No rank reads before the rows are written.
+            horovod.on_rank_zero(write, f"{layer._owner}: writing the table")
+        else:
             write()
-        if hybrid:
-            horovod.barrier()  # no rank reads before the rows are written
         layer.clear_cache()
         layer.reload_hot_rows()
 
@@ -142,8 +142,8 @@ def check_savable(layer, file_format):
     layer's table, and a Keras file it cannot write whole."""
     owner = layer._owner
     if file_format == HDF5:
-        raise ValueError(f"{owner}: Keras' HDF5 format (.h5) holds only tf.Variables, and "
-                         f"the table is rows on the parameter servers; {_FORMATS_THAT_WORK}")
+        raise ValueError(f"{owner}: Keras' HDF5 format (.h5) holds only tf.Variables, not "
+                         f"the table's rows on the parameter servers; {_FORMATS_THAT_WORK}")
     if file_format == SAVEDMODEL:
         raise ValueError(f"{owner}: a Keras SavedModel (model.save(dir), tf.saved_model.save) "
                          "would hold the table's het_tf ops, which TensorFlow Serving does "
@@ -161,21 +161,20 @@ def check_savable(layer, file_format):
     if rows * layer.output_dim > MATERIALIZE_LIMIT:
         raise ValueError(f"{owner}: the table holds {rows} rows of {layer.output_dim} values, "
                          f"more than a Keras file takes ({MATERIALIZE_LIMIT} values); save it "
-                         "with model.save_weights('dir/weights') or tf.train.Checkpoint, "
-                         "which write it in chunks, and serve it with "
-                         "het_tf.export_saved_model(model, dir)")
+                         "with model.save_weights('dir/weights') or tf.train.Checkpoint (in "
+                         "hybrid mode het_tf.hybrid.save(model, manager)), which write it in "
+                         "chunks, and serve it with het_tf.export_saved_model(model, dir)")
 
 
 def save_table(layer, store):
-    """Writes the layer's variables and its table to Keras' weights store
-    (after check_savable): every row the table holds with its optimizer
-    slots, clock and step, every pending cached update pushed first. The
-    caches keep their copies. An unbuilt layer has nothing to write, as
-    Keras' own layers."""
+    """Writes the layer's variables and its table to Keras' weights store:
+    every row the table holds with its optimizer slots, clock and step.
+    saving.py has pushed every pending cached update and checked the layer
+    (check_savable) before Keras opened the file; the caches keep their
+    copies. An unbuilt layer has nothing to write, as Keras' own layers."""
     if not layer.built:
         return
     with tf.init_scope():
-        layer.flush()
         rows = [t.numpy() for t in layer.table.export_all()]
     for name, variable in zip(_VARIABLES, _variables(layer)):
         store[name] = variable.numpy()
@@ -185,7 +184,8 @@ def save_table(layer, store):
 
 def load_table(layer, store):
     """Replaces the layer's variables and its table's rows with those
-    save_table wrote; every worker's cache is emptied."""
+    save_table wrote; every worker's cache is emptied. The file is checked
+    whole first: a file the table cannot take changes nothing."""
     owner = layer._owner
     if not layer.built:
         if not len(store):  # saved unbuilt: nothing to load, as Keras' own layers
@@ -195,8 +195,26 @@ def load_table(layer, store):
     if missing:
         raise ValueError(f"{owner}: the file holds no table for this layer (no "
                          f"{', '.join(missing)}); was it saved from another model?")
+    variables = [np.asarray(store[name]) for name in _VARIABLES]
     keys, values, slots, clocks, steps = (np.asarray(store[name]) for name in ROW_FIELDS)
-    n, config = len(keys), layer.table.config
+    _check_rows(layer, variables, keys, values, slots, clocks, steps)
+
+    def replace_rows():
+        layer.table.clear()
+        layer.table.import_rows(keys, values, slots, clocks, steps)
+
+    _write_everywhere(layer, replace_rows)
+    with tf.init_scope():
+        for variable, value in zip(_variables(layer), variables):
+            variable.assign(value)
+
+
+def _check_rows(layer, variables, keys, values, slots, clocks, steps):
+    """Refuses a file's rows that the table could not take whole."""
+    owner, config, n = layer._owner, layer.table.config, len(keys)
+    if any(value.shape != () for value in variables):
+        raise ValueError(f"{owner}: the file's {', '.join(_VARIABLES)} must be scalars, got "
+                         f"shapes {[value.shape for value in variables]}")
     expected = {"keys": (n,), "values": (n, layer.output_dim),
                 "slots": (n,) + config.initial_slots(0).shape[1:], "clocks": (n,),
                 "steps": (n,)}
@@ -205,18 +223,26 @@ def load_table(layer, store):
             raise ValueError(f"{owner}: the file's table has {name} of shape {value.shape}, "
                              f"this layer's takes {expected[name]} (another output_dim or "
                              "table optimizer?)")
-    if layer.input_dim is not None and n and (keys.min() < 0 or keys.max() >= layer.input_dim):
+    for name, value in (("keys", keys), ("clocks", clocks), ("steps", steps)):
+        if value.dtype != np.int64:
+            raise ValueError(f"{owner}: the file's table has {value.dtype} {name}, not int64")
+    if not n:
+        return
+    if (clocks < 0).any() or (steps < 0).any():
+        raise ValueError(f"{owner}: the file's table has negative clocks or steps")
+    if len(np.unique(keys)) != n:
+        raise ValueError(f"{owner}: the file's table has an id twice")
+    if layer.input_dim is not None and (keys.min() < 0 or keys.max() >= layer.input_dim):
         raise ValueError(f"{owner}: the file's table has ids from {keys.min()} to "
                          f"{keys.max()}, outside this layer's [0, {layer.input_dim})")
-
-    def replace_rows():
-        layer.table.clear()
-        layer.table.import_rows(keys, values, slots, clocks, steps)
-
-    with tf.init_scope():
-        for name, variable in zip(_VARIABLES, _variables(layer)):
-            variable.assign(np.asarray(store[name]))
-    _write_everywhere(layer, replace_rows)
+    if config.max_rows is not None:
+        with tf.init_scope():
+            counts = layer.table.shard_counts(keys)
+        share = -(-config.max_rows // len(counts))
+        if counts.max() > share:
+            raise ValueError(f"{owner}: the file's table has {n} rows, {counts.max()} of them "
+                             f"on one shard, more than its share of max_rows={config.max_rows} "
+                             f"({share} a shard over {len(counts)})")
 
 
 def _variables(layer):

@@ -19,8 +19,8 @@ workers, and each epoch's validation and `evaluate` right after `fit` score
 that batch (its loss); the chief saves the model to RESULT_JSON.keras right
 after `fit`, and at the end loads it into the cluster again. In hybrid mode
 rank r trains `batch(r * STEPS + i)` at its step i (or `batch(r * STEPS)`
-at every step, `repeated`); every rank saves the model to
-RESULT_JSON.keras with het_tf.hybrid.save, then sets the table's weights
+at every step, `repeated`); every rank saves the model to RESULT_JSON.keras,
+then where rank 0 cannot write, with het_tf.hybrid.save, then sets the table's weights
 and reads them back, then loads the file and reads again, and each writes
 RESULT_JSON.rank<r>.
 DIM (default 2) is the rows' size.
@@ -206,6 +206,14 @@ def run_hybrid(result_path, dim, order):
     except ValueError as e:
         refused = str(e)
     hybrid.save(model, f"{result_path}.keras")  # every rank, with updates pending
+    if rank == 0:  # a file where the next save's folder would be
+        open(f"{result_path}.blocked", "w").close()
+    hybrid.barrier()
+    failed_save = None
+    try:
+        hybrid.save(model, f"{result_path}.blocked/model.keras")
+    except Exception as e:  # rank 0's own error, a RuntimeError on the others
+        failed_save = type(e).__name__
     hybrid.flush_and_clear(model)
     hybrid.barrier()  # every rank's updates are on the shards now
     result = dict(rows_and_clocks(layer), batches=indexes)
@@ -213,7 +221,7 @@ def run_hybrid(result_path, dim, order):
     result["read_after_set"] = read_after_set_weights(layer, rank)
     model.load_weights(f"{result_path}.keras")  # every rank, after set_weights
     loaded_rows = layer(tf.range(CACHE, dtype=tf.int64), training=True).numpy()
-    result.update(read_after_load=loaded_rows.tolist(), refused=refused)
+    result.update(read_after_load=loaded_rows.tolist(), refused=refused, failed_save=failed_save)
     with open(f"{result_path}.rank{rank}", "w") as f:
         json.dump(result, f)
 

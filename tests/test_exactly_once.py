@@ -223,7 +223,9 @@ def keras_file_rows(path):
     weights.visititems(lambda name, item: tables.append(item) if name.endswith("vars")
                        and "keys" in item else None)
     (table,) = tables
-    return {field: table[field][()].tolist() for field in ("keys", "values", "clocks")}
+    rows = {field: table[field][()].tolist() for field in ("keys", "values", "clocks")}
+    rows["iterations"] = int(weights["optimizer/vars/0"][()])  # the model's optimizer's steps
+    return rows
 
 
 def run_ps_chief(tmp_path, mode):
@@ -294,6 +296,8 @@ def test_checkpoints_saved_while_the_workers_train_are_consistent_cuts(tmp_path)
     assert len(kept) == len(result["batches"]) // data.SAVE_EVERY  # ModelCheckpoint's
     for save in result["saves"]:
         keras_file = keras_file_rows(f"{save['path']}.keras")
+        # The whole file is one cut: its optimizer's steps are its rows'.
+        assert keras_file["iterations"] == keras_file["clocks"][0], keras_file
         for keys, values, clocks in (saved_table(save["path"]),
                                      [np.array(keras_file[f]) for f in ("keys", "values",
                                                                         "clocks")]):
@@ -334,6 +338,8 @@ def test_hybrid_ranks_end_at_the_data(tmp_path, dim, order):
     # rank writes them back over set_weights' matrix.
     for r in ranks:
         assert "het_tf.hybrid.save(model, 'model.keras') on every rank" in r["refused"]
+    # A save that fails on rank 0 raises on every rank, and training goes on.
+    assert [r["failed_save"] for r in ranks] == ["FileExistsError", "RuntimeError"]
     assert not list(tmp_path.glob("result.json.rank*.keras"))
     saved = keras_file_rows(tmp_path / "result.json.keras")
     assert_rows_follow_the_data(saved, ranks[0]["batches"] + ranks[1]["batches"])

@@ -196,6 +196,36 @@ def test_a_save_that_fails_half_way_leaves_the_file_before_it(tmp_path, monkeypa
     assert files_in(tmp_path) == ["model.keras"]
 
 
+def test_a_keras_path_keeps_keras_own_rules(tmp_path):
+    model = make_model()
+    model.fit(*data(64), verbose=0)
+    with pytest.raises(ValueError, match=r"expected a `.keras` extension"):
+        model.save(str(tmp_path / "model"), save_format="keras")
+    with pytest.raises(ValueError, match=r"HetEmbedding 'items': Keras' HDF5 format"):
+        model.load_weights(str(tmp_path / "weights.h5"))  # refused before it is read
+    assert files_in(tmp_path) == []
+
+
+def test_a_file_the_table_cannot_take_changes_nothing(tmp_path):
+    """max_rows: one shard would take more rows than its share."""
+    x, y = data()
+    model = make_model()
+    model.fit(x, y, batch_size=32, verbose=0)
+    path = str(tmp_path / "weights.weights.h5")
+    model.save_weights(path)
+    rows = len(table_of(model)[0])
+    small = make_model(max_rows=rows - 1)
+    small.fit(x[:8], y[:8], batch_size=8, verbose=0)
+    (layer,) = [x for x in small.layers if isinstance(x, HetEmbedding)]
+    before, updates = table_of(small), layer.weights[1].numpy()  # the updates counter
+    with pytest.raises(ValueError, match=rf"HetEmbedding 'items': the file's table has {rows} "
+                                         rf"rows, .* max_rows={rows - 1}"):
+        small.load_weights(path)
+    for a, b in zip(table_of(small), before):
+        np.testing.assert_array_equal(a, b)
+    assert layer.weights[1].numpy() == updates == 1
+
+
 def test_a_file_of_another_table_is_refused_naming_the_layer(tmp_path):
     path = str(tmp_path / "weights.weights.h5")
     model = make_model(table_optimizer="adagrad")

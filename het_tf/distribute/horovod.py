@@ -128,3 +128,21 @@ def broadcast_object(value):
 
 def barrier():
     initialized().allreduce(tf.constant(0.0), name="het_tf_barrier")
+
+
+def on_rank_zero(action, what):
+    """Runs `action()` on rank 0 while the other ranks wait, and returns its
+    result there (None elsewhere). If it fails every rank raises, rank 0
+    its error and the others one naming `what`: none is left waiting at a
+    later collective for a rank that gave up."""
+    error = result = None
+    if rank() == 0:
+        try:
+            result = action()
+        except Exception as e:  # raised again below, on every rank
+            error = e
+    if allreduce_sum(0.0 if error is None else 1.0):  # the barrier, carrying the outcome
+        if error is not None:
+            raise error
+        raise RuntimeError(f"{what} failed on rank 0 (its log says why); every rank stops")
+    return result

@@ -62,6 +62,13 @@ class ShardedTable:
         parts = [tf.dynamic_partition(t, shard_of, self.num_shards) for t in (keys,) + values]
         return origin, parts
 
+    def shard_counts(self, keys):
+        """How many of the int64 `keys` each shard owns now (eager)."""
+        shard_of = self._ops.het_shard_index(keys, num_shards=self.num_shards,
+                                             vocabulary_size=self.config.vocabulary_size,
+                                             table_name=self.config.name)
+        return tf.math.bincount(shard_of, minlength=self.num_shards).numpy()
+
     def _on_shards(self, fn, keys, *values, keys_checked=False, per_shard=None):
         """Calls fn(shard, handle, keys_part, *value_parts, *extra) on every
         shard, extra = per_shard(origin_part) (or none): tensors made from
