@@ -77,6 +77,14 @@ def test_a_loaded_keras_file_predicts_and_trains_on_as_the_run_that_went_on(
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
 
 
+def test_a_model_rebuilt_from_its_config_needs_no_custom_objects():
+    model = make_model()
+    for rebuilt in (tf_keras.models.model_from_json(model.to_json()),
+                    tf_keras.models.clone_model(model)):
+        (layer,) = [x for x in rebuilt.layers if isinstance(x, HetEmbedding)]
+        assert layer.get_config() == model.get_layer("items").get_config()
+
+
 def test_a_keras_file_loads_in_another_process_without_custom_objects(tmp_path):
     """Importing het_tf.keras_layers registers the layer with Keras; rows
     the run never touched come from the seed there as here."""
