@@ -8,10 +8,8 @@ its apply step hands them to the layer (table_gradients.py), which updates
 the table through the cache with the table's own optimizer. So the layer
 drops into any model and `model.fit` with no subclassing.
 """
-import collections
 import copy
 import dataclasses
-import weakref
 import zlib
 
 import numpy as np
@@ -29,11 +27,12 @@ from het_tf.keras_layers.layer_settings import (
     resolve_initializer,
 )
 from het_tf.keras_layers.table_weights import TableWeights
-from het_tf.runtime.cache import WorkerCache, hit_rate, lookup_without_cache, push_without_cache
+from het_tf.runtime.cache import WorkerCache
 from het_tf.runtime.checkpoint import TableCheckpoint
 from het_tf.runtime.config import UNBOUNDED, TableConfig
 from het_tf.runtime.herald_plan import HeraldPlan
 from het_tf.runtime.hot_block import HotBlock
+from het_tf.runtime.routes import CachedRoute, DirectRoute, HeraldRoute, HotRowsRoute
 from het_tf.runtime.table import ShardedTable
 
 _KERAS3_HINT = ("HetEmbedding is a tf_keras (Keras 2) layer: Keras 3 has no "
@@ -202,11 +201,11 @@ class HetEmbedding(tf_keras.layers.Layer):
         self._cache = None
         self._hot = None
         self._plan = None  # Herald's, see _make_plan
+        self._route = None  # see _make_route
         self._strategy = None  # ParameterServerStrategy's, see _wait_for_scheduled_steps
         self._pinned = np.zeros([0], np.int64)  # hot rows pinned in the workers' caches
         self._serving_lookup = None  # see set_serving_lookup
         self._lookahead = False  # see het_tf.lookahead
-        self._herald_graphs = weakref.WeakSet()  # traced steps that called the plan
         self.supports_masking = self.mask_zero
 
     # ----- settings -----
@@ -289,6 +288,7 @@ class HetEmbedding(tf_keras.layers.Layer):
                                       worker_devices=worker_devices)
         self._hot = self._make_hot_block(worker_devices, instance)
         self._plan = self._make_plan(worker_devices)
+        self._route = self._make_route()
         self._table_checkpoint = TableCheckpoint(self._table, self._flush_ops, self.clear_cache,
                                                  restored=self.reload_hot_rows)
         if self._initializer[0] == "materialize":
@@ -306,6 +306,19 @@ class HetEmbedding(tf_keras.layers.Layer):
             return HotBlock(self._table, instance)
         return HotBlock(self._table, instance, exchange=horovod.allgather, ranks=horovod.size())
 
+    def _make_route(self):
+        """The route the step's rows take (het_tf.runtime.routes)."""
+        if self._cache is None:
+            route = DirectRoute(self._table)
+        elif self._hot is not None:
+            route = HotRowsRoute(self._cache, self._hot)
+        elif self._plan is not None:
+            route = HeraldRoute(self._cache, self._plan, self._owner)
+        else:
+            route = CachedRoute(self._cache)
+        route.lookahead = self._lookahead
+        return route
+
     def _make_plan(self, worker_devices):
         """Herald's plan, for sync "herald" with more than one Horovod rank
         (one process alone has no one to push for)."""
@@ -319,19 +332,6 @@ class HetEmbedding(tf_keras.layers.Layer):
             return None
         return HeraldPlan(self._cache, horovod.size(), horovod.rank(), horovod.allgather,
                           horovod.sum_over_ranks)
-
-    def _split(self, training):
-        """The rows a step takes apart from the cache, if any: the hot
-        block's (training or not), or in training the rows Herald's plan
-        reads and writes on the shards directly."""
-        if self._hot is not None:
-            hot = self._hot
-            return _Split(lambda unique, ids: hot.is_hot(unique), hot.is_hot, hot.gather,
-                          hot.apply_gradients)
-        if self._plan is not None and training:
-            plan = self._plan
-            return _Split(plan.direct, plan.was_direct, plan.read, plan.keep)
-        return None
 
     def _write_initial_rows(self):
         values = tf.cast(self._initializer[1](shape=(self.input_dim, self.output_dim),
@@ -363,25 +363,14 @@ class HetEmbedding(tf_keras.layers.Layer):
             # The saved lookup takes ids of any shape: give its rows theirs.
             return tf.ensure_shape(self._serving_lookup(ids),
                                    ids.shape.concatenate([self.output_dim]))
-        table, cache, dim, owner = self._table, self._cache, self.output_dim, self._owner
-        split = self._split(training)
+        table, route, dim, owner = self._table, self._route, self.output_dim, self._owner
         regularizer, mask_zero = self.embeddings_regularizer, self.mask_zero
-        lookahead = self.lookahead_active and training
-        if self._plan is not None and training:
-            self._check_one_call_a_step()
         vocabulary = self._table_config.vocabulary_size
         dense_shape = [np.iinfo(np.int64).max if vocabulary == UNBOUNDED else vocabulary, dim]
 
         @tf.custom_gradient
         def lookup(anchor):
-            if split is not None:
-                rows, unique, inverse = _lookup_split(split, cache, ids, training)
-            elif cache is not None:
-                rows, unique, inverse = cache.lookup(ids, training, lookahead=lookahead)
-                if lookahead:
-                    cache.prefetch(ids, rows)
-            else:
-                rows, unique, inverse = lookup_without_cache(table, ids)
+            rows, unique, inverse = route.lookup(ids, training)
             out = tf.gather(rows, inverse)
             kept = tf.not_equal(unique, 0) if mask_zero else None
 
@@ -417,16 +406,6 @@ class HetEmbedding(tf_keras.layers.Layer):
         penalties.append(regularizer(penalized))
         return out
 
-    def _check_one_call_a_step(self):
-        """Herald's plan shares each step's ids once: a second training call
-        in one traced step is refused."""
-        graph = tf.compat.v1.get_default_graph()
-        if graph in self._herald_graphs and not tf.executing_eagerly():
-            raise ValueError(f"{self._owner}: sync='herald' plans one lookup a step, and the "
-                             "layer is called more than once in a training step; use "
-                             "sync='refresh' for a layer called several times")
-        self._herald_graphs.add(graph)
-
     def apply_gradient(self, gradient):
         """The table's update from the gradient the optimizer applies to the
         anchor (het_tf patches tf_keras' optimizers to call this): the rows'
@@ -451,14 +430,7 @@ class HetEmbedding(tf_keras.layers.Layer):
         unique, at = tf.unique(keys, out_idx=tf.int32)
         grads = tf.math.unsorted_segment_sum(tf.cast(gradient.values, tf.float32), at,
                                              tf.size(unique))
-        lr = self._current_learning_rate()
-        split = self._split(True)
-        if split is not None:
-            update = _update_split(split, self._cache, unique, grads, lr)
-        elif self._cache is not None:
-            update = self._cache.apply_gradients(unique, grads, lr)
-        else:  # the ids were checked above
-            update = push_without_cache(self._table, unique, grads, lr, keys_checked=True)
+        update = self._route.apply(unique, grads, self._current_learning_rate())
         with tf.control_dependencies(tf.nest.flatten(update)):
             return self._updates.assign_add(1)
 
@@ -540,20 +512,13 @@ class HetEmbedding(tf_keras.layers.Layer):
 
     def _flush_ops(self):
         self._wait_for_scheduled_steps()
-        ops = [] if self._hot is None else tf.nest.flatten(self._hot.write_back())
-        if self._plan is not None:  # the direct rows' gradients kept for the next step
-            ops += [self._plan.flush()]
-        if self._cache is None:
-            return ops
-        return ops + tf.nest.flatten(self._cache.flush(self._current_learning_rate()))
+        return self._route.flush(self._current_learning_rate())
 
     def clear_cache(self):
         """Drops this worker's cached rows and pending updates (flush first
         to keep them); returns the ops."""
         self._wait_for_scheduled_steps()
-        if self._plan is not None:
-            self._plan.clear()
-        return [] if self._cache is None else [self._cache.clear()]
+        return self._route.clear()
 
     def reload_hot_rows(self):
         """The hot block takes its rows from the shards again (eager), as
@@ -615,13 +580,14 @@ class HetEmbedding(tf_keras.layers.Layer):
     def lookahead_active(self):
         """True once het_tf.lookahead feeds this layer's cache the next
         batch's ids: training steps then prefetch them (sync "refresh")."""
-        return (self._lookahead and self._cache is not None and self._hot is None
-                and self._cache.config.sync == "refresh")
+        return self._route is not None and self._route.lookahead_active
 
     def enable_lookahead(self, enabled=True):
         """Training steps traced from now on prefetch the batch that
         het_tf.lookahead staged (it calls this; see docs/consistency.md)."""
         self._lookahead = bool(enabled)
+        if self._route is not None:
+            self._route.lookahead = self._lookahead
 
     def set_serving_lookup(self, lookup):
         """Serve from `lookup` (a callable from int64 ids to rows made of
@@ -648,22 +614,7 @@ class HetEmbedding(tf_keras.layers.Layer):
         if self._table is None:
             return {}
         with tf.init_scope():
-            stats = {f"table_{k}": v for k, v in self._table.stats().items()}
-            if self._cache is not None:
-                stats.update({f"cache_{k}": v for k, v in self._cache.stats().items()})
-        lookups = stats.get("cache_lookups", 0)
-        if self._cache is not None:
-            stats["hit_rate"] = hit_rate(stats, "cache_")
-            traffic = stats["cache_bytes_sent"] + stats["cache_bytes_received"]
-        else:
-            lookups = stats["table_keys_checked"]
-            traffic = stats["table_bytes_sent"] + stats["table_bytes_received"]
-        if self._hot is not None:
-            stats.update({f"hot_{k}": v for k, v in self._hot.stats().items()})
-            traffic += stats["hot_bytes_exchanged"]
-        if self._plan is not None:
-            stats.update(self._plan.stats())
-            traffic += stats["plan_bytes"] + stats["plan_direct_bytes"]
+            stats, traffic, lookups = self._route.stats()
         stats["samples"] = int(self._samples.numpy()) if tf.executing_eagerly() else 0
         stats["embedding_bytes"] = traffic
         stats["bytes_per_id"] = traffic / max(lookups, 1)
@@ -719,54 +670,6 @@ class HetEmbedding(tf_keras.layers.Layer):
             config["embeddings_constraint"] = tf_keras.constraints.deserialize(
                 config["embeddings_constraint"])
         return cls(**config)
-
-
-class _Split(collections.namedtuple("_Split", "choose chosen gather apply")):
-    """Rows a step takes apart from the cache: `choose(unique, ids)` says
-    which of a lookup's unique keys (of its flat `ids`) they are,
-    `chosen(keys)` which of the keys of the step's update were,
-    `gather(keys)` reads them and `apply(keys, grads, learning_rate)`
-    updates them. FAE's hot rows (the hot block) or Herald's direct rows
-    (the shards, after the plan)."""
-
-
-def _lookup_split(split, cache, ids, training):
-    """(rows, unique ids, inverse): the split's rows from it, the others
-    through the cache. A batch with none of the others does not meet the
-    cache at all."""
-    ids = cache.table.check_ids(ids)
-    flat = tf.reshape(ids, [-1])
-    unique, inverse = tf.unique(flat, out_idx=tf.int32)
-    is_first = split.choose(unique, flat)
-    first_at, rest_at = (tf.cast(tf.where(x)[:, 0], tf.int32) for x in (is_first, ~is_first))
-    rest_keys = tf.gather(unique, rest_at)
-
-    def rest_rows():
-        rows, _, rest_inverse = cache.lookup(rest_keys, training)
-        return tf.gather(rows, rest_inverse)
-
-    rest = tf.cond(tf.size(rest_keys) > 0, rest_rows,
-                   lambda: tf.zeros([0, cache.dim], tf.float32))
-    rows = tf.dynamic_stitch([first_at, rest_at],
-                             [split.gather(tf.gather(unique, first_at)), rest])
-    return rows, unique, tf.reshape(inverse, tf.shape(ids))
-
-
-def _update_split(split, cache, unique, grads, learning_rate):
-    """The step's update: the split's rows' gradients to it, the others' to
-    the cache (only if there are any)."""
-    first = split.chosen(unique)
-    update_first = split.apply(tf.boolean_mask(unique, first), tf.boolean_mask(grads, first),
-                               learning_rate)
-
-    def update_rest():
-        update = cache.apply_gradients(tf.boolean_mask(unique, ~first),
-                                       tf.boolean_mask(grads, ~first), learning_rate)
-        with tf.control_dependencies(tf.nest.flatten(update)):
-            return tf.constant(True)
-
-    rest_update = tf.cond(tf.reduce_any(~first), update_rest, lambda: tf.constant(False))
-    return [update_first, rest_update]
 
 
 def _initializer_from_weights(weights, input_dim, output_dim, owner):

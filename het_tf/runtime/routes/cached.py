@@ -1,0 +1,40 @@
+"""HET's cache: each worker's cached rows within the staleness bound, synced
+by refresh or by check (docs/consistency.md), with the lookahead's fetch of
+the batch het_tf.lookahead staged (refresh only)."""
+import tensorflow as tf
+
+from het_tf.runtime.cache import hit_rate
+from het_tf.runtime.routes.route import Route
+
+
+class CachedRoute(Route):
+    def __init__(self, cache):
+        super().__init__(cache.table)
+        self.cache = cache
+
+    @property
+    def lookahead_active(self):
+        return self.lookahead and self.cache.config.sync == "refresh"
+
+    def lookup(self, ids, training):
+        lookahead = self.lookahead_active and training
+        rows, unique, inverse = self.cache.lookup(ids, training, lookahead=lookahead)
+        if lookahead:
+            self.cache.prefetch(ids, rows)
+        return rows, unique, inverse
+
+    def apply(self, unique, grads, learning_rate):
+        return self.cache.apply_gradients(unique, grads, learning_rate)
+
+    def flush(self, learning_rate):
+        return tf.nest.flatten(self.cache.flush(learning_rate))
+
+    def clear(self):
+        return [self.cache.clear()]
+
+    def stats(self):
+        counters, _, _ = super().stats()
+        counters.update({f"cache_{k}": v for k, v in self.cache.stats().items()})
+        counters["hit_rate"] = hit_rate(counters, "cache_")
+        traffic = counters["cache_bytes_sent"] + counters["cache_bytes_received"]
+        return counters, traffic, counters.get("cache_lookups", 0)

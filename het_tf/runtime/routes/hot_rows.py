@@ -1,0 +1,32 @@
+"""FAE's hot rows (docs/fae.md): a block every process keeps of the rows
+most ids hit, trained in place and kept the same on every Horovod rank; the
+other rows go through the cache."""
+import tensorflow as tf
+
+from het_tf.runtime.routes.split import SplitRoute
+
+
+class HotRowsRoute(SplitRoute):
+    def __init__(self, cache, hot_block):
+        super().__init__(cache)
+        self.hot_block = hot_block
+
+    def choose(self, unique, ids):
+        return self.hot_block.is_hot(unique)
+
+    def chosen(self, keys):
+        return self.hot_block.is_hot(keys)
+
+    def gather(self, keys):
+        return self.hot_block.gather(keys)
+
+    def keep(self, keys, grads, learning_rate):
+        return self.hot_block.apply_gradients(keys, grads, learning_rate)
+
+    def flush(self, learning_rate):
+        return tf.nest.flatten(self.hot_block.write_back()) + super().flush(learning_rate)
+
+    def stats(self):
+        counters, traffic, lookups = super().stats()
+        counters.update({f"hot_{k}": v for k, v in self.hot_block.stats().items()})
+        return counters, traffic + counters["hot_bytes_exchanged"], lookups
