@@ -28,7 +28,7 @@ import tf_keras
 from het_tf import _op_library
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 from het_tf.keras_layers.layer_inputs import ids_model, layer_ids
-from het_tf.runtime.config import parse_stay_bonus
+from het_tf.runtime.config import is_whole, parse_stay_bonus
 from het_tf.runtime.counters import counter
 
 # A summary's words, and the sizes and counts that travel as int64.
@@ -36,7 +36,7 @@ _WORD_BYTES = 8
 
 
 def _check_setting(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+    if not is_whole(value, at_least=1):
         raise ValueError(f"allocation: {name} must be a positive int, got {value!r}")
     return int(value)
 

@@ -29,7 +29,7 @@ from het_tf.keras_layers.layer_settings import (
 from het_tf.keras_layers.table_weights import TableWeights
 from het_tf.runtime.cache import WorkerCache
 from het_tf.runtime.checkpoint import TableCheckpoint
-from het_tf.runtime.config import UNBOUNDED, TableConfig
+from het_tf.runtime.config import UNBOUNDED, TableConfig, is_whole
 from het_tf.runtime.herald_plan import HeraldPlan
 from het_tf.runtime.hot_block import HotBlock
 from het_tf.runtime.routes import CachedRoute, DirectRoute, HeraldRoute, HotRowsRoute
@@ -135,18 +135,15 @@ class HetEmbedding(tf_keras.layers.Layer):
         super().__init__(name=name, activity_regularizer=activity_regularizer, **kwargs)
         owner = f"HetEmbedding '{self.name}'"
         self._owner = owner
-        if input_dim is not None and (isinstance(input_dim, bool)
-                                      or not isinstance(input_dim, (int, np.integer))
-                                      or input_dim < 1):
+        if input_dim is not None and not is_whole(input_dim, at_least=1):
             raise ValueError(f"{owner}: input_dim must be a positive int, or None for dynamic "
                              f"int64 keys; got {input_dim!r}")
-        if isinstance(output_dim, bool) or not isinstance(output_dim, (int, np.integer)) \
-                or output_dim < 1:
+        if not is_whole(output_dim, at_least=1):
             raise ValueError(f"{owner}: output_dim must be a positive int, got {output_dim!r}")
         if combiner is not None and combiner not in COMBINERS:
             raise ValueError(f"{owner}: combiner must be None or one of {', '.join(COMBINERS)}; "
                              f"got {combiner!r}")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+        if seed is not None and not is_whole(seed):
             raise ValueError(f"{owner}: seed must be an int or None, got {seed!r}")
         if mask_zero and combiner is not None:
             raise ValueError(f"{owner}: mask_zero masks a sequence of ids, which a combiner "

@@ -23,6 +23,7 @@ from het_tf.distribute import horovod
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 from het_tf.keras_layers.layer_inputs import batch_ids, ids_model, layer_ids, with_end_marker
 from het_tf.runtime.access_counts import AccessCounts
+from het_tf.runtime.config import is_whole
 
 _log = logging.getLogger("het_tf")
 _WHO = "het_tf.profile_hot_rows"
@@ -85,7 +86,7 @@ def _budgets(layers, hot_rows, hot_bytes):
         budget = given.get(layer.name) if isinstance(given, dict) else given
         if budget is None:
             continue
-        if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 0:
+        if not is_whole(budget, at_least=0):
             raise ValueError(f"HetEmbedding '{layer.name}': {unit} must be an int >= 0, "
                              f"got {budget!r}")
         config = layer.table.config
@@ -104,7 +105,7 @@ def _sampled(dataset, share, seed, batches):
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
         raise ValueError(f"{_WHO}: share must be in (0, 1], got {share!r}")
     if batches is not None:
-        if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
+        if not is_whole(batches, at_least=1):
             raise ValueError(f"{_WHO}: batches must be a positive int or None, got {batches!r}")
         dataset = dataset.take(batches)
     elif int(dataset.cardinality()) == tf.data.INFINITE_CARDINALITY:
@@ -236,8 +237,7 @@ def hot_and_cold_batches(dataset, model, batch_size):
     who = "het_tf.hot_and_cold_batches"
     if not isinstance(dataset, tf.data.Dataset):
         raise ValueError(f"{who} takes a tf.data.Dataset, got {type(dataset).__name__}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
-            or batch_size < 1:
+    if not is_whole(batch_size, at_least=1):
         raise ValueError(f"{who}: batch_size must be a positive int, got {batch_size!r}")
     layers = [layer for layer in het_embedding_layers(model) if layer.hot_block is not None]
     if not layers:

@@ -13,6 +13,7 @@ from het_tf.runtime.config import (
     CacheConfig,
     cache_rows,
     check_window,
+    is_whole,
     staleness_bounds,
 )
 
@@ -130,7 +131,7 @@ def resolve_hot_rows(hot_rows, input_dim, cache_config, owner):
     (docs/fae.md). Its cold rows go through the cache, which must be on."""
     if hot_rows is None or hot_rows == 0:
         return 0
-    if isinstance(hot_rows, bool) or not isinstance(hot_rows, (int, np.integer)) or hot_rows < 0:
+    if not is_whole(hot_rows, at_least=0):
         raise ValueError(f"{owner}: hot_rows must be an int >= 0 or None, got {hot_rows!r}")
     if input_dim is not None and hot_rows > input_dim:
         raise ValueError(f"{owner}: hot_rows={hot_rows} is more rows than the table's "

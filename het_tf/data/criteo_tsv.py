@@ -9,6 +9,7 @@ and reason (`on_malformed="fail"`); they are never read as a sample.
 import tensorflow as tf
 
 from het_tf import _op_library
+from het_tf.runtime.config import is_whole
 
 ON_MALFORMED = ("skip", "fail")
 
@@ -31,7 +32,7 @@ def check_reader_arguments(reader, batch_size, on_malformed, num_shards, shard_i
         raise ValueError(f"{reader}: on_malformed must be 'skip' or 'fail', got "
                          f"{on_malformed!r}")
     for what, value in (("batch_size", batch_size), ("num_shards", num_shards)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not is_whole(value, at_least=1):
             raise ValueError(f"{reader}: {what} must be a positive int, got {value!r}")
     # A tensor index is one TensorFlow supplies per worker at run time.
     if not tf.is_tensor(shard_index) and not 0 <= shard_index < num_shards:

@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from het_tf import _op_library
+from het_tf.runtime.config import is_whole
 
 # Held-out rows come from this stream; training streams are 0, 1, 2, ...
 HELD_OUT_STREAM = 1 << 40
@@ -24,7 +25,7 @@ HELD_OUT_STREAM = 1 << 40
 
 class SyntheticCriteo:
     def __init__(self, seed=0, scale=0.01, zipf_exponent=1.1):
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        if not is_whole(seed):
             raise ValueError(f"synthetic criteo: seed must be an int, got {seed!r}")
         for name, value, top in (("scale", scale, 1e3), ("zipf_exponent", zipf_exponent, 10)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) \
@@ -59,7 +60,7 @@ class SyntheticCriteo:
 
     def dataset(self, batch_size, stream=0, num_samples=None):
         """Batches of a stream from row 0: endless, or num_samples rows."""
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        if not is_whole(batch_size, at_least=1):
             raise ValueError(f"synthetic criteo: batch_size must be a positive int, got "
                              f"{batch_size!r}")
         if num_samples is None:

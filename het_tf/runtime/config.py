@@ -63,7 +63,7 @@ def parse_staleness(value, owner, what="staleness"):
             return int(text)
     elif value is None or (isinstance(value, float) and math.isinf(value) and value > 0):
         return UNBOUNDED
-    elif isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 0:
+    elif is_whole(value, at_least=0):
         return int(value)
     auto = "'auto', " if what == "staleness" else ""
     _fail(owner, f"{what} must be {auto}an int >= 0, or None / math.inf / 'inf' for unbounded; "
@@ -298,6 +298,13 @@ def parse_stay_bonus(value, owner):
     if not _is_int(value) or value < 0:
         _fail(owner, f"stay_bonus must be 'auto' or a number of rows >= 0, got {value!r}")
     return value
+
+
+def is_whole(value, at_least=None):
+    """True for a whole number (a Python or NumPy int, never a bool) of at
+    least `at_least`: the one test of every int setting."""
+    return (isinstance(value, numbers.Integral) and not isinstance(value, bool)
+            and (at_least is None or value >= at_least))
 
 
 def _is_int(value):
