@@ -25,6 +25,7 @@ from het_tf.keras_layers.layer_settings import (
     resolve_constraint,
     resolve_hot_rows,
     resolve_initializer,
+    resolve_route,
 )
 from het_tf.keras_layers.table_weights import TableWeights
 from het_tf.runtime.cache import WorkerCache
@@ -98,6 +99,9 @@ class HetEmbedding(tf_keras.layers.Layer):
       seed: seeds the initializer; None derives one from the layer name, so
         a model rebuilt in another process gets the same rows.
       pin_threshold: touches after which lfu_opt pins a row.
+      route: the name of a route of one's own, registered with
+        het_tf.runtime.routes.register (None: the route the other settings
+        choose).
       max_rows: the most rows the table may hold (None: no limit); a step
         that would create more fails with ResourceExhausted naming the
         table, and changes nothing.
@@ -121,7 +125,7 @@ class HetEmbedding(tf_keras.layers.Layer):
                  read_staleness=None, write_staleness=None, seed=None, name=None,
                  pin_threshold=100, max_rows=None, sync="refresh", hot_rows=None, mask_zero=False,
                  input_length=None, embeddings_regularizer=None, activity_regularizer=None,
-                 embeddings_constraint=None, sparse=False, window=1, **kwargs):
+                 embeddings_constraint=None, sparse=False, window=1, route=None, **kwargs):
         kwargs.setdefault("autocast", False)  # ids must stay ints
         if "input_shape" not in kwargs and "batch_input_shape" not in kwargs:
             # As Keras' Embedding: a Sequential model may start with this
@@ -192,6 +196,8 @@ class HetEmbedding(tf_keras.layers.Layer):
                                            self.input_dim, owner, sync, window)
         self.hot_rows = hot_rows
         self._hot_rows = resolve_hot_rows(hot_rows, self.input_dim, self._cache_config, owner)
+        self.route = route
+        self._route_factory = resolve_route(route, self._hot_rows, self._cache_config, owner)
         # Validates name, dims and optimizer now rather than at build.
         self._table_config = self._make_table_config()
         self._table = None
@@ -305,7 +311,9 @@ class HetEmbedding(tf_keras.layers.Layer):
 
     def _make_route(self):
         """The route the step's rows take (het_tf.runtime.routes)."""
-        if self._cache is None:
+        if self._route_factory is not None:
+            route = self._route_factory(self._table, self._cache)
+        elif self._cache is None:
             route = DirectRoute(self._table)
         elif self._hot is not None:
             route = HotRowsRoute(self._cache, self._hot)
@@ -639,6 +647,7 @@ class HetEmbedding(tf_keras.layers.Layer):
             "max_rows": self.max_rows,
             "sync": self.sync,
             "window": self.window,
+            "route": self.route,
             "hot_rows": self.hot_rows,
             "mask_zero": self.mask_zero,
             "input_length": self.input_length,

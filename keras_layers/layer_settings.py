@@ -6,6 +6,7 @@ import tensorflow as tf
 import tf_keras
 
 from het_tf.distribute import horovod, server
+from het_tf.runtime import routes
 from het_tf.runtime.config import (
     AUTO,
     MATERIALIZE_LIMIT,
@@ -165,3 +166,14 @@ def placement(instance):
     # Tables are found by name, and a second model with a layer of the same
     # name must not see these rows.
     return [None], None, instance
+
+
+def resolve_route(route, hot_rows, cache_config, owner):
+    """The factory of a registered route, or None for the route the other
+    settings choose (which hot rows and Herald's plan do themselves)."""
+    if route is None:
+        return None
+    if hot_rows or (cache_config is not None and cache_config.sync == "herald"):
+        raise ValueError(f"{owner}: route={route!r} chooses the route, as hot_rows and "
+                         "sync='herald' do; give one of them")
+    return routes.registered(route, owner)

@@ -12,6 +12,8 @@ import tensorflow as tf
 import tf_keras
 
 from het_tf.keras_layers import HetEmbedding
+from het_tf.runtime import routes
+from het_tf.runtime.routes import DirectRoute
 
 VOCAB, DIM = 50, 4
 MATRIX = np.random.default_rng(5).uniform(-0.1, 0.1, (VOCAB, DIM)).astype(np.float32)
@@ -37,9 +39,33 @@ OPTIMIZERS = {"sgd": lambda: tf_keras.optimizers.SGD(0.1),
               "adagrad": lambda: tf_keras.optimizers.Adagrad(0.1)}
 
 
+class DoubledRoute(DirectRoute):
+    """A route of one's own, registered without editing the layer: every row
+    read doubled, so every row's gradient doubles too."""
+
+    def lookup(self, ids, training):
+        rows, unique, inverse = super().lookup(ids, training)
+        return 2.0 * rows, unique, inverse
+
+    def apply(self, unique, grads, learning_rate):
+        return super().apply(unique, 2.0 * grads, learning_rate)
+
+
+routes.register("doubled", lambda table, cache: DoubledRoute(table))
+
+
+class DoubledEmbedding(tf_keras.layers.Embedding):
+    """Its oracle: Keras' own layer, its vectors doubled."""
+
+    def call(self, inputs):
+        return 2.0 * super().call(inputs)
+
+
 def embedding(kind, optimizer="sgd", name=None, **settings):
     if kind == "keras":
         return tf_keras.layers.Embedding(VOCAB, DIM, weights=[MATRIX], name=name)
+    if kind == "keras-doubled":
+        return DoubledEmbedding(VOCAB, DIM, weights=[MATRIX], name=name)
     return HetEmbedding(VOCAB, DIM, weights=[MATRIX], optimizer=OPTIMIZERS[optimizer](),
                         name=name, **settings)
 
@@ -80,6 +106,25 @@ def train(kind, optimizer="sgd", calls=2, labels=LABELS, epochs=2, fit=None, com
 def test_a_layer_called_twice_trains_as_keras_shared_embedding(route, optimizer):
     expected = train("keras", optimizer)
     np.testing.assert_allclose(train("het", optimizer, **ROUTES[route]), expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_a_route_of_ones_own_trains_as_its_keras_oracle(optimizer):
+    expected = train("keras-doubled", optimizer)
+    np.testing.assert_allclose(train("het", optimizer, cache_capacity=0, route="doubled"),
+                               expected, atol=1e-6)
+    assert not np.allclose(train("het", optimizer, cache_capacity=0), expected, atol=1e-3)
+
+
+def test_a_route_is_chosen_once_and_by_a_registered_name():
+    with pytest.raises(ValueError, match=r"HetEmbedding 'items': no route is registered as "
+                                         r"'tripled' \(registered: .*doubled"):
+        HetEmbedding(VOCAB, DIM, route="tripled", name="items")
+    with pytest.raises(ValueError, match=r"HetEmbedding 'items': route='doubled' chooses the "
+                                         r"route, as hot_rows and sync='herald' do"):
+        HetEmbedding(VOCAB, DIM, route="doubled", hot_rows=10, name="items")
+    layer = HetEmbedding(VOCAB, DIM, route="doubled", name="items")
+    assert HetEmbedding.from_config(layer.get_config()).route == "doubled"
 
 
 @pytest.mark.parametrize("route", ["off", "refresh-s1", "check-s100"])
@@ -202,6 +247,8 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import tf_keras
 from het_tf.keras_layers import HetEmbedding
+from het_tf.runtime import routes
+from het_tf.runtime.routes import DirectRoute
 with tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]).scope():
     model = tf_keras.Sequential([tf_keras.Input((1,), dtype="int64"), HetEmbedding(10, 2, name="items"),
                                  tf_keras.layers.Flatten(), tf_keras.layers.Dense(1)])
