@@ -16,11 +16,9 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from het_tf.distribute import horovod
-from het_tf.keras_layers import server_optimizer, table_gradients, table_weights
+from het_tf.keras_layers import route_choice, server_optimizer, table_gradients, table_weights
 from het_tf.keras_layers.combiners import COMBINERS, embed_and_combine
 from het_tf.keras_layers.layer_settings import (
-    placement,
     resolve_cache,
     resolve_constraint,
     resolve_hot_rows,
@@ -28,13 +26,8 @@ from het_tf.keras_layers.layer_settings import (
     resolve_route,
 )
 from het_tf.keras_layers.table_weights import TableWeights
-from het_tf.runtime.cache import WorkerCache
 from het_tf.runtime.checkpoint import TableCheckpoint
 from het_tf.runtime.config import UNBOUNDED, TableConfig, is_whole
-from het_tf.runtime.herald_plan import HeraldPlan
-from het_tf.runtime.hot_block import HotBlock
-from het_tf.runtime.routes import CachedRoute, DirectRoute, HeraldRoute, HotRowsRoute
-from het_tf.runtime.table import ShardedTable
 
 _KERAS3_HINT = ("HetEmbedding is a tf_keras (Keras 2) layer: Keras 3 has no "
                 "ParameterServerStrategy support. Build the model with `import tf_keras` "
@@ -280,63 +273,16 @@ class HetEmbedding(tf_keras.layers.Layer):
         return self._table_weights
 
     def _create_table_and_cache(self):
-        shard_devices, worker_devices, instance = placement(f"{id(self):x}")
-        # Its coordinator, once Keras makes one, schedules the workers' steps.
-        self._strategy = tf.distribute.get_strategy() if worker_devices is not None else None
-        self._table = ShardedTable(self._table_config, shard_devices, instance)
-        self._cache = None
-        if self._cache_config is not None:
-            self._cache = WorkerCache(self._table, self._cache_config,
-                                      shared_name=f"het_cache/{self.name}/{instance}",
-                                      worker_devices=worker_devices)
-        self._hot = self._make_hot_block(worker_devices, instance)
-        self._plan = self._make_plan(worker_devices)
-        self._route = self._make_route()
+        (self._strategy, self._table, self._cache, self._hot, self._plan,
+         self._route) = route_choice.build(self.name, self._owner, self._table_config,
+                                           self._cache_config, self._hot_rows,
+                                           self._route_factory, f"{id(self):x}")
+        self._route.lookahead = self._lookahead
         self._table_checkpoint = TableCheckpoint(self._table, self._flush_ops, self.clear_cache,
                                                  restored=self.reload_hot_rows)
         if self._initializer[0] == "materialize":
             with tf.init_scope():
                 self._write_initial_rows()
-
-
-    def _make_hot_block(self, worker_devices, instance):
-        """The hot block, for hot_rows in hybrid or local mode (under
-        ParameterServerStrategy the workers cannot exchange gradients: the
-        hot rows are pinned in their caches instead)."""
-        if not self._hot_rows or worker_devices is not None:
-            return None
-        if horovod.num_ps() is None:
-            return HotBlock(self._table, instance)
-        return HotBlock(self._table, instance, exchange=horovod.allgather, ranks=horovod.size())
-
-    def _make_route(self):
-        """The route the step's rows take (het_tf.runtime.routes)."""
-        if self._route_factory is not None:
-            route = self._route_factory(self._table, self._cache)
-        elif self._cache is None:
-            route = DirectRoute(self._table)
-        elif self._hot is not None:
-            route = HotRowsRoute(self._cache, self._hot)
-        elif self._plan is not None:
-            route = HeraldRoute(self._cache, self._plan, self._owner)
-        else:
-            route = CachedRoute(self._cache)
-        route.lookahead = self._lookahead
-        return route
-
-    def _make_plan(self, worker_devices):
-        """Herald's plan, for sync "herald" with more than one Horovod rank
-        (one process alone has no one to push for)."""
-        if self._cache is None or self._cache.config.sync != "herald":
-            return None
-        if worker_devices is not None:
-            raise ValueError(f"{self._owner}: sync='herald' needs hybrid mode (Horovod ranks "
-                             "that share the ids they read); under ParameterServerStrategy the "
-                             "workers cannot, use sync='refresh' (docs/herald.md)")
-        if horovod.num_ps() is None or horovod.size() == 1:
-            return None
-        return HeraldPlan(self._cache, horovod.size(), horovod.rank(), horovod.allgather,
-                          horovod.sum_over_ranks)
 
     def _write_initial_rows(self):
         values = tf.cast(self._initializer[1](shape=(self.input_dim, self.output_dim),
