@@ -199,7 +199,6 @@ class HetEmbedding(tf_keras.layers.Layer):
         self._plan = None  # Herald's, see _make_plan
         self._route = None  # see _make_route
         self._strategy = None  # ParameterServerStrategy's, see _wait_for_scheduled_steps
-        self._pinned = np.zeros([0], np.int64)  # hot rows pinned in the workers' caches
         self._serving_lookup = None  # see set_serving_lookup
         self._lookahead = False  # see het_tf.lookahead
         self.supports_masking = self.mask_zero
@@ -472,18 +471,15 @@ class HetEmbedding(tf_keras.layers.Layer):
         return self._route.clear()
 
     def reload_hot_rows(self):
-        """The hot block takes its rows from the shards again (eager), as
-        after a restore or set_weights wrote them there."""
-        if self._hot is not None:
-            self._hot.reload()
+        """The hot rows come from the shards again (eager), as after a
+        restore or set_weights wrote them there."""
+        if self._route is not None:
+            self._route.reload()
 
     def set_hot_keys(self, keys):
         """Makes `keys` this layer's hot rows (eager; het_tf.use_hot_rows
-        calls it on every rank with the same keys): pending updates and the
-        rows of the old hot set go to the shards, the caches are emptied
-        (their copies of rows now hot would go stale), and the new hot rows
-        come from the shards. Under ParameterServerStrategy they are pinned
-        in every worker's cache instead."""
+        calls it on every rank with the same keys), as its route keeps them
+        (docs/fae.md)."""
         if not self._hot_rows:
             raise ValueError(f"{self._owner} has no hot rows: give it hot_rows=N (the most "
                              "rows it replicates)")
@@ -499,20 +495,12 @@ class HetEmbedding(tf_keras.layers.Layer):
                     keys[0] < 0 or keys[-1] >= self.input_dim):
                 raise ValueError(f"{self._owner}: hot ids must lie in [0, {self.input_dim}); "
                                  f"got ids from {keys[0]} to {keys[-1]}")
-            if self._hot is None:
-                # ParameterServerStrategy: no collective between the
-                # workers, so the hot rows are pinned in their caches.
-                self._cache.pin(ids)
-                self._pinned = keys
-                return
-            self._flush_ops()
-            self.clear_cache()
-            self._hot.load(keys)
+            self._route.set_hot_keys(ids, keys, lambda: (self._flush_ops(), self.clear_cache()))
 
     @property
     def hot_keys(self):
         """The hot rows' ids, ascending (empty without hot rows)."""
-        return self._pinned if self._hot is None else self._hot.keys
+        return self._route.hot_keys if self._route is not None else np.zeros([0], np.int64)
 
     @property
     def hot_block(self):

@@ -11,6 +11,17 @@ class CachedRoute(Route):
     def __init__(self, cache):
         super().__init__(cache.table)
         self.cache = cache
+        self._pinned = super().hot_keys
+
+    @property
+    def hot_keys(self):
+        return self._pinned
+
+    def set_hot_keys(self, ids, keys, flush_and_clear):
+        """Under ParameterServerStrategy the workers have no collective to
+        keep a block the same: the hot rows are pinned in their caches."""
+        self.cache.pin(ids)
+        self._pinned = keys
 
     @property
     def lookahead_active(self):

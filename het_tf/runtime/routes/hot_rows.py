@@ -11,6 +11,20 @@ class HotRowsRoute(SplitRoute):
         super().__init__(cache)
         self.hot_block = hot_block
 
+    @property
+    def hot_keys(self):
+        return self.hot_block.keys
+
+    def set_hot_keys(self, ids, keys, flush_and_clear):
+        """Pending updates and the old hot set's rows go to the shards, the
+        caches are emptied (their copies of rows now hot would go stale),
+        and the new hot rows come from the shards."""
+        flush_and_clear()
+        self.hot_block.load(keys)
+
+    def reload(self):
+        self.hot_block.reload()
+
     def choose(self, unique, ids):
         return self.hot_block.is_hot(unique)
 

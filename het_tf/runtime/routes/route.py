@@ -1,4 +1,5 @@
 """The interface every route implements (routes/__init__.py)."""
+import numpy as np
 
 
 class Route:
@@ -27,6 +28,21 @@ class Route:
     def clear(self):
         """Drops every cached row and pending update; returns the ops."""
         return []
+
+    @property
+    def hot_keys(self):
+        """The hot rows' ids, ascending (none but on a route with hot rows)."""
+        return np.zeros([0], np.int64)
+
+    def set_hot_keys(self, ids, keys, flush_and_clear):
+        """Makes the checked, unique `keys` (and their `ids` tensor) the hot
+        rows; `flush_and_clear()` pushes and drops what the caches hold
+        first, where the route needs it (eager)."""
+        raise ValueError("this route keeps no hot rows")
+
+    def reload(self):
+        """Takes the hot rows from the shards again, after a restore or a
+        write (eager)."""
 
     @property
     def lookahead_active(self):
