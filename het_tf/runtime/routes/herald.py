@@ -10,7 +10,7 @@ from het_tf.runtime.routes.split import SplitRoute
 
 class HeraldRoute(SplitRoute):
     def __init__(self, cache, plan, owner):
-        super().__init__(cache)
+        super().__init__(cache, plan.direct, plan.was_direct, plan.read, plan.keep)
         self.plan = plan
         self._owner = owner
         self._graphs = weakref.WeakSet()  # traced steps that called the plan
@@ -29,18 +29,6 @@ class HeraldRoute(SplitRoute):
                              "layer is called more than once in a training step; use "
                              "sync='refresh' for a layer called several times")
         self._graphs.add(graph)
-
-    def choose(self, unique, ids):
-        return self.plan.direct(unique, ids)
-
-    def chosen(self, keys):
-        return self.plan.was_direct(keys)
-
-    def gather(self, keys):
-        return self.plan.read(keys)
-
-    def keep(self, keys, grads, learning_rate):
-        return self.plan.keep(keys, grads, learning_rate)
 
     def flush(self, learning_rate):
         # The direct rows' gradients kept for the next step go first.

@@ -8,7 +8,8 @@ from het_tf.runtime.routes.split import SplitRoute
 
 class HotRowsRoute(SplitRoute):
     def __init__(self, cache, hot_block):
-        super().__init__(cache)
+        super().__init__(cache, lambda unique, ids: hot_block.is_hot(unique), hot_block.is_hot,
+                         hot_block.gather, hot_block.apply_gradients)
         self.hot_block = hot_block
 
     @property
@@ -24,18 +25,6 @@ class HotRowsRoute(SplitRoute):
 
     def reload(self):
         self.hot_block.reload()
-
-    def choose(self, unique, ids):
-        return self.hot_block.is_hot(unique)
-
-    def chosen(self, keys):
-        return self.hot_block.is_hot(keys)
-
-    def gather(self, keys):
-        return self.hot_block.gather(keys)
-
-    def keep(self, keys, grads, learning_rate):
-        return self.hot_block.apply_gradients(keys, grads, learning_rate)
 
     def flush(self, learning_rate):
         return tf.nest.flatten(self.hot_block.write_back()) + super().flush(learning_rate)

@@ -6,11 +6,15 @@ from het_tf.runtime.routes.cached import CachedRoute
 
 
 class SplitRoute(CachedRoute):
-    """A subclass says which rows it takes and how it reads and updates
-    them: `choose(unique, ids)` which of a lookup's unique keys (of its flat
-    `ids`) are its, `chosen(keys)` which of an update's keys were,
-    `gather(keys)` reads them and `keep(keys, grads, learning_rate)`
-    updates them. `splits(training)` says whether a lookup splits at all."""
+    """The rows it takes and how it reads and updates them: `choose(unique,
+    ids)` says which of a lookup's unique keys (of its flat `ids`) are its,
+    `chosen(keys)` which of an update's keys were, `gather(keys)` reads
+    them and `keep(keys, grads, learning_rate)` updates them. A subclass's
+    `splits(training)` says whether a lookup splits at all."""
+
+    def __init__(self, cache, choose, chosen, gather, keep):
+        super().__init__(cache)
+        self.choose, self.chosen, self.gather, self.keep = choose, chosen, gather, keep
 
     def splits(self, training):
         return True
