@@ -195,9 +195,7 @@ class HetEmbedding(tf_keras.layers.Layer):
         self._table_config = self._make_table_config()
         self._table = None
         self._cache = None
-        self._hot = None
-        self._plan = None  # Herald's, see _make_plan
-        self._route = None  # see _make_route
+        self._route = None  # how a step's rows travel: route_choice.build
         self._strategy = None  # ParameterServerStrategy's, see _wait_for_scheduled_steps
         self._serving_lookup = None  # see set_serving_lookup
         self._lookahead = False  # see het_tf.lookahead
@@ -272,10 +270,9 @@ class HetEmbedding(tf_keras.layers.Layer):
         return self._table_weights
 
     def _create_table_and_cache(self):
-        (self._strategy, self._table, self._cache, self._hot, self._plan,
-         self._route) = route_choice.build(self.name, self._owner, self._table_config,
-                                           self._cache_config, self._hot_rows,
-                                           self._route_factory, f"{id(self):x}")
+        self._strategy, self._table, self._cache, self._route = route_choice.build(
+            self.name, self._owner, self._table_config, self._cache_config, self._hot_rows,
+            self._route_factory, f"{id(self):x}")
         self._route.lookahead = self._lookahead
         self._table_checkpoint = TableCheckpoint(self._table, self._flush_ops, self.clear_cache,
                                                  restored=self.reload_hot_rows)
@@ -505,7 +502,7 @@ class HetEmbedding(tf_keras.layers.Layer):
     @property
     def hot_block(self):
         """The HotBlock replicating this layer's hot rows, or None."""
-        return self._hot
+        return getattr(self._route, "hot_block", None)
 
     @property
     def gradient_anchor(self):

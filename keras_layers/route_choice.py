@@ -14,12 +14,13 @@ from het_tf.runtime.routes import CachedRoute, DirectRoute, HeraldRoute, HotRows
 from het_tf.runtime.table import ShardedTable
 
 # What a layer's rows stand on. `strategy` is ParameterServerStrategy's
-# (its coordinator schedules the workers' steps), or None.
-Built = collections.namedtuple("Built", "strategy table cache hot plan route")
+# (its coordinator schedules the workers' steps), or None; `cache` is None
+# with the cache off.
+Built = collections.namedtuple("Built", "strategy table cache route")
 
 
 def build(name, owner, table_config, cache_config, hot_rows, route_factory, instance):
-    """The table, cache, hot block, plan and route of the layer `name`
+    """The table, cache and route of the layer `name`
     (`owner` names it in errors); `instance` tells this process's tables
     apart when no cluster does."""
     shard_devices, worker_devices, instance = placement(instance)
@@ -41,7 +42,7 @@ def build(name, owner, table_config, cache_config, hot_rows, route_factory, inst
         route = HeraldRoute(cache, plan, owner)
     else:
         route = CachedRoute(cache)
-    return Built(strategy, table, cache, hot, plan, route)
+    return Built(strategy, table, cache, route)
 
 
 def _hot_block(table, hot_rows, worker_devices, instance):

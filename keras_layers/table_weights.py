@@ -235,10 +235,10 @@ def _check_rows(layer, variables, keys, values, slots, clocks, steps):
     if layer.input_dim is not None and (keys.min() < 0 or keys.max() >= layer.input_dim):
         raise ValueError(f"{owner}: the file's table has ids from {keys.min()} to "
                          f"{keys.max()}, outside this layer's [0, {layer.input_dim})")
-    if config.max_rows is not None:
+    share = config.shard_max_rows(layer.table.num_shards)
+    if share is not None:
         with tf.init_scope():
             counts = layer.table.shard_counts(keys)
-        share = -(-config.max_rows // len(counts))
         if counts.max() > share:
             raise ValueError(f"{owner}: the file's table has {n} rows, {counts.max()} of them "
                              f"on one shard, more than its share of max_rows={config.max_rows} "

@@ -215,8 +215,13 @@ class TableConfig:
             slots[:, 0, :] = self.optimizer.initial_accumulator_value
         return slots
 
+    def shard_max_rows(self, num_shards):
+        """Each shard's share of max_rows (rounded up), or None for no limit."""
+        return None if self.max_rows is None else -(-self.max_rows // num_shards)
+
     def op_attrs(self, num_shards=1):
-        max_rows = -1 if self.max_rows is None else -(-self.max_rows // num_shards)
+        max_rows = self.shard_max_rows(num_shards)
+        max_rows = -1 if max_rows is None else max_rows
         return dict(table_name=self.name, dim=self.dim, vocabulary_size=self.vocabulary_size,
                     max_rows=max_rows,
                     initializer="constant" if self.initializer == "zeros" else self.initializer,

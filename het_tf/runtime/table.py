@@ -52,22 +52,21 @@ class ShardedTable:
     def _partition(self, keys, *values, keys_checked=False):
         """Splits keys (and rows that go with them) by shard; also returns
         where each part came from, to put answers back in request order."""
-        # Checks every id first, unless the caller already has: a bad one
-        # must fail before any shard changes.
-        vocabulary = -1 if keys_checked else self.config.vocabulary_size
-        shard_of = self._ops.het_shard_index(keys, num_shards=self.num_shards,
-                                             vocabulary_size=vocabulary,
-                                             table_name=self.config.name)
+        shard_of = self._shard_of(keys, keys_checked)
         origin = tf.dynamic_partition(tf.range(tf.size(keys)), shard_of, self.num_shards)
         parts = [tf.dynamic_partition(t, shard_of, self.num_shards) for t in (keys,) + values]
         return origin, parts
 
+    def _shard_of(self, keys, keys_checked=False):
+        """The shard of each key. Checks every id first, unless the caller
+        already has: a bad one must fail before any shard changes."""
+        vocabulary = -1 if keys_checked else self.config.vocabulary_size
+        return self._ops.het_shard_index(keys, num_shards=self.num_shards,
+                                         vocabulary_size=vocabulary, table_name=self.config.name)
+
     def shard_counts(self, keys):
         """How many of the int64 `keys` each shard owns now (eager)."""
-        shard_of = self._ops.het_shard_index(keys, num_shards=self.num_shards,
-                                             vocabulary_size=self.config.vocabulary_size,
-                                             table_name=self.config.name)
-        return tf.math.bincount(shard_of, minlength=self.num_shards).numpy()
+        return tf.math.bincount(self._shard_of(keys), minlength=self.num_shards).numpy()
 
     def _on_shards(self, fn, keys, *values, keys_checked=False, per_shard=None):
         """Calls fn(shard, handle, keys_part, *value_parts, *extra) on every
