@@ -1,22 +1,102 @@
-"""HetEmbedding's settings as the runtime takes them: the initializer the
-shards run (or one evaluated once for a fixed vocabulary), the cache, and
-where the table and caches are placed."""
+"""HetEmbedding's settings checked and put as the runtime takes them: its
+Keras arguments, the initializer the shards run (or one evaluated once for
+a fixed vocabulary), the constraint, the cache, and where the table and
+caches are placed."""
+import collections
+import dataclasses
+import zlib
+
 import numpy as np
 import tensorflow as tf
 import tf_keras
 
 from het_tf.distribute import horovod, server
-from het_tf.runtime import routes
+from het_tf.keras_layers import server_optimizer
+from het_tf.keras_layers.combiners import COMBINERS
 from het_tf.runtime.config import (
-    AUTO,
     MATERIALIZE_LIMIT,
     UNBOUNDED,
-    CacheConfig,
-    cache_rows,
-    check_window,
+    TableConfig,
     is_whole,
-    staleness_bounds,
 )
+
+
+def check_arguments(owner, input_dim, output_dim, combiner, seed, mask_zero, sparse):
+    """Keras' Embedding arguments, and the combiner, alone and together."""
+    if input_dim is not None and not is_whole(input_dim, at_least=1):
+        raise ValueError(f"{owner}: input_dim must be a positive int, or None for dynamic "
+                         f"int64 keys; got {input_dim!r}")
+    if not is_whole(output_dim, at_least=1):
+        raise ValueError(f"{owner}: output_dim must be a positive int, got {output_dim!r}")
+    if combiner is not None and combiner not in COMBINERS:
+        raise ValueError(f"{owner}: combiner must be None or one of {', '.join(COMBINERS)}; "
+                         f"got {combiner!r}")
+    if seed is not None and not is_whole(seed):
+        raise ValueError(f"{owner}: seed must be an int or None, got {seed!r}")
+    if mask_zero and combiner is not None:
+        raise ValueError(f"{owner}: mask_zero masks a sequence of ids, which a combiner "
+                         "reduces away; give multi-hot ids as a ragged or sparse tensor "
+                         "(no padding) instead")
+    if sparse and mask_zero:
+        raise ValueError(f"{owner}: mask_zero cannot be enabled with sparse=True (as in "
+                         "tf_keras.layers.Embedding)")
+    if sparse and combiner is not None:
+        raise ValueError(f"{owner}: sparse=True returns one vector per id, as a "
+                         "SparseTensor; a combiner returns one per row (use one or the "
+                         "other)")
+
+
+def initializer_from_weights(weights, input_dim, output_dim, owner):
+    """weights=[matrix]: the table's initial rows, for a fixed vocabulary."""
+    if not isinstance(weights, (list, tuple)) or len(weights) != 1:
+        raise ValueError(f"{owner}: weights must be a list of one [input_dim, output_dim] "
+                         f"matrix (the table), got {type(weights).__name__} of "
+                         f"{len(weights) if isinstance(weights, (list, tuple)) else '?'}")
+    matrix = np.asarray(weights[0], np.float32)
+    if input_dim is None or matrix.shape != (input_dim, output_dim):
+        raise ValueError(f"{owner}: weights[0] has shape {matrix.shape}; the table is "
+                         f"[{input_dim}, {output_dim}] (weights= needs a fixed input_dim)")
+    return tf_keras.initializers.Constant(matrix)
+
+
+def with_input_length(shape, input_length, owner):
+    """The input shape with input_length filling its unknown sequence axes,
+    as tf_keras.layers.Embedding infers it."""
+    lengths = list(input_length) if isinstance(input_length, (list, tuple)) else [input_length]
+    if len(lengths) != len(shape) - 1:
+        raise ValueError(f"{owner}: input_length is {input_length}, but the input has "
+                         f"shape {shape}")
+    for i, (given, seen) in enumerate(zip(lengths, shape[1:])):
+        if given is not None and seen is not None and given != seen:
+            raise ValueError(f"{owner}: input_length is {input_length}, but the input has "
+                             f"shape {shape}")
+        if given is None:
+            lengths[i] = seen
+    return [shape[0], *lengths]
+
+
+# A table's settings from the layer's arguments: its TableConfig; the
+# initializer evaluated once at build, where the shards cannot run it (None
+# where they can); the table optimizer's learning rate (a number or a
+# schedule); and its Keras config, for get_config.
+TableSettings = collections.namedtuple(
+    "TableSettings", "config evaluated_initializer learning_rate optimizer_serialized")
+
+
+def table_settings(name, owner, input_dim, output_dim, initializer, optimizer, constraint,
+                   seed, max_rows):
+    """The layer's TableSettings, each argument checked."""
+    kind, *params = resolve_initializer(initializer, input_dim, output_dim, owner)
+    evaluated = params[0] if kind == "materialize" else None
+    a, b = (0.0, 0.0) if evaluated is not None else params
+    optimizer_config, learning_rate, serialized = server_optimizer.resolve(optimizer, owner)
+    optimizer_config = dataclasses.replace(optimizer_config,
+                                           **resolve_constraint(constraint, owner))
+    seed = seed if seed is not None else zlib.crc32(name.encode())
+    config = TableConfig(name, output_dim, UNBOUNDED if input_dim is None else input_dim,
+                         "constant" if evaluated is not None else kind, a, b, int(seed),
+                         optimizer_config, max_rows=max_rows, owner=owner)
+    return TableSettings(config, evaluated, learning_rate, serialized)
 
 
 def resolve_initializer(init, input_dim, output_dim, owner):
@@ -95,58 +175,6 @@ def resolve_constraint(constraint, owner):
     return fields
 
 
-def resolve_cache(capacity, policy, staleness, read_staleness, write_staleness, pin_threshold,
-                  input_dim, owner, sync="refresh", window=1):
-    """The layer's CacheConfig, or None for no cache."""
-    rows = cache_rows(capacity, input_dim, owner)
-    check_window(window, sync, owner)
-    if sync == "herald":
-        # Exact: the plan, not a bound, decides what goes when.
-        if rows == 0:
-            raise ValueError(f"{owner}: sync='herald' needs the cache on (it schedules the "
-                             "cached rows); cache_capacity is 0")
-        if (not (isinstance(staleness, str) and staleness == AUTO)
-                or read_staleness is not None or write_staleness is not None):
-            raise ValueError(f"{owner}: sync='herald' is exact and takes no staleness bound; "
-                             "leave staleness, read_staleness and write_staleness unset")
-        return CacheConfig(rows, policy if isinstance(policy, str) else repr(policy), 0,
-                           UNBOUNDED, pin_threshold, sync="herald", window=window).validate(owner)
-    if rows == 0:
-        return None
-    read, write, ramp = staleness_bounds(owner, staleness, read_staleness, write_staleness)
-    if read == 0 and write == 0 and sync != "check":
-        # Synchronous: a cached copy could only serve what the shards
-        # hold, while its clock checks, slot transfers and push
-        # acknowledgements would cost more bytes than the direct path,
-        # whose numbers are the same (docs/consistency.md). HET's own rule
-        # (sync "check") keeps its cache, as HET's s=0 does: the baseline
-        # that Herald's traffic is measured against.
-        return None
-    return CacheConfig(rows, policy if isinstance(policy, str) else repr(policy), read, write,
-                       pin_threshold, staleness_ramp=ramp,
-                       sync=sync if isinstance(sync, str) else repr(sync)).validate(owner)
-
-
-def resolve_hot_rows(hot_rows, input_dim, cache_config, owner):
-    """The most hot rows the layer replicates (0: none): FAE's hot block
-    (docs/fae.md). Its cold rows go through the cache, which must be on."""
-    if hot_rows is None or hot_rows == 0:
-        return 0
-    if not is_whole(hot_rows, at_least=0):
-        raise ValueError(f"{owner}: hot_rows must be an int >= 0 or None, got {hot_rows!r}")
-    if input_dim is not None and hot_rows > input_dim:
-        raise ValueError(f"{owner}: hot_rows={hot_rows} is more rows than the table's "
-                         f"{input_dim} (input_dim)")
-    if cache_config is not None and cache_config.sync == "herald":
-        raise ValueError(f"{owner}: hot_rows and sync='herald' do not combine: choose FAE's "
-                         "hot block or Herald's plan (docs/herald.md)")
-    if cache_config is None:
-        raise ValueError(f"{owner}: hot_rows needs the cache on, for the cold rows (FAE "
-                         "trains cold rows through it); it is off (cache_capacity=0, or "
-                         "staleness 0 for both reads and writes)")
-    return int(hot_rows)
-
-
 def placement(instance):
     """(table shard devices, worker devices, instance) for the current
     strategy: with ParameterServerStrategy one shard per PS task and a
@@ -166,14 +194,3 @@ def placement(instance):
     # Tables are found by name, and a second model with a layer of the same
     # name must not see these rows.
     return [None], None, instance
-
-
-def resolve_route(route, hot_rows, cache_config, owner):
-    """The factory of a registered route, or None for the route the other
-    settings choose (which hot rows and Herald's plan do themselves)."""
-    if route is None:
-        return None
-    if hot_rows or (cache_config is not None and cache_config.sync == "herald"):
-        raise ValueError(f"{owner}: route={route!r} chooses the route, as hot_rows and "
-                         "sync='herald' do; give one of them")
-    return routes.registered(route, owner)

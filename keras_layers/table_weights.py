@@ -101,6 +101,26 @@ class TableWeights(base_layer_utils.TrackableWeightHandler):
                                 all_slots, all_clocks + 1, all_steps)
 
 
+def write_initial_rows(layer, initializer):
+    """weights= or an initializer the shards cannot run: the rows of a
+    fixed vocabulary, evaluated once at build."""
+    n = layer.input_dim
+    with tf.init_scope():
+        values = tf.cast(initializer(shape=(n, layer.output_dim), dtype=tf.float32),
+                         tf.float32)
+        layer.table.import_rows(tf.range(n, dtype=tf.int64), values,
+                                layer.table.config.initial_slots(n),
+                                tf.zeros([n], tf.int64), tf.zeros([n], tf.int64))
+
+
+def matrix_of(layer):
+    """The layer's table as one Keras weight (a fixed vocabulary's)."""
+    if layer._table_weights is None:
+        raise ValueError(f"{layer._owner}: a dynamic table (input_dim=None) has no matrix to "
+                         "get or set; save and restore it with tf.train.Checkpoint")
+    return layer._table_weights
+
+
 def _write_everywhere(layer, write):
     """Runs `write()`, which writes the table's rows, where every worker's
     cache sees it (eager): pending updates are pushed first, and every cache

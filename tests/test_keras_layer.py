@@ -166,9 +166,9 @@ def test_config_round_trip_and_summary(capsys):
     config = layer.get_config()
     clone = HetEmbedding.from_config(config)
     assert clone.get_config() == config
-    assert clone._cache_config.capacity == 250
-    assert clone._cache_config.read_staleness == -1 and clone._cache_config.write_staleness == 3
-    assert clone._optimizer_config.name == "adam" and clone._optimizer_config.beta_1 == 0.8
+    assert clone._choice.cache_config.capacity == 250
+    assert clone._choice.cache_config.read_staleness == -1 and clone._choice.cache_config.write_staleness == 3
+    assert clone._settings.config.optimizer.name == "adam" and clone._settings.config.optimizer.beta_1 == 0.8
     model = functional_model(HetEmbedding(VOCAB, DIM, name="summarized"))
     model.summary()
     assert "summarized (HetEmbedding)" in capsys.readouterr().out
@@ -290,7 +290,7 @@ def test_every_step_updates_the_table_with_steps_per_execution(cache_capacity):
     Grappler once pruned the update of a constant-zero anchor gradient."""
     layer = HetEmbedding(VOCAB, DIM, cache_capacity=cache_capacity, read_staleness=1,
                          write_staleness=0, optimizer=tf_keras.optimizers.SGD(0.1))
-    assert (layer._cache_config is None) == (cache_capacity == 0)
+    assert (layer._choice.cache_config is None) == (cache_capacity == 0)
     model = functional_model(layer)
     model.compile(tf_keras.optimizers.SGD(0.1), "binary_crossentropy", steps_per_execution=4)
     x, y = parity_data(n=640)

@@ -1,0 +1,151 @@
+"""What HetEmbedding.call does with ids, and what the optimizer's apply step
+hands back: integer ids from whatever Keras feeds, the rows from the
+layer's route with the gradient Keras' own Embedding gives (the rows'
+IndexedSlices, here on the anchor that stands for the table), and the
+table's update from those slices once the optimizer has clipped, unscaled
+and summed them."""
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from het_tf.runtime.config import UNBOUNDED
+
+# The whole numbers each float dtype holds exactly: 2 ** (its precision).
+_EXACT_WHOLE_NUMBERS = {tf.float16: 2**11, tf.bfloat16: 2**8, tf.float32: 2**24,
+                        tf.float64: 2**53}
+
+_KERAS3_HINT = ("HetEmbedding is a tf_keras (Keras 2) layer: Keras 3 has no "
+                "ParameterServerStrategy support. Build the model with `import tf_keras` "
+                "or set TF_USE_LEGACY_KERAS=1 before importing TensorFlow.")
+
+
+def _is_keras3(value):
+    module = type(value).__module__
+    return module.startswith("keras.") or module == "keras"
+
+
+def refuse_keras3(inputs, owner):
+    """A Keras 3 tensor would fail deep inside tf_keras: name the cause."""
+    if _is_keras3(inputs) or any(_is_keras3(x) for x in tf.nest.flatten(inputs)):
+        raise TypeError(f"{owner}: got a Keras 3 {type(inputs).__name__}. {_KERAS3_HINT}")
+
+
+def integer_ids(inputs, input_dim, owner):
+    """Ids as integers. Float ids (a Sequential model started without an
+    Input layer gets them, as Keras' Embedding does) are taken where every
+    id of the vocabulary is exact in their dtype, and must be whole."""
+    values = (inputs.flat_values if isinstance(inputs, tf.RaggedTensor)
+              else inputs.values if isinstance(inputs, tf.SparseTensor)
+              else tf.convert_to_tensor(inputs))
+    if not values.dtype.is_floating:
+        return inputs
+    exact = _EXACT_WHOLE_NUMBERS[values.dtype]
+    if input_dim is None or input_dim > exact:
+        vocabulary = "int64 keys" if input_dim is None else input_dim
+        raise ValueError(f"{owner}: got {values.dtype.name} ids, which cannot hold every id "
+                         f"of {vocabulary} exactly (whole numbers up to {exact}); declare the "
+                         "model's input with an integer dtype: "
+                         "tf_keras.Input(shape, dtype='int64')")
+    # Checked as floats: a cast of one outside int64 would be undefined.
+    valid = tf.debugging.assert_equal(
+        tf.reduce_all((tf.floor(values) == values) & (values >= 0) & (values < input_dim)),
+        True, message=f"{owner}: {values.dtype.name} ids must be whole numbers in "
+                      f"[0, {input_dim})")
+    with tf.control_dependencies([valid]):
+        ids = tf.cast(values, tf.int64)
+    if isinstance(inputs, tf.RaggedTensor):
+        return inputs.with_flat_values(ids)
+    if isinstance(inputs, tf.SparseTensor):
+        return tf.SparseTensor(inputs.indices, ids, inputs.dense_shape)
+    return ids
+
+
+def learning_rate(layer):
+    """The table optimizer's learning rate now: a schedule steps once per
+    embedding update."""
+    lr = layer._settings.learning_rate
+    if isinstance(lr, tf_keras.optimizers.schedules.LearningRateSchedule):
+        return lr(layer._updates)
+    return tf.constant(lr, tf.float32)
+
+
+def embed(layer, ids, training, penalties):
+    """Rows of `ids` (any shape); in training their gradient reaches the
+    anchor as the table's (see apply_gradient). Appends the embeddings
+    regularizer's penalty on the batch's rows to `penalties`."""
+    if layer._serving_lookup is not None:
+        ids = layer.table.check_ids(ids)
+        # The saved lookup takes ids of any shape: give its rows theirs.
+        return tf.ensure_shape(layer._serving_lookup(ids),
+                               ids.shape.concatenate([layer.output_dim]))
+    table, route, dim, owner = layer.table, layer._route, layer.output_dim, layer._owner
+    regularizer, mask_zero = layer.embeddings_regularizer, layer.mask_zero
+    vocabulary = table.config.vocabulary_size
+    dense_shape = [np.iinfo(np.int64).max if vocabulary == UNBOUNDED else vocabulary, dim]
+
+    @tf.custom_gradient
+    def lookup(anchor):
+        rows, unique, inverse = route.lookup(ids, training)
+        out = tf.gather(rows, inverse)
+        kept = tf.not_equal(unique, 0) if mask_zero else None
+
+        def grad(dy, d_penalized=None):
+            if not training:
+                raise ValueError(f"{owner}: a gradient was asked of a lookup made with "
+                                 "training=False; call the model with training=True inside "
+                                 "GradientTape")
+            if not layer.trainable:  # frozen, as a Keras layer is
+                return None
+            # As tf_keras' Embedding: one slice per id looked up, so the
+            # optimizer clips, unscales and sums them as it does its.
+            keys = tf.reshape(table.check_ids(ids), [-1])
+            values = tf.reshape(tf.cast(dy, tf.float32), [-1, dim])
+            if kept is not None:  # padding: no gradient, no update, no clock tick
+                real = keys != 0
+                keys, values = tf.boolean_mask(keys, real), tf.boolean_mask(values, real)
+            if d_penalized is not None:  # the regularizer's penalty on these rows
+                penalized = unique if kept is None else tf.boolean_mask(unique, kept)
+                keys = tf.concat([keys, penalized], 0)
+                values = tf.concat([values, tf.cast(d_penalized, tf.float32)], 0)
+            return tf.IndexedSlices(values, keys, tf.constant(dense_shape, tf.int64))
+
+        if regularizer is None:
+            return out, grad
+        # The rows the regularizer's penalty is on: the batch's, padding
+        # aside; a second output, so its gradient reaches them in grad.
+        return (out, rows if kept is None else tf.boolean_mask(rows, kept)), grad
+
+    if regularizer is None:
+        return lookup(layer.gradient_anchor)
+    out, penalized = lookup(layer.gradient_anchor)
+    penalties.append(regularizer(penalized))
+    return out
+
+
+def apply_gradient(layer, gradient):
+    """The table's update from the gradient the optimizer applies to the
+    anchor: the rows' IndexedSlices, clipped and unscaled as the optimizer
+    treats any variable's. Each row takes one update with its gradients'
+    sum, and the table's optimizer and learning rate step once."""
+    owner = layer._owner
+    if not isinstance(gradient, tf.IndexedSlices):
+        raise ValueError(
+            f"{owner}: the table's gradient reached the optimizer as a dense "
+            f"{type(gradient).__name__}; pass the gradient tape's IndexedSlices to "
+            "apply_gradients unchanged")
+    keys = layer.table.check_ids(gradient.indices, "the gradient's ids")
+    if layer.input_dim is not None:
+        # Before any part of the update: a cached part and a pushed part
+        # must not be applied without the other.
+        valid = tf.debugging.assert_equal(
+            tf.reduce_all((keys >= 0) & (keys < layer.input_dim)), True,
+            message=f"{owner}: the gradient's ids must lie in [0, {layer.input_dim}); "
+                    "nothing was applied")
+        with tf.control_dependencies([valid]):
+            keys = tf.identity(keys)
+    unique, at = tf.unique(keys, out_idx=tf.int32)
+    grads = tf.math.unsorted_segment_sum(tf.cast(gradient.values, tf.float32), at,
+                                         tf.size(unique))
+    update = layer._route.apply(unique, grads, learning_rate(layer))
+    with tf.control_dependencies(tf.nest.flatten(update)):
+        return layer._updates.assign_add(1)
