@@ -21,6 +21,8 @@ size.
 Every byte of it is counted (`stats()`): the summaries, the scores and
 sizes, and the samples moved.
 """
+import dataclasses
+
 import numpy as np
 import tensorflow as tf
 import tf_keras
@@ -28,6 +30,7 @@ import tf_keras
 from het_tf import _op_library
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 from het_tf.keras_layers.layer_inputs import ids_model, layer_ids
+from het_tf.runtime import combinations
 from het_tf.runtime.config import is_whole, parse_stay_bonus
 from het_tf.runtime.counters import counter
 
@@ -55,19 +58,16 @@ class Allocation:
         self.every = _check_setting("every (steps between cache summaries)", every)
         self.summary_rows = _check_setting("summary_rows (keys of each cache shared)",
                                            summary_rows)
-        if ranks < 2:
-            raise ValueError(f"allocation needs at least 2 Horovod ranks to move samples "
-                             f"between; this job has {ranks}")
         layers = [layer for layer in het_embedding_layers(model) if layer.built]
         cached = [layer for layer in layers if layer.cache is not None]
         if not cached:
             raise ValueError("allocation: the model has no HetEmbedding layer with a cache, so "
                              "there is no cached row to send samples to")
         for layer in cached:
-            if layer.cache.config.op_sync != "refresh":
-                raise ValueError(f"allocation: HetEmbedding '{layer.name}' syncs by "
-                                 f"{layer.cache.config.sync!r}; allocation needs 'refresh' "
-                                 "or 'herald'")
+            # The ranks, not the layer, say the mode here.
+            combinations.check(dataclasses.replace(layer.combination, allocation=True,
+                                                   mode=None, workers=int(ranks)),
+                               combinations.spell_argument, f"HetEmbedding '{layer.name}': ")
         self._layers = cached
         self._ids_of = ids_model(model, cached, "allocation")
         self._ranks, self._rank = int(ranks), int(rank)

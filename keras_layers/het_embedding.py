@@ -139,8 +139,9 @@ class HetEmbedding(tf_keras.layers.Layer):
         # Samples seen in training, for per-sample traffic figures.
         self._samples = self.add_weight("het_samples", shape=(), dtype=tf.int64,
                                         initializer="zeros", trainable=False)
-        self._strategy, self._table, self._cache, self._route = route_choice.build(
-            self.name, self._owner, self._settings.config, self._choice, f"{id(self):x}")
+        (self._strategy, self._table, self._cache, self._route,
+         self._combination) = route_choice.build(self.name, self._owner, self._settings.config,
+                                                 self._choice, f"{id(self):x}")
         self._route.lookahead = self._lookahead
         self._table_checkpoint = TableCheckpoint(
             self._table, lambda: layer_state.flush(self), self.clear_cache,
@@ -295,6 +296,12 @@ class HetEmbedding(tf_keras.layers.Layer):
     def lookahead_active(self):
         """True once training steps fetch what het_tf.lookahead stages."""
         return self._route is not None and self._route.lookahead_active
+
+    @property
+    def combination(self):
+        """The settings that chose the route, as het_tf.runtime.combinations
+        has them (after build: with the strategy's mode)."""
+        return self._combination if self.built else self._choice.combination
 
     @property
     def table(self):

@@ -27,6 +27,7 @@ import tensorflow as tf
 
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 from het_tf.keras_layers.layer_inputs import batch_ids, ids_model, with_end_marker
+from het_tf.runtime import combinations
 
 _log = logging.getLogger("het_tf")
 
@@ -38,10 +39,9 @@ def _layers_to_stage(model):
     if not layers:
         raise ValueError("het_tf.lookahead: the model has no built HetEmbedding layer; build "
                          "the model (call it once, or give its Input shapes) first")
-    cached = [layer for layer in layers if layer.cache is not None and layer.hot_block is None]
-    prefetching = [layer for layer in cached if layer.cache.config.sync == "refresh"]
-    windowed = [layer for layer in cached
-                if layer.cache.config.sync == "herald" and layer.cache.config.window > 1]
+    staging = [layer for layer in layers if combinations.stages(layer.combination)]
+    prefetching = [layer for layer in staging if layer.combination.sync == "refresh"]
+    windowed = [layer for layer in staging if layer.combination.sync == "herald"]
     for layer in layers:
         if layer not in prefetching and layer not in windowed:
             _log.info("het_tf.lookahead: HetEmbedding '%s' has no cache that syncs by refresh "

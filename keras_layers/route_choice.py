@@ -4,18 +4,20 @@ stands on: the table's shards and the workers' caches where the strategy
 places them, FAE's hot block and Herald's plan, with Horovod's collectives
 handed in."""
 import collections
+import dataclasses
 
 import tensorflow as tf
 
 from het_tf.distribute import horovod
 from het_tf.keras_layers.layer_settings import placement
-from het_tf.runtime import routes
+from het_tf.runtime import combinations, routes
 from het_tf.runtime.cache import WorkerCache
 from het_tf.runtime.config import (
     AUTO,
     UNBOUNDED,
     CacheConfig,
     cache_rows,
+    check_sync,
     check_window,
     is_whole,
     staleness_bounds,
@@ -26,31 +28,63 @@ from het_tf.runtime.routes import CachedRoute, DirectRoute, HeraldRoute, HotRows
 from het_tf.runtime.table import ShardedTable
 
 # What the layer's arguments chose: the cache (None: off), the most hot rows
-# (0: none), and a registered route's factory (None: the others choose).
-Choice = collections.namedtuple("Choice", "cache_config hot_rows route_factory")
+# (0: none), a registered route's factory (None: the others choose), and
+# the Combination they make, checked again at build with the strategy's mode.
+Choice = collections.namedtuple("Choice", "cache_config hot_rows route_factory combination")
 
 # What a layer's rows stand on. `strategy` is ParameterServerStrategy's
 # (its coordinator schedules the workers' steps), or None; `cache` is None
-# with the cache off.
-Built = collections.namedtuple("Built", "strategy table cache route")
+# with the cache off; `combination` is the Choice's with the strategy's mode.
+Built = collections.namedtuple("Built", "strategy table cache route combination")
 
 
 def choose(owner, input_dim, *, cache_capacity, cache_policy, staleness, read_staleness,
            write_staleness, pin_threshold, sync, window, hot_rows, route):
-    """The layer's Choice, every argument checked alone and with the others;
-    `owner` names the layer in errors."""
-    cache_config = resolve_cache(cache_capacity, cache_policy, staleness, read_staleness,
-                                 write_staleness, pin_threshold, input_dim, owner, sync, window)
-    hot_rows = resolve_hot_rows(hot_rows, input_dim, cache_config, owner)
-    return Choice(cache_config, hot_rows, resolve_route(route, hot_rows, cache_config, owner))
+    """The layer's Choice: each argument checked alone, then all of them
+    against the table of what goes together (combinations.py); `owner`
+    names the layer in errors."""
+    rows = cache_rows(cache_capacity, input_dim, owner)
+    check_sync(sync, owner)
+    check_window(window, owner)
+    bounded = (not (isinstance(staleness, str) and staleness == AUTO)
+               or read_staleness is not None or write_staleness is not None)
+    if sync == "herald" or rows == 0:
+        bounds = None  # Herald's plan, not a bound, decides what goes when
+    else:
+        bounds = staleness_bounds(owner, staleness, read_staleness, write_staleness)
+    # Both bounds 0: synchronous. A cached copy could only serve what the
+    # shards hold, while its clock checks, slot transfers and push
+    # acknowledgements would cost more bytes than the direct path, whose
+    # numbers are the same (docs/consistency.md). HET's own rule (sync
+    # "check") keeps its cache, as HET's s=0 does: the baseline that
+    # Herald's traffic is measured against.
+    synchronous = bounds is not None and bounds[:2] == (0, 0) and sync != "check"
+    hot_rows = _hot_rows(hot_rows, input_dim, owner)
+    combination = combinations.Combination(
+        cache=rows > 0 and not synchronous, sync=sync, staleness=bounded, window=window,
+        hot_rows=hot_rows > 0, route=route is not None)
+    combinations.check(combination, combinations.spell_argument, f"{owner}: ")
+    policy = cache_policy if isinstance(cache_policy, str) else repr(cache_policy)
+    cache_config = None
+    if sync == "herald":
+        cache_config = CacheConfig(rows, policy, 0, UNBOUNDED, pin_threshold, sync="herald",
+                                   window=window).validate(owner)
+    elif rows > 0 and not synchronous:
+        read, write, ramp = bounds
+        cache_config = CacheConfig(rows, policy, read, write, pin_threshold,
+                                   staleness_ramp=ramp, sync=sync).validate(owner)
+    factory = None if route is None else routes.registered(route, owner)
+    return Choice(cache_config, hot_rows, factory, combination)
 
 
 def build(name, owner, table_config, choice, instance):
     """The table, cache and route of the layer `name` as its Choice says
     (`owner` names it in errors); `instance` tells this process's tables
     apart when no cluster does."""
-    cache_config, hot_rows, route_factory = choice
+    cache_config, hot_rows, route_factory, combination = choice
     shard_devices, worker_devices, instance = placement(instance)
+    combination = dataclasses.replace(combination, mode=mode_of(worker_devices))
+    combinations.check(combination, combinations.spell_argument, f"{owner}: ")
     strategy = tf.distribute.get_strategy() if worker_devices is not None else None
     table = ShardedTable(table_config, shard_devices, instance)
     cache = None
@@ -58,7 +92,7 @@ def build(name, owner, table_config, choice, instance):
         cache = WorkerCache(table, cache_config, shared_name=f"het_cache/{name}/{instance}",
                             worker_devices=worker_devices)
     hot = _hot_block(table, hot_rows, worker_devices, instance)
-    plan = _plan(cache, worker_devices, owner)
+    plan = _plan(cache)
     if route_factory is not None:
         route = route_factory(table, cache)
     elif cache is None:
@@ -69,7 +103,7 @@ def build(name, owner, table_config, choice, instance):
         route = HeraldRoute(cache, plan, owner)
     else:
         route = CachedRoute(cache)
-    return Built(strategy, table, cache, route)
+    return Built(strategy, table, cache, route, combination)
 
 
 def _hot_block(table, hot_rows, worker_devices, instance):
@@ -83,56 +117,27 @@ def _hot_block(table, hot_rows, worker_devices, instance):
     return HotBlock(table, instance, exchange=horovod.allgather, ranks=horovod.size())
 
 
-def _plan(cache, worker_devices, owner):
+def mode_of(worker_devices):
+    """The combinations' mode of the strategy in force, as placement found it."""
+    if worker_devices is not None:
+        return "ps"
+    return "local" if horovod.num_ps() is None else "hybrid"
+
+
+def _plan(cache):
     """Herald's plan, for sync "herald" with more than one Horovod rank
     (one process alone has no one to push for)."""
     if cache is None or cache.config.sync != "herald":
         return None
-    if worker_devices is not None:
-        raise ValueError(f"{owner}: sync='herald' needs hybrid mode (Horovod ranks that share "
-                         "the ids they read); under ParameterServerStrategy the workers "
-                         "cannot, use sync='refresh' (docs/herald.md)")
     if horovod.num_ps() is None or horovod.size() == 1:
         return None
     return HeraldPlan(cache, horovod.size(), horovod.rank(), horovod.allgather,
                       horovod.sum_over_ranks)
 
 
-def resolve_cache(capacity, policy, staleness, read_staleness, write_staleness, pin_threshold,
-                  input_dim, owner, sync="refresh", window=1):
-    """The layer's CacheConfig, or None for no cache."""
-    rows = cache_rows(capacity, input_dim, owner)
-    check_window(window, sync, owner)
-    if sync == "herald":
-        # Exact: the plan, not a bound, decides what goes when.
-        if rows == 0:
-            raise ValueError(f"{owner}: sync='herald' needs the cache on (it schedules the "
-                             "cached rows); cache_capacity is 0")
-        if (not (isinstance(staleness, str) and staleness == AUTO)
-                or read_staleness is not None or write_staleness is not None):
-            raise ValueError(f"{owner}: sync='herald' is exact and takes no staleness bound; "
-                             "leave staleness, read_staleness and write_staleness unset")
-        return CacheConfig(rows, policy if isinstance(policy, str) else repr(policy), 0,
-                           UNBOUNDED, pin_threshold, sync="herald", window=window).validate(owner)
-    if rows == 0:
-        return None
-    read, write, ramp = staleness_bounds(owner, staleness, read_staleness, write_staleness)
-    if read == 0 and write == 0 and sync != "check":
-        # Synchronous: a cached copy could only serve what the shards
-        # hold, while its clock checks, slot transfers and push
-        # acknowledgements would cost more bytes than the direct path,
-        # whose numbers are the same (docs/consistency.md). HET's own rule
-        # (sync "check") keeps its cache, as HET's s=0 does: the baseline
-        # that Herald's traffic is measured against.
-        return None
-    return CacheConfig(rows, policy if isinstance(policy, str) else repr(policy), read, write,
-                       pin_threshold, staleness_ramp=ramp,
-                       sync=sync if isinstance(sync, str) else repr(sync)).validate(owner)
-
-
-def resolve_hot_rows(hot_rows, input_dim, cache_config, owner):
+def _hot_rows(hot_rows, input_dim, owner):
     """The most hot rows the layer replicates (0: none): FAE's hot block
-    (docs/fae.md). Its cold rows go through the cache, which must be on."""
+    (docs/fae.md)."""
     if hot_rows is None or hot_rows == 0:
         return 0
     if not is_whole(hot_rows, at_least=0):
@@ -140,22 +145,4 @@ def resolve_hot_rows(hot_rows, input_dim, cache_config, owner):
     if input_dim is not None and hot_rows > input_dim:
         raise ValueError(f"{owner}: hot_rows={hot_rows} is more rows than the table's "
                          f"{input_dim} (input_dim)")
-    if cache_config is not None and cache_config.sync == "herald":
-        raise ValueError(f"{owner}: hot_rows and sync='herald' do not combine: choose FAE's "
-                         "hot block or Herald's plan (docs/herald.md)")
-    if cache_config is None:
-        raise ValueError(f"{owner}: hot_rows needs the cache on, for the cold rows (FAE "
-                         "trains cold rows through it); it is off (cache_capacity=0, or "
-                         "staleness 0 for both reads and writes)")
     return int(hot_rows)
-
-
-def resolve_route(route, hot_rows, cache_config, owner):
-    """The factory of a registered route, or None for the route the other
-    settings choose (which hot rows and Herald's plan do themselves)."""
-    if route is None:
-        return None
-    if hot_rows or (cache_config is not None and cache_config.sync == "herald"):
-        raise ValueError(f"{owner}: route={route!r} chooses the route, as hot_rows and "
-                         "sync='herald' do; give one of them")
-    return routes.registered(route, owner)

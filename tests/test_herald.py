@@ -112,13 +112,14 @@ def test_bad_herald_settings_name_the_layer():
         _model(sync="herald", read_staleness=0)
     with pytest.raises(ValueError, match="'items'.*herald.*needs the cache on"):
         _model(sync="herald", cache_capacity=0)
-    with pytest.raises(ValueError, match="'items'.*hot_rows and sync='herald'"):
+    with pytest.raises(ValueError, match="'items'.*hot_rows with sync='herald'"):
         _model(sync="herald", hot_rows=5)
     for window in (0, 33, 2.0):
         with pytest.raises(ValueError, match="'items'.*window must be a number of batches "
                            f"from 1 .* to 32, got {window}"):
             _model(sync="herald", window=window)
-    with pytest.raises(ValueError, match="'items'.*window=2 is the lookahead of Herald's plan"):
+    with pytest.raises(ValueError, match="'items'.*window=2 with sync='refresh': the window is the "
+                       "lookahead of Herald's plan"):
         _model(window=2)
 
 
@@ -133,13 +134,13 @@ def test_bad_allocation_settings_are_refused():
         with pytest.raises(ValueError, match="allocation: stay_bonus must be 'auto' or a "
                            f"number of rows >= 0, got {bonus!r}"):
             Allocation(model, 4, 10, **args, stay_bonus=bonus)
-    with pytest.raises(ValueError, match="at least 2 Horovod ranks.*has 1"):
+    with pytest.raises(ValueError, match=r"'items'.*the allocation with 1 Horovod rank\(s\)"):
         Allocation(model, 4, 10, **{**args, "ranks": 1})
     uncached, _ = _model(cache_capacity=0)
     with pytest.raises(ValueError, match="no HetEmbedding layer with a cache"):
         Allocation(uncached, 4, 10, **args)
     checked, _ = _model(sync="check")
-    with pytest.raises(ValueError, match="'items' syncs by 'check'"):
+    with pytest.raises(ValueError, match="'items'.*the allocation with sync='check'"):
         Allocation(checked, 4, 10, **args)
 
 

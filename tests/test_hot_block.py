@@ -193,8 +193,8 @@ def test_checkpoints_set_weights_and_exports_see_one_table(tmp_path):
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(hot_rows=VOCAB + 1), "hot_rows=201 is more rows than the table's 200"),
-    (dict(hot_rows=5, cache_capacity=0), "hot_rows needs the cache on"),
-    (dict(hot_rows=5, staleness=0), "hot_rows needs the cache on"),
+    (dict(hot_rows=5, cache_capacity=0), "hot_rows with the cache off"),
+    (dict(hot_rows=5, staleness=0), "hot_rows with the cache off"),
     (dict(hot_rows=-1), "hot_rows must be an int >= 0"),
     (dict(hot_rows=2.5), "hot_rows must be an int >= 0"),
 ])

@@ -220,20 +220,20 @@ def test_a_first_run_on_a_small_criteo_file_just_works_and_is_quiet(tmp_path):
     (["--staleness", "-1"], "--staleness: staleness must be 'auto', an int >= 0, or None"),
     (["--staleness", "soon"], "--staleness: staleness must be 'auto', an int >= 0, or None"),
     (["--model", "lr"], "invalid choice"),
-    (["--lookahead", "--sync", "check"], "--lookahead stages ids in HetEmbedding caches"),
+    (["--lookahead", "--sync", "check"], "--lookahead: the lookahead stages ids for HetEmbedding caches"),
     (["--hot-rows", "10", "--hot-bytes", "100"], "give one budget, --hot-rows or --hot-bytes"),
-    (["--hot-rows", "10", "--lookahead"], "a layer with hot rows does not prefetch"),
-    (["--hot-rows", "10", "--embedding", "keras"], "they need --embedding het"),
+    (["--hot-rows", "10", "--lookahead"], "not for a hot block's rows"),
+    (["--hot-rows", "10", "--embedding", "keras"], "--embedding keras with --hot-rows / --hot-bytes: hot rows replicate"),
     (["--hot-rows", "-1"], "must be >= 0"),
     (["--hot-rows", "10", "--hot-share", "0"], "--hot-share must be in (0, 1]"),
-    (["--sync", "herald", "--mode", "ps"], "--sync herald needs hybrid or local mode"),
-    (["--sync", "herald", "--staleness", "10"], "--sync herald is exact and takes no"),
+    (["--sync", "herald", "--mode", "ps"], "--sync herald with --mode ps: ParameterServerStrategy's workers"),
+    (["--sync", "herald", "--staleness", "10"], "--sync herald with --staleness: Herald's plan is exact and takes no"),
     (["--sync", "herald", "--window", "0"], "--window: window must be a number of batches"),
-    (["--window", "2"], "--window: window=2 is the lookahead of Herald's plan"),
-    (["--sync", "herald", "--window", "2", "--no-lookahead"], "--no-lookahead and --window"),
+    (["--window", "2"], "--window 2 with --sync refresh: the window is the lookahead of Herald's plan"),
+    (["--sync", "herald", "--window", "2", "--no-lookahead"], "--no-lookahead with --sync herald and --window 2"),
     (["--allocate-every", "-1"], "--allocate-every must be >= 0"),
-    (["--allocate-every", "4"], "it needs --mode hybrid and --workers 2 or more"),
-    (["--allocate-every", "4", "--mode", "hybrid", "--workers", "1"], "--workers 2 or more"),
+    (["--allocate-every", "4"], "--allocate-every with --mode local: the allocation moves samples"),
+    (["--allocate-every", "4", "--mode", "hybrid", "--workers", "1"], "--allocate-every with --workers 1"),
     (["--allocate-every", "4", "--mode", "hybrid", "--summary-rows", "0"],
      "--summary-rows must be a positive"),
     (["--allocate-every", "4", "--mode", "hybrid", "--stay-bonus", "-2"],
@@ -260,5 +260,5 @@ def test_the_command_exits_2_with_the_reason(tmp_path):
     result = run(HET_TF + ["train", "--run-dir", str(tmp_path / "r"), "--sync", "herald",
                            "--mode", "ps"], timeout=120)
     assert result.returncode == 2
-    assert "--sync herald needs hybrid or local mode" in result.stderr
+    assert "--sync herald with --mode ps: ParameterServerStrategy's workers" in result.stderr
     assert not (tmp_path / "r").exists()

@@ -11,6 +11,8 @@ import typing
 
 import numpy as np
 
+from het_tf.runtime import combinations
+
 OPTIMIZERS = ("sgd", "adagrad", "adam", "ftrl")
 # Row constraints the table applies after each update and merge of a row
 # (the core's ConstraintKind; Keras' constraints taken over one row).
@@ -267,13 +269,14 @@ class CacheConfig:
         if not _is_int(self.staleness_ramp) or self.staleness_ramp < 0:
             _fail(owner, "staleness_ramp must be an int >= 0 (0: no ramp), got "
                   f"{self.staleness_ramp!r}")
-        if self.sync not in SYNC_MODES:
-            _fail(owner, f"unknown sync {self.sync!r}; expected one of {', '.join(SYNC_MODES)}")
+        check_sync(self.sync, owner)
         if self.sync == "herald" and (self.read_staleness, self.write_staleness,
                                       self.staleness_ramp) != (0, UNBOUNDED, 0):
             _fail(owner, "sync 'herald' is exact: it reads with a bound of 0 and writes "
                   "with none; give it no staleness")
-        check_window(self.window, self.sync, owner)
+        check_window(self.window, owner)
+        combinations.check(combinations.Combination(sync=self.sync, window=self.window),
+                           combinations.spell_argument, f"{owner}: ")
         return self
 
     @property
@@ -282,14 +285,17 @@ class CacheConfig:
         return "refresh" if self.sync == "herald" else self.sync
 
 
-def check_window(window, sync, owner):
-    """Herald's window: 1 to MAX_WINDOW batches, above 1 only for its sync."""
+def check_window(window, owner):
+    """Herald's window: 1 to MAX_WINDOW batches (combinations.py says which
+    sync takes one above 1)."""
     if not _is_int(window) or not 1 <= window <= MAX_WINDOW:
         _fail(owner, f"window must be a number of batches from 1 (the step's own) to "
               f"{MAX_WINDOW}, got {window!r}")
-    if window > 1 and sync != "herald":
-        _fail(owner, f"window={window} is the lookahead of Herald's plan: only sync='herald' "
-              "takes one")
+
+
+def check_sync(sync, owner):
+    if not isinstance(sync, str) or sync not in SYNC_MODES:
+        _fail(owner, f"unknown sync {sync!r}; expected one of {', '.join(SYNC_MODES)}")
 
 
 def parse_stay_bonus(value, owner):

@@ -6,9 +6,10 @@ import math
 import os
 
 from het_tf.apps import link
+from het_tf.runtime import combinations
 from het_tf.runtime.config import check_window, parse_stay_bonus
 
-MODES = ("local", "ps", "hybrid")
+MODES = combinations.MODES
 DEFAULT_DIM = 16
 # What argparse and the het-tf command add to the parsed options.
 _COMMAND_FIELDS = ("run", "command_name", "train_argv", "hot")
@@ -161,21 +162,7 @@ def check(args):
                          "itself; local mode has none")
     _check_hot(args)
     _check_herald(args)
-    # What the lookahead stages for: a prefetch, or a Herald plan's window.
-    stages = args.sync == "refresh" or (args.sync == "herald" and args.window > 1)
-    if args.lookahead is None:
-        # The lookahead leaves layers with hot rows alone.
-        args.lookahead = args.embedding == "het" and stages and not args.hot
-    elif args.lookahead and args.hot:
-        raise ValueError("--lookahead and --hot-rows / --hot-bytes: a layer with hot rows "
-                         "does not prefetch; leave one out")
-    elif args.lookahead and (not stages or args.embedding != "het"):
-        raise ValueError("--lookahead stages ids in HetEmbedding caches that sync by refresh "
-                         "or by Herald's plan over a window: it needs --embedding het and "
-                         "--sync refresh, or --sync herald with --window above 1")
-    elif args.lookahead is False and args.sync == "herald" and args.window > 1:
-        raise ValueError("--no-lookahead and --window: the window's batches are the ones the "
-                         "lookahead stages")
+    _check_combination(args)
     if args.samples < args.batch_size:
         raise ValueError(f"--samples ({args.samples}) is less than one batch "
                          f"({args.batch_size})")
@@ -191,14 +178,9 @@ def check(args):
 
 
 def _check_herald(args):
-    """Herald's options: the plan (--sync herald) and the allocation."""
-    if args.sync == "herald" and args.mode == "ps":
-        raise ValueError("--sync herald needs hybrid or local mode: ParameterServerStrategy's "
-                         "workers cannot share the ids they read")
-    if args.sync == "herald" and args.staleness != "auto":
-        raise ValueError("--sync herald is exact and takes no --staleness")
+    """Herald's own options: the window and the allocation's."""
     # The window's bounds are the layer's (CacheConfig), checked here first.
-    check_window(args.window, args.sync, "--window")
+    check_window(args.window, "--window")
     if args.allocate_every < 0:
         raise ValueError(f"--allocate-every must be >= 0 (0: off), got {args.allocate_every}")
     if not args.allocate_every:
@@ -210,12 +192,21 @@ def _check_herald(args):
                          f"{args.summary_rows}")
     # The bonus's bounds are the allocation's, checked here first.
     parse_stay_bonus(args.stay_bonus, "--stay-bonus")
-    if args.mode != "hybrid" or args.workers < 2:
-        raise ValueError("--allocate-every moves samples between Horovod ranks: it needs "
-                         "--mode hybrid and --workers 2 or more")
-    if args.embedding != "het" or args.hot:
-        raise ValueError("--allocate-every sends samples to HetEmbedding caches: it needs "
-                         "--embedding het and no hot rows")
+
+
+def _check_combination(args):
+    """The options against the table of what goes together, which also
+    says whether the lookahead is on where it is not asked for either way."""
+    combination = combinations.Combination(
+        embedding=args.embedding, mode=args.mode, workers=args.workers,
+        # Both bounds 0 with sync by refresh: the layer reads and writes
+        # the shards directly (HetEmbedding's staleness).
+        cache=args.cache_capacity != 0 and (args.sync != "refresh" or args.staleness != 0),
+        sync=args.sync, staleness=args.staleness != "auto", window=args.window,
+        hot_rows=args.hot, lookahead=args.lookahead, allocation=bool(args.allocate_every))
+    combinations.check(combination, combinations.spell_flag, "")
+    if args.lookahead is None:
+        args.lookahead = combinations.lookahead_default(combination)
 
 
 def _check_hot(args):
@@ -227,9 +218,6 @@ def _check_hot(args):
     args.hot = bool(args.hot_rows or args.hot_bytes)
     if not args.hot:
         return
-    if args.embedding != "het":
-        raise ValueError("--hot-rows / --hot-bytes replicate HetEmbedding rows: they need "
-                         "--embedding het")
     if not 0 < args.hot_share <= 1:
         raise ValueError(f"--hot-share must be in (0, 1], got {args.hot_share}")
 

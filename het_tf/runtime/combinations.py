@@ -1,0 +1,147 @@
+"""Which settings go together: one table, as data. HetEmbedding (through
+route_choice.py), `het-tf train`'s argument check and the dataset
+transforms (the lookahead, Herald's allocation) ask it; none restates it.
+
+Each setting is checked alone where it is made (config.py and the layer's
+settings); this table holds only what one setting says about another. A
+Combination gives each setting a value; a Rule names the settings it is
+about, when it refuses, and why. A refusal names the settings as the
+caller spells them: a layer's arguments, or the command's flags."""
+import collections
+import dataclasses
+import typing
+
+EMBEDDINGS = ("het", "keras", "tfra")
+MODES = ("local", "ps", "hybrid")
+
+
+@dataclasses.dataclass(frozen=True)
+class Combination:
+    embedding: str = "het"  # the embedding layer: HetEmbedding, Keras' or TFRA's
+    mode: typing.Optional[str] = None  # local, ps or hybrid; None: not known yet
+    workers: int = 1  # worker processes (Horovod ranks in hybrid mode)
+    cache: bool = True  # the workers cache rows (off: capacity 0, or both bounds 0)
+    sync: str = "refresh"  # refresh, check or herald
+    staleness: bool = False  # a staleness bound is given (not "auto")
+    window: int = 1  # the batches Herald's plan looks ahead over
+    hot_rows: bool = False  # FAE's hot rows
+    route: bool = False  # a registered route of one's own
+    lookahead: typing.Optional[bool] = None  # None: not asked for either way
+    allocation: bool = False  # Herald's allocation moves samples between ranks
+
+
+Rule = collections.namedtuple("Rule", "settings refuses reason")
+
+
+def _stages(c):
+    """The lookahead stages a batch for a cache's prefetch (refresh) or for
+    Herald's plan over a window. A hot block's rows pass by the cache (under
+    ParameterServerStrategy hot rows are pinned in it, and prefetch); a
+    route of one's own is left alone."""
+    return (c.embedding == "het" and c.cache and not c.route
+            and (c.mode == "ps" or not c.hot_rows)
+            and (c.sync == "refresh" or (c.sync == "herald" and c.window > 1)))
+
+
+RULES = (
+    Rule(("embedding", "sync"), lambda c: c.embedding != "het" and c.sync != "refresh",
+         "sync is how HetEmbedding's caches meet the shards"),
+    Rule(("embedding", "staleness"), lambda c: c.embedding != "het" and c.staleness,
+         "staleness bounds HetEmbedding's caches"),
+    Rule(("embedding", "hot_rows"), lambda c: c.embedding != "het" and c.hot_rows,
+         "hot rows replicate HetEmbedding rows"),
+    Rule(("sync", "cache"), lambda c: c.sync == "herald" and not c.cache,
+         "Herald's plan schedules the cached rows, so it needs the cache on"),
+    Rule(("sync", "staleness"), lambda c: c.sync == "herald" and c.staleness,
+         "Herald's plan is exact and takes no staleness bound"),
+    Rule(("window", "sync"), lambda c: c.window > 1 and c.sync != "herald",
+         "the window is the lookahead of Herald's plan (sync herald)"),
+    Rule(("sync", "mode"), lambda c: c.sync == "herald" and c.mode == "ps",
+         "ParameterServerStrategy's workers cannot share the ids they read; Herald's plan "
+         "needs hybrid mode or one process"),
+    Rule(("hot_rows", "cache"), lambda c: c.hot_rows and not c.cache,
+         "FAE trains the cold rows through the cache, which must be on"),
+    Rule(("hot_rows", "sync"), lambda c: c.hot_rows and c.sync == "herald",
+         "choose FAE's hot block or Herald's plan"),
+    Rule(("route", "hot_rows"), lambda c: c.route and c.hot_rows,
+         "a route of one's own takes the place of the hot block's"),
+    Rule(("route", "sync"), lambda c: c.route and c.sync == "herald",
+         "a route of one's own takes the place of Herald's"),
+    Rule(("lookahead",), lambda c: c.lookahead and not _stages(c),
+         "the lookahead stages ids for HetEmbedding caches that sync by refresh, or by "
+         "Herald's plan over a window, and not for a hot block's rows or a route of one's "
+         "own"),
+    Rule(("lookahead", "sync", "window"),
+         lambda c: c.lookahead is False and c.sync == "herald" and c.window > 1,
+         "the window's batches are the ones the lookahead stages"),
+    Rule(("allocation", "mode"), lambda c: c.allocation and c.mode not in (None, "hybrid"),
+         "the allocation moves samples between Horovod ranks: it needs hybrid mode"),
+    Rule(("allocation", "workers"), lambda c: c.allocation and c.workers < 2,
+         "the allocation moves samples between Horovod ranks: it needs 2 or more"),
+    Rule(("allocation", "embedding", "cache", "hot_rows"),
+         lambda c: c.allocation and (c.embedding != "het" or not c.cache or c.hot_rows),
+         "the allocation sends samples to the ranks whose HetEmbedding caches hold their "
+         "rows: it needs the cache on and no hot rows"),
+    Rule(("allocation", "sync"), lambda c: c.allocation and c.sync == "check",
+         "the allocation sends samples to caches that sync by refresh or by Herald's plan"),
+)
+
+
+def refusals(combination):
+    """The rules `combination` breaks, in RULES' order."""
+    return [rule for rule in RULES if rule.refuses(combination)]
+
+
+def check(combination, spell, who):
+    """Raises ValueError for the first rule `combination` breaks, naming its
+    settings as `spell(setting, combination)` writes them, after `who`."""
+    for rule in refusals(combination):
+        first, *others = (spell(setting, combination) for setting in rule.settings)
+        named = first + (" with " + " and ".join(others) if others else "")
+        raise ValueError(f"{who}{named}: {rule.reason}")
+
+
+def lookahead_default(combination):
+    """The lookahead is on where it stages anything, unless asked off."""
+    return _stages(dataclasses.replace(combination, lookahead=None))
+
+
+def stages(combination):
+    """Whether the lookahead stages batches for a layer of these settings."""
+    return _stages(combination)
+
+
+def spell_argument(setting, c):
+    """A setting as HetEmbedding's arguments (and the calls it meets) say it."""
+    return {
+        "embedding": "HetEmbedding",
+        "mode": {"ps": "ParameterServerStrategy", "hybrid": "hybrid mode",
+                 "local": "one process"}.get(c.mode, "this strategy"),
+        "workers": f"{c.workers} Horovod rank(s)",
+        "cache": "the cache on" if c.cache else
+                 "the cache off (cache_capacity=0, or staleness 0 for reads and writes)",
+        "sync": f"sync={c.sync!r}",
+        "staleness": "a staleness bound (staleness, read_staleness or write_staleness)",
+        "window": f"window={c.window}",
+        "hot_rows": "hot_rows",
+        "route": "route=",
+        "lookahead": "het_tf.lookahead",
+        "allocation": "the allocation",
+    }[setting]
+
+
+def spell_flag(setting, c):
+    """A setting as `het-tf train`'s flags say it."""
+    return {
+        "embedding": f"--embedding {c.embedding}",
+        "mode": f"--mode {c.mode}",
+        "workers": f"--workers {c.workers}",
+        "cache": "the cache on" if c.cache else "--cache-capacity 0 (or --staleness 0)",
+        "sync": f"--sync {c.sync}",
+        "staleness": "--staleness",
+        "window": f"--window {c.window}",
+        "hot_rows": "--hot-rows / --hot-bytes",
+        "route": "a route of one's own",
+        "lookahead": "--lookahead" if c.lookahead else "--no-lookahead",
+        "allocation": "--allocate-every",
+    }[setting]
