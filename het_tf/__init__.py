@@ -23,13 +23,13 @@ _PUBLIC = {
     "TableConfig": ("het_tf.runtime.config", "TableConfig"),
     "WorkerCache": ("het_tf.runtime.cache", "WorkerCache"),
     "export_saved_model": ("het_tf.keras_layers.export", "export_saved_model"),
-    "hot_and_cold_batches": ("het_tf.keras_layers.hot_rows", "hot_and_cold_batches"),
-    "lookahead": ("het_tf.keras_layers.lookahead", "lookahead"),
+    "hot_and_cold_batches": ("het_tf.pipeline.hot_rows", "hot_and_cold_batches"),
+    "lookahead": ("het_tf.pipeline.lookahead", "lookahead"),
     "lookup_without_cache": ("het_tf.runtime.cache", "lookup_without_cache"),
     "ops": ("het_tf._op_library", None),
-    "profile_hot_rows": ("het_tf.keras_layers.hot_rows", "profile_hot_rows"),
+    "profile_hot_rows": ("het_tf.pipeline.hot_rows", "profile_hot_rows"),
     "push_without_cache": ("het_tf.runtime.cache", "push_without_cache"),
-    "use_hot_rows": ("het_tf.keras_layers.hot_rows", "use_hot_rows"),
+    "use_hot_rows": ("het_tf.pipeline.hot_rows", "use_hot_rows"),
 }
 
 __all__ = sorted(_PUBLIC)

@@ -27,7 +27,7 @@ from het_tf.distribute.horovod import (
                                        rank,
                                        size,
 )
-from het_tf.keras_layers.hybrid_training import (
+from het_tf.training.hybrid_training import (
                                        Checkpoint,
                                        distribute,
                                        flush_and_clear,

@@ -7,7 +7,7 @@ import pytest
 import tf_keras
 
 from het_tf.keras_layers import HetEmbedding
-from het_tf.keras_layers.allocation import Allocation
+from het_tf.pipeline.allocation import Allocation
 from tests.test_cluster import assert_served_without_het_tf
 from tests.test_hybrid import BATCH_SIZE, EPOCHS, SAMPLES, run_hybrid
 

@@ -46,7 +46,7 @@ def table_rows(layer):
 
 
 def make_hot(model, layer, keys):
-    het_tf.use_hot_rows(model, {layer.name: het_tf.keras_layers.hot_rows.HotRows(
+    het_tf.use_hot_rows(model, {layer.name: het_tf.pipeline.hot_rows.HotRows(
         layer.name, np.asarray(keys, np.int64), np.ones(len(keys), np.int64), 0, 0, 1)})
 
 
@@ -214,7 +214,7 @@ def test_bad_hot_sets_are_refused_naming_the_layer():
     with pytest.raises(ValueError, match="HetEmbedding 'plain' has no hot rows: give it hot_rows"):
         make_hot(plain_model, plain, [1])
     with pytest.raises(ValueError, match=r"names \['other'\], which are not HetEmbedding"):
-        het_tf.use_hot_rows(model, {"other": het_tf.keras_layers.hot_rows.HotRows(
+        het_tf.use_hot_rows(model, {"other": het_tf.pipeline.hot_rows.HotRows(
             "other", np.arange(2), np.ones(2, np.int64), 0, 0, 1)})
     with pytest.raises(ValueError, match="takes the HotProfile"):
         het_tf.use_hot_rows(model, [1, 2])

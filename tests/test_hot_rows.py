@@ -54,7 +54,7 @@ def test_counts_match_numpy_and_the_budget_picks_the_hottest():
     assert profile.samples == len(x) and profile.hot_samples == all_hot.sum() > 0
     assert profile.hot_sample_share == pytest.approx(all_hot.mean())
     # Any data can be classified by a profile: here the first half, alone.
-    from het_tf.keras_layers.hot_rows import count_hot_samples
+    from het_tf.pipeline.hot_rows import count_hot_samples
     assert count_hot_samples(model, dataset_of(x[:2000]), profile) == \
         (all_hot[:2000].sum(), 2000)
 
@@ -138,7 +138,7 @@ def test_ragged_and_sparse_samples_are_hot_when_every_id_is():
     assert profile.hot_samples == sum(all(i in hot for i in row) for row in rows)
     sparse = [tf.sparse.from_dense(tf.constant([[3, 0, 7]], tf.int64)),
               tf.sparse.from_dense(tf.constant([[0, 0, 0]], tf.int64))]
-    from het_tf.keras_layers.hot_rows import samples_all_hot
+    from het_tf.pipeline.hot_rows import samples_all_hot
     is_hot = lambda ids: tf.equal(ids, 3)  # noqa: E731
     assert samples_all_hot(tf.sparse.concat(0, sparse), is_hot).numpy().tolist() == [False, True]
 

@@ -271,7 +271,7 @@ def test_an_optimizer_on_several_replicas_in_sync_is_refused():
 
 def test_hybrid_mode_refuses_a_loss_scale_optimizer():
     """Each rank's skip decision would read its own table gradients."""
-    from het_tf.keras_layers.hybrid_training import _hybrid_train_step
+    from het_tf.training.hybrid_training import _hybrid_train_step
 
     model = tf_keras.Sequential([tf_keras.Input((1,), dtype="int64"),
                                  embedding("het", name="lso_items"), tf_keras.layers.Flatten(),

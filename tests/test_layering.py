@@ -14,6 +14,8 @@ LAYERS = [
     ("runtime and data", ["het_tf.runtime", "het_tf.data"]),
     ("distribution", ["het_tf.distribute"]),
     ("keras", ["het_tf.keras_layers"]),
+    # Dataset transforms and training steps around a model with the layer.
+    ("pipeline and training", ["het_tf.pipeline", "het_tf.training"]),
     # The public modules gather names from the layers below for users.
     ("public API", ["het_tf", "het_tf.hybrid", "het_tf.cluster"]),
     ("models", ["het_tf.models"]),

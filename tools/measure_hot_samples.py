@@ -34,8 +34,8 @@ def main():
 
     import het_tf
     from het_tf.data import SyntheticCriteo
-    from het_tf.keras_layers.hot_rows import count_hot_samples
     from het_tf.models import EmbeddingSpec, build_model
+    from het_tf.pipeline.hot_rows import count_hot_samples
 
     figures = {"scale": args.scale, "samples": args.samples, "share": args.share, "runs": []}
     for zipf in args.zipf:

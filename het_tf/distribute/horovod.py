@@ -4,7 +4,7 @@ Every Horovod rank connects to the PS tasks as a client job of its own, so
 all ranks share the tables there (shards are found by name) while dense
 gradients go through Horovod. The PS addresses come from `HET_TF_PS`
 ("host:port,host:port") or from the "ps" job of `TF_CONFIG`. The Keras half
-(the training step, checkpoints) is het_tf.keras_layers.hybrid_training;
+(the training step, checkpoints) is het_tf.training.hybrid_training;
 het_tf.hybrid offers both.
 """
 import json

@@ -14,8 +14,8 @@ from het_tf.apps.launch import LOCAL_TASKS_ENV
 from het_tf.data.synthetic import HELD_OUT_STREAM
 from het_tf.keras_layers.evaluation import as_the_caches_stand
 from het_tf.keras_layers.het_embedding import het_embedding_layers
-from het_tf.keras_layers.hybrid_training import het_allocation
 from het_tf.runtime.cache import hit_rate
+from het_tf.training.hybrid_training import het_allocation
 
 # Keras's clipping of probabilities in binary cross-entropy.
 LOGLOSS_EPSILON = 1e-7

@@ -12,8 +12,8 @@ from het_tf import hybrid
 from het_tf.apps import launch
 from het_tf.distribute import horovod, server
 from het_tf.keras_layers.het_embedding import het_embedding_layers
-from het_tf.keras_layers.hot_rows import hot_and_cold_batches
-from het_tf.keras_layers.lookahead import lookahead
+from het_tf.pipeline.hot_rows import hot_and_cold_batches
+from het_tf.pipeline.lookahead import lookahead
 
 
 class LocalMode:

@@ -26,7 +26,7 @@ import logging
 import tensorflow as tf
 
 from het_tf.keras_layers.het_embedding import het_embedding_layers
-from het_tf.keras_layers.layer_inputs import batch_ids, ids_model, with_end_marker
+from het_tf.pipeline.layer_inputs import batch_ids, ids_model, with_end_marker
 from het_tf.runtime import combinations
 
 _log = logging.getLogger("het_tf")

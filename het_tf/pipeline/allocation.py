@@ -29,7 +29,7 @@ import tf_keras
 
 from het_tf import _op_library
 from het_tf.keras_layers.het_embedding import het_embedding_layers
-from het_tf.keras_layers.layer_inputs import ids_model, layer_ids
+from het_tf.pipeline.layer_inputs import ids_model, layer_ids
 from het_tf.runtime import combinations
 from het_tf.runtime.config import is_whole, parse_stay_bonus
 from het_tf.runtime.counters import counter

@@ -7,10 +7,10 @@ import tensorflow as tf
 import tf_keras
 
 from het_tf.distribute.horovod import barrier, initialized, num_ps, on_rank_zero
-from het_tf.keras_layers.allocation import Allocation
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 from het_tf.keras_layers.table_gradients import is_anchor
 from het_tf.keras_layers.table_weights import every_rank_flushed, model_variables
+from het_tf.pipeline.allocation import Allocation
 
 
 def _check_built_after_init(model):

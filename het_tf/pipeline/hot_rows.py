@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from het_tf.distribute import horovod
 from het_tf.keras_layers.het_embedding import het_embedding_layers
-from het_tf.keras_layers.layer_inputs import batch_ids, ids_model, layer_ids, with_end_marker
+from het_tf.pipeline.layer_inputs import batch_ids, ids_model, layer_ids, with_end_marker
 from het_tf.runtime.access_counts import AccessCounts
 from het_tf.runtime.config import is_whole
 
