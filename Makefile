@@ -84,7 +84,8 @@ TF221_PY := $(TF221_VENV)/bin/python
 TF221_LIBRARY := $(CURDIR)/build/tf2.21/_het_ops.so
 TF221_TESTS := tests/test_cli.py tests/test_loader.py tests/test_layering.py \
   tests/test_ops_reference.py tests/test_ops_errors.py tests/test_exactly_once.py \
-  tests/test_keras_layer.py \
+  tests/test_keras_layer.py tests/test_keras_contract.py tests/test_combinations.py \
+  tests/test_deprecated_aliases.py \
   tests/test_embedding_behaviours.py \
   tests/test_lookahead.py tests/test_hot_rows.py tests/test_hot_block.py \
   tests/test_checkpoint_export.py tests/test_model_saving.py \

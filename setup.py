@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -79,9 +79,10 @@ setup(
     version="0.1.0",
     description="HET-style cached embedding training for TensorFlow and Keras",
     python_requires=">=3.9",
-    packages=["het_tf", "het_tf.runtime", "het_tf.data", "het_tf.distribute",
-              "het_tf.keras_layers", "het_tf.pipeline", "het_tf.training", "het_tf.models",
-              "het_tf.apps"],
+    # Every package under het_tf/ (found, so a new one is never left out of
+    # a wheel), and keras_layers/ installed as het_tf.keras_layers.
+    packages=sorted({"het_tf.keras_layers"} | set(
+        find_packages(include=["het_tf", "het_tf.*"], exclude=["het_tf.keras_layers*"]))),
     package_dir={"het_tf": "het_tf", "het_tf.keras_layers": "keras_layers"},
     ext_modules=[Extension(LIBRARY, sources=_sources())],
     cmdclass={"build_ext": BuildOpLibrary},
