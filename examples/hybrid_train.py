@@ -140,7 +140,7 @@ def main():
         result.update(assignments=assignments, trained_on=trained_on,
                       read=[[*map(int, i), float(lab)] for i, lab in zip(ids, labels)],
                       **allocation.stats())
-    if layer.sync == "herald":
+    if layer.scheduler == "herald":
         result.update(plan_bytes=stats.get("plan_bytes", 0),
                       plan_direct_keys=stats.get("plan_direct_keys", 0),
                       plan_ahead_keys=stats.get("plan_ahead_keys", 0),

@@ -40,11 +40,13 @@ def add_arguments(parser):
                         help="the table's server-side optimizer")
     parser.add_argument("--l2", type=float, default=0.0,
                         help="an L2 embeddings_regularizer on the rows each batch looks up")
-    parser.add_argument("--sync", default="refresh", choices=["refresh", "check", "herald"],
-                        help="how training lookups meet the shards; herald is exact and "
-                        "ignores --staleness (docs/herald.md)")
+    parser.add_argument("--sync", default="refresh", choices=["refresh", "check"],
+                        help="the protocol: how training lookups meet the shards")
+    parser.add_argument("--scheduler", choices=["herald"],
+                        help="Herald's plan decides when rows move: exact, it ignores "
+                        "--staleness (docs/herald.md)")
     parser.add_argument("--window", type=int, default=1,
-                        help="--sync herald: the batches its plan looks ahead over (the "
+                        help="--scheduler herald: the batches its plan looks ahead over (the "
                         "input pipeline stages them with het_tf.lookahead)")
 
 
@@ -54,8 +56,9 @@ def build_model(args):
     inputs = tf_keras.Input(shape=shape, dtype="int64", name="ids", ragged=args.ragged)
     layer = HetEmbedding(args.vocab, args.dim, cache_capacity=args.cache_capacity,
                          cache_policy=args.cache_policy,
-                         staleness="auto" if args.sync == "herald" else args.staleness,
-                         sync=args.sync, window=args.window, name="items",
+                         staleness="auto" if args.scheduler else args.staleness,
+                         sync=args.sync, scheduler=args.scheduler, window=args.window,
+                         name="items",
                          mask_zero=args.sequence,
                          embeddings_regularizer=tf_keras.regularizers.L2(args.l2) if args.l2
                          else None, hot_rows=args.hot_rows,

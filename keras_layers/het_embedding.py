@@ -57,10 +57,11 @@ class HetEmbedding(tf_keras.layers.Layer):
         a cached copy's reads and writes: "auto" (100, never more than a
         tenth of this worker's steps so far), a number, or None for none.
         Both 0: synchronous, the shards directly without a cache.
-      sync: "refresh" (a hit costs no bytes), "check" (HET's rule: every id
-        goes with its clock) or "herald" (exact, Horovod ranks share the
-        ids they read; hybrid mode or one process).
-      window: sync="herald" only: the batches its plan looks ahead over.
+      sync: the protocol: "refresh" (a hit costs no bytes) or "check" (HET's
+        rule: every id goes with its clock).
+      scheduler: None (the bounds decide) or "herald" (Herald's plan: exact,
+        Horovod ranks share the ids they read; hybrid mode or one process).
+      window: scheduler="herald" only: the batches its plan looks ahead over.
       hot_rows: the most rows FAE's hot block replicates (None: none).
       route: the name of a route registered with
         het_tf.runtime.routes.register (None: the settings above choose).
@@ -77,7 +78,8 @@ class HetEmbedding(tf_keras.layers.Layer):
                  read_staleness=None, write_staleness=None, seed=None, name=None,
                  pin_threshold=100, max_rows=None, sync="refresh", hot_rows=None, mask_zero=False,
                  input_length=None, embeddings_regularizer=None, activity_regularizer=None,
-                 embeddings_constraint=None, sparse=False, window=1, route=None, **kwargs):
+                 embeddings_constraint=None, sparse=False, window=1, route=None, scheduler=None,
+                 **kwargs):
         kwargs.setdefault("autocast", False)  # ids must stay ints
         if "input_shape" not in kwargs and "batch_input_shape" not in kwargs:
             # As Keras' Embedding: a Sequential model may start with this
@@ -117,12 +119,14 @@ class HetEmbedding(tf_keras.layers.Layer):
             cache_capacity, cache_policy, pin_threshold)
         self.staleness, self.read_staleness, self.write_staleness = (
             staleness, read_staleness, write_staleness)
-        self.sync, self.window, self.hot_rows, self.route = sync, window, hot_rows, route
+        sync, scheduler = route_choice.renamed_sync(sync, scheduler, owner)
+        self.sync, self.scheduler, self.window = sync, scheduler, window
+        self.hot_rows, self.route = hot_rows, route
         self._choice = route_choice.choose(
             owner, self.input_dim, cache_capacity=cache_capacity, cache_policy=cache_policy,
             staleness=staleness, read_staleness=read_staleness,
             write_staleness=write_staleness, pin_threshold=pin_threshold, sync=sync,
-            window=window, hot_rows=hot_rows, route=route)
+            scheduler=scheduler, window=window, hot_rows=hot_rows, route=route)
         self._table = self._cache = None
         self._route = None  # how a step's rows travel: route_choice.build
         self._strategy = None  # ParameterServerStrategy's (layer_state.flush waits for it)

@@ -21,6 +21,7 @@ from het_tf.runtime.config import (
     check_window,
     is_whole,
     staleness_bounds,
+    warn_renamed,
 )
 from het_tf.runtime.herald_plan import HeraldPlan
 from het_tf.runtime.hot_block import HotBlock
@@ -38,17 +39,29 @@ Choice = collections.namedtuple("Choice", "cache_config hot_rows route_factory c
 Built = collections.namedtuple("Built", "strategy table cache route combination")
 
 
+def renamed_sync(sync, scheduler, owner):
+    """(sync, scheduler): sync="herald" named the scheduler before it had an
+    argument of its own; it still works for one release, with a warning."""
+    if not (isinstance(sync, str) and sync == "herald"):
+        return sync, scheduler
+    if scheduler not in (None, "herald"):
+        raise ValueError(f"{owner}: sync='herald' is scheduler='herald', and scheduler is "
+                         f"{scheduler!r}; give sync='refresh', scheduler='herald'")
+    warn_renamed(f"{owner}: sync='herald'", "sync='refresh', scheduler='herald'")
+    return "refresh", "herald"
+
+
 def choose(owner, input_dim, *, cache_capacity, cache_policy, staleness, read_staleness,
-           write_staleness, pin_threshold, sync, window, hot_rows, route):
+           write_staleness, pin_threshold, sync, scheduler, window, hot_rows, route):
     """The layer's Choice: each argument checked alone, then all of them
     against the table of what goes together (combinations.py); `owner`
     names the layer in errors."""
     rows = cache_rows(cache_capacity, input_dim, owner)
-    check_sync(sync, owner)
+    check_sync(sync, scheduler, owner)
     check_window(window, owner)
     bounded = (not (isinstance(staleness, str) and staleness == AUTO)
                or read_staleness is not None or write_staleness is not None)
-    if sync == "herald" or rows == 0:
+    if scheduler == "herald" or rows == 0:
         bounds = None  # Herald's plan, not a bound, decides what goes when
     else:
         bounds = staleness_bounds(owner, staleness, read_staleness, write_staleness)
@@ -61,14 +74,14 @@ def choose(owner, input_dim, *, cache_capacity, cache_policy, staleness, read_st
     synchronous = bounds is not None and bounds[:2] == (0, 0) and sync != "check"
     hot_rows = _hot_rows(hot_rows, input_dim, owner)
     combination = combinations.Combination(
-        cache=rows > 0 and not synchronous, sync=sync, staleness=bounded, window=window,
-        hot_rows=hot_rows > 0, route=route is not None)
+        cache=rows > 0 and not synchronous, sync=sync, scheduler=scheduler,
+        staleness=bounded, window=window, hot_rows=hot_rows > 0, route=route is not None)
     combinations.check(combination, combinations.spell_argument, f"{owner}: ")
     policy = cache_policy if isinstance(cache_policy, str) else repr(cache_policy)
     cache_config = None
-    if sync == "herald":
-        cache_config = CacheConfig(rows, policy, 0, UNBOUNDED, pin_threshold, sync="herald",
-                                   window=window).validate(owner)
+    if scheduler == "herald":
+        cache_config = CacheConfig(rows, policy, 0, UNBOUNDED, pin_threshold, sync=sync,
+                                   window=window, scheduler=scheduler).validate(owner)
     elif rows > 0 and not synchronous:
         read, write, ramp = bounds
         cache_config = CacheConfig(rows, policy, read, write, pin_threshold,
@@ -125,9 +138,9 @@ def mode_of(worker_devices):
 
 
 def _plan(cache):
-    """Herald's plan, for sync "herald" with more than one Horovod rank
+    """Herald's plan, for scheduler "herald" with more than one Horovod rank
     (one process alone has no one to push for)."""
-    if cache is None or cache.config.sync != "herald":
+    if cache is None or cache.config.scheduler != "herald":
         return None
     if horovod.num_ps() is None or horovod.size() == 1:
         return None

@@ -24,7 +24,8 @@ routes.register("combinations-direct", lambda table, cache: routes.DirectRoute(t
 
 _LAYER_CASES = list(itertools.product(
     (0, 20),  # cache_capacity
-    ("refresh", "check", "herald"),  # sync
+    ("refresh", "check"),  # sync
+    (None, "herald"),  # scheduler
     ("auto", 10, 0),  # staleness
     (1, 2),  # window
     (None, 5),  # hot_rows
@@ -32,11 +33,14 @@ _LAYER_CASES = list(itertools.product(
 ))
 
 
-def _expected(cache_capacity, sync, staleness, window, hot_rows, route, **given):
+def _expected(cache_capacity, sync, scheduler, staleness, window, hot_rows, route, **given):
     """The Combination these settings make, by the layer's documented rules:
-    the cache is off with capacity 0, or with both bounds 0 under refresh."""
-    cache = cache_capacity != 0 and not (staleness == 0 and sync == "refresh")
-    return combinations.Combination(cache=cache, sync=sync, staleness=staleness != "auto",
+    the cache is off with capacity 0, or with both bounds 0 under refresh
+    with no scheduler."""
+    cache = cache_capacity != 0 and not (staleness == 0 and sync == "refresh"
+                                         and scheduler is None)
+    return combinations.Combination(cache=cache, sync=sync, scheduler=scheduler,
+                                    staleness=staleness != "auto",
                                     window=window, hot_rows=bool(hot_rows),
                                     route=route is not None, **given)
 
@@ -52,13 +56,13 @@ def test_the_table_refuses_some_and_takes_some():
 
 @pytest.mark.parametrize("case", _LAYER_CASES, ids=_name)
 def test_a_layer_works_or_is_refused_naming_it(case):
-    cache_capacity, sync, staleness, window, hot_rows, route = case
+    cache_capacity, sync, scheduler, staleness, window, hot_rows, route = case
     name = f"c_{abs(hash(case)) % 10**8}"
     rules = combinations.refusals(_expected(*case, mode="local"))
 
     def make():
         return HetEmbedding(VOCAB, DIM, name=name, cache_capacity=cache_capacity, sync=sync,
-                            staleness=staleness, window=window, hot_rows=hot_rows, route=route,
+                            scheduler=scheduler, staleness=staleness, window=window, hot_rows=hot_rows, route=route,
                             optimizer=tf_keras.optimizers.SGD(0.5), seed=3)
 
     if rules:
@@ -85,7 +89,7 @@ def test_a_layer_works_or_is_refused_naming_it(case):
     data = tf.data.Dataset.from_tensor_slices((ids, np.ones((2, 2 * DIM), np.float32))).batch(2)
     het_tf.lookahead(data, model)
     stages = combinations.stages(layer.combination)
-    assert layer.lookahead_active == (stages and sync == "refresh")
+    assert layer.lookahead_active == (stages and scheduler is None)
 
 
 _FLAG_CASES = list(itertools.product(
@@ -93,7 +97,8 @@ _FLAG_CASES = list(itertools.product(
     ("local", "ps", "hybrid"),  # --mode
     (1, 2),  # --workers
     ("0", "0.1"),  # --cache-capacity
-    ("refresh", "check", "herald"),  # --sync
+    ("refresh", "check"),  # --sync
+    (None, "herald"),  # --scheduler
     ("auto", "10", "0"),  # --staleness
     (1, 2),  # --window
     (0, 10),  # --hot-rows
@@ -102,12 +107,14 @@ _FLAG_CASES = list(itertools.product(
 ))
 
 
-def _argv(embedding, mode, workers, capacity, sync, staleness, window, hot_rows, lookahead,
-          allocate_every):
+def _argv(embedding, mode, workers, capacity, sync, scheduler, staleness, window, hot_rows,
+          lookahead, allocate_every):
     argv = ["--embedding", embedding, "--mode", mode, "--workers", str(workers),
             "--cache-capacity", capacity, "--sync", sync, "--staleness", staleness,
             "--window", str(window), "--hot-rows", str(hot_rows),
             "--allocate-every", str(allocate_every), "--samples", "100000"]
+    if scheduler is not None:
+        argv += ["--scheduler", scheduler]
     if lookahead is not None:
         argv.append("--lookahead" if lookahead else "--no-lookahead")
     return argv
@@ -118,9 +125,9 @@ def test_every_flag_combination_is_taken_or_refused_naming_the_flags():
     arguments.add_arguments(parser)
     taken = refused = 0
     for case in _FLAG_CASES:
-        (embedding, mode, workers, capacity, sync, staleness, window, hot_rows, lookahead,
-         allocate_every) = case
-        expected = _expected(float(capacity), sync, "auto" if staleness == "auto"
+        (embedding, mode, workers, capacity, sync, scheduler, staleness, window, hot_rows,
+         lookahead, allocate_every) = case
+        expected = _expected(float(capacity), sync, scheduler, "auto" if staleness == "auto"
                              else int(staleness), window, hot_rows, None,
                              embedding=embedding, mode=mode, workers=workers,
                              lookahead=lookahead, allocation=bool(allocate_every))

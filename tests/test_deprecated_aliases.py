@@ -51,3 +51,45 @@ def test_public_names_come_from_the_new_modules():
         assert getattr(het_tf, name) is getattr(hot_rows, name)
     for name in PUBLIC_NAMES["het_tf.keras_layers.hybrid_training"]:
         assert getattr(hybrid, name) is getattr(hybrid_training, name)
+
+
+def test_sync_herald_is_the_scheduler_and_still_loads():
+    """sync="herald" named Herald's scheduler before it had an argument of its
+    own: the layer, a saved config, CacheConfig and the flag take it for one
+    release, with a warning, as scheduler="herald" on a sync by refresh."""
+    import argparse
+
+    import tf_keras
+
+    import het_tf
+    from het_tf.apps.train import arguments
+    from het_tf.keras_layers import HetEmbedding
+
+    with pytest.warns(DeprecationWarning, match=r"HetEmbedding 'old': sync='herald' is "
+                                                r"deprecated .* use sync='refresh', "
+                                                r"scheduler='herald'"):
+        old = HetEmbedding(50, 4, sync="herald", window=3, name="old")
+    new = HetEmbedding(50, 4, scheduler="herald", window=3, name="new")
+    assert (old.sync, old.scheduler) == (new.sync, new.scheduler) == ("refresh", "herald")
+    assert old.combination == new.combination
+    assert old.get_config()["scheduler"] == "herald" and old.get_config()["sync"] == "refresh"
+    # A config saved before the scheduler had its own key.
+    saved = {k: v for k, v in new.get_config().items() if k != "scheduler"}
+    saved.update(sync="herald", name="loaded")
+    with pytest.warns(DeprecationWarning, match="sync='herald' is deprecated"):
+        loaded = tf_keras.layers.deserialize(
+            {"class_name": "het_tf>HetEmbedding", "config": saved})
+    assert loaded.combination == new.combination
+    with pytest.raises(ValueError, match="'bad': sync='herald' is scheduler='herald'"):
+        HetEmbedding(50, 4, sync="herald", scheduler="other", name="bad")
+
+    with pytest.warns(DeprecationWarning, match=r"CacheConfig\(sync='herald'\) is deprecated"):
+        config = het_tf.CacheConfig(10, "lfu", 0, -1, sync="herald", window=2)
+    assert (config.sync, config.scheduler) == ("refresh", "herald")
+    assert config == het_tf.CacheConfig(10, "lfu", 0, -1, scheduler="herald", window=2)
+
+    parser = argparse.ArgumentParser()
+    arguments.add_arguments(parser)
+    args = parser.parse_args(["--mode", "hybrid", "--sync", "herald", "--window", "4"])
+    arguments.check(args)
+    assert (args.sync, args.scheduler, args.lookahead) == ("refresh", "herald", True)

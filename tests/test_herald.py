@@ -14,12 +14,12 @@ from tests.test_hybrid import BATCH_SIZE, EPOCHS, SAMPLES, run_hybrid
 STEPS = SAMPLES // BATCH_SIZE * EPOCHS
 
 
-HERALD = ["--sync", "herald", "--allocate-every", "4", "--summary-rows", "200",
+HERALD = ["--scheduler", "herald", "--allocate-every", "4", "--summary-rows", "200",
           "--cache-capacity", "300"]
 
 
 def test_allocation_and_plan_agree_on_every_rank_and_lose_no_sample(tmp_path):
-    """2 ranks, sync="herald" with allocation every 4 steps: every rank
+    """2 ranks, scheduler="herald" with allocation every 4 steps: every rank
     computes the same assignment each step, each keeps its batch size, and
     the samples trained in a step are exactly the samples read in it. The
     checkpoint resumes, and the export serves without het_tf."""
@@ -107,24 +107,24 @@ def _model(**layer):
 
 def test_bad_herald_settings_name_the_layer():
     with pytest.raises(ValueError, match="'items'.*herald.*no staleness"):
-        _model(sync="herald", staleness=10)
+        _model(scheduler="herald", staleness=10)
     with pytest.raises(ValueError, match="'items'.*herald.*no staleness"):
-        _model(sync="herald", read_staleness=0)
+        _model(scheduler="herald", read_staleness=0)
     with pytest.raises(ValueError, match="'items'.*herald.*needs the cache on"):
-        _model(sync="herald", cache_capacity=0)
-    with pytest.raises(ValueError, match="'items'.*hot_rows with sync='herald'"):
-        _model(sync="herald", hot_rows=5)
+        _model(scheduler="herald", cache_capacity=0)
+    with pytest.raises(ValueError, match="'items'.*hot_rows with scheduler='herald'"):
+        _model(scheduler="herald", hot_rows=5)
     for window in (0, 33, 2.0):
         with pytest.raises(ValueError, match="'items'.*window must be a number of batches "
                            f"from 1 .* to 32, got {window}"):
-            _model(sync="herald", window=window)
-    with pytest.raises(ValueError, match="'items'.*window=2 with sync='refresh': the window is the "
+            _model(scheduler="herald", window=window)
+    with pytest.raises(ValueError, match="'items'.*window=2 with scheduler=None: the window is the "
                        "lookahead of Herald's plan"):
         _model(window=2)
 
 
 def test_bad_allocation_settings_are_refused():
-    model, _ = _model(sync="herald")
+    model, _ = _model(scheduler="herald")
     args = dict(ranks=2, rank=0, allgather=None, alltoall=None)
     with pytest.raises(ValueError, match="summary_rows .* must be a positive int, got 0"):
         Allocation(model, 4, 0, **args)
@@ -147,7 +147,7 @@ def test_bad_allocation_settings_are_refused():
 def test_herald_alone_pushes_only_at_evictions_and_the_flush():
     """One process has no other rank to push for: its updates stay pending
     until a row is evicted or the flush, which delivers every one."""
-    model, layer = _model(sync="herald", cache_capacity=20)
+    model, layer = _model(scheduler="herald", cache_capacity=20)
     model.compile("sgd", "mse")
     ids = (np.arange(600).reshape(200, 3) * 7) % 30
     model.fit(ids, np.zeros((200, 12)), batch_size=5, epochs=2, shuffle=False, verbose=0)

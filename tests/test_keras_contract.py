@@ -120,8 +120,8 @@ def test_a_route_is_chosen_once_and_by_a_registered_name():
     with pytest.raises(ValueError, match=r"HetEmbedding 'items': no route is registered as "
                                          r"'tripled' \(registered: .*doubled"):
         HetEmbedding(VOCAB, DIM, route="tripled", name="items")
-    with pytest.raises(ValueError, match=r"HetEmbedding 'items': route='doubled' chooses the "
-                                         r"route, as hot_rows and sync='herald' do"):
+    with pytest.raises(ValueError, match=r"HetEmbedding 'items': route= with hot_rows: a "
+                                         r"route of one's own takes the place"):
         HetEmbedding(VOCAB, DIM, route="doubled", hot_rows=10, name="items")
     layer = HetEmbedding(VOCAB, DIM, route="doubled", name="items")
     assert HetEmbedding.from_config(layer.get_config()).route == "doubled"

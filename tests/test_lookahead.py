@@ -66,7 +66,7 @@ def test_steps_find_their_misses_prefetched_and_train_as_without(steps_per_execu
         np.testing.assert_allclose(a, b, atol=1e-5)
 
 
-@pytest.mark.parametrize("settings", [dict(staleness=10), dict(sync="herald", window=5)],
+@pytest.mark.parametrize("settings", [dict(staleness=10), dict(scheduler="herald", window=5)],
                          ids=["prefetch", "herald window"])
 @pytest.mark.parametrize("shape", ["pairs", "triples", "dict", "x only"])
 def test_the_data_comes_out_unchanged_and_in_order(shape, settings):

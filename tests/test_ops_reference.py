@@ -246,7 +246,7 @@ def test_two_workers_on_few_rows_stay_within_the_read_bound(
 )
 def test_the_herald_plan_is_exact_and_matches_reference(unique_name, steps, workers, capacity,
                                                         policy, shards, optimizer, window):
-    """sync="herald" on random streams of 2 or 3 workers stepping together.
+    """scheduler="herald" on random streams of 2 or 3 workers stepping together.
     Before each step every worker pushes its last step's gradients of its
     direct rows: those several workers read, and those it reads alone but
     neither read last step nor reads again within its window (the staged
@@ -262,7 +262,7 @@ def test_the_herald_plan_is_exact_and_matches_reference(unique_name, steps, work
     config = het_tf.TableConfig(unique_name(), dim, seed=5,
                                 optimizer=het_tf.OptimizerConfig(optimizer))
     table = het_tf.ShardedTable(config, [None] * shards)
-    cache_config = het_tf.CacheConfig(capacity, policy, 0, -1, sync="herald", window=window)
+    cache_config = het_tf.CacheConfig(capacity, policy, 0, -1, scheduler="herald", window=window)
     caches = [het_tf.WorkerCache(table, cache_config) for _ in range(workers)]
     streams = [[list(dict.fromkeys(b[w])) for b in steps] for w in range(workers)]
     for cache, stream in zip(caches, streams):

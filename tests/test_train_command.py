@@ -226,11 +226,11 @@ def test_a_first_run_on_a_small_criteo_file_just_works_and_is_quiet(tmp_path):
     (["--hot-rows", "10", "--embedding", "keras"], "--embedding keras with --hot-rows / --hot-bytes: hot rows replicate"),
     (["--hot-rows", "-1"], "must be >= 0"),
     (["--hot-rows", "10", "--hot-share", "0"], "--hot-share must be in (0, 1]"),
-    (["--sync", "herald", "--mode", "ps"], "--sync herald with --mode ps: ParameterServerStrategy's workers"),
-    (["--sync", "herald", "--staleness", "10"], "--sync herald with --staleness: Herald's plan is exact and takes no"),
-    (["--sync", "herald", "--window", "0"], "--window: window must be a number of batches"),
-    (["--window", "2"], "--window 2 with --sync refresh: the window is the lookahead of Herald's plan"),
-    (["--sync", "herald", "--window", "2", "--no-lookahead"], "--no-lookahead with --sync herald and --window 2"),
+    (["--scheduler", "herald", "--mode", "ps"], "--scheduler herald with --mode ps: ParameterServerStrategy's workers"),
+    (["--scheduler", "herald", "--staleness", "10"], "--scheduler herald with --staleness: Herald's plan is exact and takes no"),
+    (["--scheduler", "herald", "--window", "0"], "--window: window must be a number of batches"),
+    (["--window", "2"], "--window 2 with no --scheduler: the window is the lookahead of Herald's plan"),
+    (["--scheduler", "herald", "--window", "2", "--no-lookahead"], "--no-lookahead with --scheduler herald and --window 2"),
     (["--allocate-every", "-1"], "--allocate-every must be >= 0"),
     (["--allocate-every", "4"], "--allocate-every with --mode local: the allocation moves samples"),
     (["--allocate-every", "4", "--mode", "hybrid", "--workers", "1"], "--allocate-every with --workers 1"),
@@ -257,8 +257,8 @@ def test_train_rejects_bad_arguments(tmp_path, capsys, args, message):
 
 
 def test_the_command_exits_2_with_the_reason(tmp_path):
-    result = run(HET_TF + ["train", "--run-dir", str(tmp_path / "r"), "--sync", "herald",
+    result = run(HET_TF + ["train", "--run-dir", str(tmp_path / "r"), "--scheduler", "herald",
                            "--mode", "ps"], timeout=120)
     assert result.returncode == 2
-    assert "--sync herald with --mode ps: ParameterServerStrategy's workers" in result.stderr
+    assert "--scheduler herald with --mode ps: ParameterServerStrategy's workers" in result.stderr
     assert not (tmp_path / "r").exists()

@@ -65,7 +65,8 @@ class EmbeddingSpec:
         on the keys; compile with `wrap_optimizer`).
       cardinalities: ids per field; sizes the Keras vocabulary and turns a
         fractional cache_capacity into rows.
-      cache_capacity, cache_policy, staleness, sync, window: HetEmbedding's; a
+      cache_capacity, cache_policy, staleness, sync, scheduler, window:
+        HetEmbedding's; a
         fraction cache_capacity is of sum(cardinalities + 1) rows.
       optimizer: the tables' optimizer name ("adagrad", "adam", "sgd", "ftrl").
       learning_rate: its learning rate.
@@ -75,7 +76,7 @@ class EmbeddingSpec:
 
     def __init__(self, kind="het", cardinalities=KAGGLE_CARDINALITIES, cache_capacity=0.1,
                  cache_policy="lfu", staleness="auto", optimizer="adagrad", learning_rate=0.05,
-                 seed=0, sync="refresh", hot_rows=0, hot_bytes=0, window=1):
+                 seed=0, sync="refresh", hot_rows=0, hot_bytes=0, window=1, scheduler=None):
         if kind not in KINDS:
             raise ValueError(f"embedding kind must be one of {', '.join(KINDS)}, got {kind!r}")
         self.kind = kind
@@ -84,6 +85,7 @@ class EmbeddingSpec:
         self.cache_policy = cache_policy
         self.staleness = staleness
         self.sync = sync
+        self.scheduler = scheduler
         self.window = window
         self.optimizer = optimizer
         self.learning_rate = learning_rate
@@ -137,7 +139,8 @@ class EmbeddingSpec:
 
         return HetEmbedding(None, dim, optimizer=self.table_optimizer(),
                             cache_capacity=self.cache_rows(), cache_policy=self.cache_policy,
-                            staleness=self.staleness, sync=self.sync, window=self.window,
+                            staleness=self.staleness, sync=self.sync,
+                            scheduler=self.scheduler, window=self.window,
                             seed=self.seed,
                             hot_rows=self.hot_rows_of(dim), name=name)(keys)
 

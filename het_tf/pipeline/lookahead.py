@@ -40,8 +40,8 @@ def _layers_to_stage(model):
         raise ValueError("het_tf.lookahead: the model has no built HetEmbedding layer; build "
                          "the model (call it once, or give its Input shapes) first")
     staging = [layer for layer in layers if combinations.stages(layer.combination)]
-    prefetching = [layer for layer in staging if layer.combination.sync == "refresh"]
-    windowed = [layer for layer in staging if layer.combination.sync == "herald"]
+    prefetching = [layer for layer in staging if layer.combination.scheduler is None]
+    windowed = [layer for layer in staging if layer.combination.scheduler == "herald"]
     for layer in layers:
         if layer not in prefetching and layer not in windowed:
             _log.info("het_tf.lookahead: HetEmbedding '%s' has no cache that syncs by refresh "

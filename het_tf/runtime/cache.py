@@ -103,7 +103,7 @@ class WorkerCache:
                     vocabulary_size=self.table.config.vocabulary_size, policy=c.policy,
                     pin_threshold=c.pin_threshold, read_staleness=c.read_staleness,
                     write_staleness=c.write_staleness, staleness_ramp=c.staleness_ramp,
-                    sync=c.op_sync, num_shards=self.table.num_shards,
+                    sync=c.sync, num_shards=self.table.num_shards,
                     shared_name=self.shared_name, **self.table.config.optimizer.op_attrs())
 
         return self._handles.get(device, make)
@@ -152,7 +152,7 @@ class WorkerCache:
         exchange asks only for ids not cached: the step's `prefetch` carries
         its updates."""
         ids = self.table.check_ids(ids)
-        if training and self.config.op_sync == "refresh":
+        if training and self.config.sync == "refresh":
             return self._lookup_by_refresh(ids, carry_updates=not lookahead)
         with self._placed(self.device):
             unique, inverse, clocks, read_staleness = self._ops.het_cache_prepare(
@@ -250,7 +250,7 @@ class WorkerCache:
 
         direct = tf.cond(tf.size(uncached) > 0, push_uncached,
                          lambda: [tf.zeros([0, self.dim]), tf.zeros([0], tf.int64)])
-        if self.config.op_sync == "refresh":
+        if self.config.sync == "refresh":
             return [pushes[0], *direct]
         return [self._push_and_ack(pushes, learning_rate), *direct]
 

@@ -21,7 +21,8 @@ class Combination:
     mode: typing.Optional[str] = None  # local, ps or hybrid; None: not known yet
     workers: int = 1  # worker processes (Horovod ranks in hybrid mode)
     cache: bool = True  # the workers cache rows (off: capacity 0, or both bounds 0)
-    sync: str = "refresh"  # refresh, check or herald
+    sync: str = "refresh"  # the protocol: refresh or check
+    scheduler: typing.Optional[str] = None  # None (the bounds) or herald (Herald's plan)
     staleness: bool = False  # a staleness bound is given (not "auto")
     window: int = 1  # the batches Herald's plan looks ahead over
     hot_rows: bool = False  # FAE's hot rows
@@ -40,7 +41,8 @@ def _stages(c):
     route of one's own is left alone."""
     return (c.embedding == "het" and c.cache and not c.route
             and (c.mode == "ps" or not c.hot_rows)
-            and (c.sync == "refresh" or (c.sync == "herald" and c.window > 1)))
+            and ((c.sync == "refresh" and c.scheduler is None)
+                 or (c.scheduler == "herald" and c.window > 1)))
 
 
 RULES = (
@@ -50,29 +52,33 @@ RULES = (
          "staleness bounds HetEmbedding's caches"),
     Rule(("embedding", "hot_rows"), lambda c: c.embedding != "het" and c.hot_rows,
          "hot rows replicate HetEmbedding rows"),
-    Rule(("sync", "cache"), lambda c: c.sync == "herald" and not c.cache,
+    Rule(("embedding", "scheduler"), lambda c: c.embedding != "het" and c.scheduler,
+         "Herald's plan schedules HetEmbedding's cached rows"),
+    Rule(("scheduler", "sync"), lambda c: c.scheduler == "herald" and c.sync != "refresh",
+         "Herald's plan drives a sync by refresh"),
+    Rule(("scheduler", "cache"), lambda c: c.scheduler == "herald" and not c.cache,
          "Herald's plan schedules the cached rows, so it needs the cache on"),
-    Rule(("sync", "staleness"), lambda c: c.sync == "herald" and c.staleness,
+    Rule(("scheduler", "staleness"), lambda c: c.scheduler == "herald" and c.staleness,
          "Herald's plan is exact and takes no staleness bound"),
-    Rule(("window", "sync"), lambda c: c.window > 1 and c.sync != "herald",
-         "the window is the lookahead of Herald's plan (sync herald)"),
-    Rule(("sync", "mode"), lambda c: c.sync == "herald" and c.mode == "ps",
+    Rule(("window", "scheduler"), lambda c: c.window > 1 and c.scheduler != "herald",
+         "the window is the lookahead of Herald's plan (scheduler herald)"),
+    Rule(("scheduler", "mode"), lambda c: c.scheduler == "herald" and c.mode == "ps",
          "ParameterServerStrategy's workers cannot share the ids they read; Herald's plan "
          "needs hybrid mode or one process"),
     Rule(("hot_rows", "cache"), lambda c: c.hot_rows and not c.cache,
          "FAE trains the cold rows through the cache, which must be on"),
-    Rule(("hot_rows", "sync"), lambda c: c.hot_rows and c.sync == "herald",
+    Rule(("hot_rows", "scheduler"), lambda c: c.hot_rows and c.scheduler == "herald",
          "choose FAE's hot block or Herald's plan"),
     Rule(("route", "hot_rows"), lambda c: c.route and c.hot_rows,
          "a route of one's own takes the place of the hot block's"),
-    Rule(("route", "sync"), lambda c: c.route and c.sync == "herald",
+    Rule(("route", "scheduler"), lambda c: c.route and c.scheduler == "herald",
          "a route of one's own takes the place of Herald's"),
     Rule(("lookahead",), lambda c: c.lookahead and not _stages(c),
          "the lookahead stages ids for HetEmbedding caches that sync by refresh, or by "
          "Herald's plan over a window, and not for a hot block's rows or a route of one's "
          "own"),
-    Rule(("lookahead", "sync", "window"),
-         lambda c: c.lookahead is False and c.sync == "herald" and c.window > 1,
+    Rule(("lookahead", "scheduler", "window"),
+         lambda c: c.lookahead is False and c.scheduler == "herald" and c.window > 1,
          "the window's batches are the ones the lookahead stages"),
     Rule(("allocation", "mode"), lambda c: c.allocation and c.mode not in (None, "hybrid"),
          "the allocation moves samples between Horovod ranks: it needs hybrid mode"),
@@ -121,6 +127,7 @@ def spell_argument(setting, c):
         "cache": "the cache on" if c.cache else
                  "the cache off (cache_capacity=0, or staleness 0 for reads and writes)",
         "sync": f"sync={c.sync!r}",
+        "scheduler": f"scheduler={c.scheduler!r}",
         "staleness": "a staleness bound (staleness, read_staleness or write_staleness)",
         "window": f"window={c.window}",
         "hot_rows": "hot_rows",
@@ -138,6 +145,7 @@ def spell_flag(setting, c):
         "workers": f"--workers {c.workers}",
         "cache": "the cache on" if c.cache else "--cache-capacity 0 (or --staleness 0)",
         "sync": f"--sync {c.sync}",
+        "scheduler": f"--scheduler {c.scheduler}" if c.scheduler else "no --scheduler",
         "staleness": "--staleness",
         "window": f"--window {c.window}",
         "hot_rows": "--hot-rows / --hot-bytes",

@@ -8,6 +8,7 @@ import math
 import numbers
 import re
 import typing
+import warnings
 
 import numpy as np
 
@@ -19,12 +20,16 @@ OPTIMIZERS = ("sgd", "adagrad", "adam", "ftrl")
 CONSTRAINTS = ("none", "non_neg", "max_norm", "unit_norm", "min_max_norm")
 INITIALIZERS = ("uniform", "normal", "truncated_normal", "constant", "zeros")
 POLICIES = ("lru", "lfu", "lfu_opt")
-# How a cache's training lookups sync with the shards (docs/consistency.md):
-# "refresh", the shards tell the worker which copies went stale and a hit
-# costs no bytes; "check", HET's, every key goes with its clock; "herald",
-# exact: refresh with a read bound of 0 and no write bound, each rank pushing
-# before a step the rows others read in it (docs/herald.md).
-SYNC_MODES = ("refresh", "check", "herald")
+# The protocol: how a cache's training lookups meet the shards
+# (docs/consistency.md). "refresh", the shards tell the worker which copies
+# went stale and a hit costs no bytes; "check", HET's, every key goes with
+# its clock.
+SYNC_MODES = ("refresh", "check")
+# The scheduler: what decides when rows move, beside the protocol. None, the
+# staleness bounds; "herald", Herald's plan: exact, a sync by refresh with a
+# read bound of 0 and no write bound, each rank pushing before a step the
+# rows others read in it (docs/herald.md).
+SCHEDULERS = (None, "herald")
 # Slots per row of each optimizer, as the C++ core keeps them.
 NUM_SLOTS = {"sgd": 0, "adagrad": 1, "adam": 2, "ftrl": 2}
 # The slot of a sum or average of squared gradients, whose part of a cache's
@@ -247,10 +252,18 @@ class CacheConfig:
     # > 0: the bounds in force are at most this worker's training steps /
     # staleness_ramp, until they reach the bounds above (docs/consistency.md).
     staleness_ramp: int = 0
-    sync: str = "refresh"  # one of SYNC_MODES
+    sync: str = "refresh"  # the protocol, one of SYNC_MODES
     # Herald's plan: the batches it looks ahead over, the step's own and the
     # window - 1 the input pipeline staged after it (docs/herald.md).
     window: int = 1
+    scheduler: typing.Optional[str] = None  # one of SCHEDULERS
+
+    def __post_init__(self):
+        # sync="herald" named the scheduler before it had its own field.
+        if self.sync == "herald" and self.scheduler in (None, "herald"):
+            warn_renamed("CacheConfig(sync='herald')", "CacheConfig(scheduler='herald')")
+            object.__setattr__(self, "sync", "refresh")
+            object.__setattr__(self, "scheduler", "herald")
 
     def validate(self, owner):
         """Checks every field; `owner` names the table or layer in errors."""
@@ -269,20 +282,16 @@ class CacheConfig:
         if not _is_int(self.staleness_ramp) or self.staleness_ramp < 0:
             _fail(owner, "staleness_ramp must be an int >= 0 (0: no ramp), got "
                   f"{self.staleness_ramp!r}")
-        check_sync(self.sync, owner)
-        if self.sync == "herald" and (self.read_staleness, self.write_staleness,
-                                      self.staleness_ramp) != (0, UNBOUNDED, 0):
-            _fail(owner, "sync 'herald' is exact: it reads with a bound of 0 and writes "
+        check_sync(self.sync, self.scheduler, owner)
+        if self.scheduler == "herald" and (self.read_staleness, self.write_staleness,
+                                           self.staleness_ramp) != (0, UNBOUNDED, 0):
+            _fail(owner, "scheduler 'herald' is exact: it reads with a bound of 0 and writes "
                   "with none; give it no staleness")
         check_window(self.window, owner)
-        combinations.check(combinations.Combination(sync=self.sync, window=self.window),
+        combinations.check(combinations.Combination(sync=self.sync, scheduler=self.scheduler,
+                                                    window=self.window),
                            combinations.spell_argument, f"{owner}: ")
         return self
-
-    @property
-    def op_sync(self):
-        """The sync the cache op runs: Herald's plan drives a sync by refresh."""
-        return "refresh" if self.sync == "herald" else self.sync
 
 
 def check_window(window, owner):
@@ -293,9 +302,18 @@ def check_window(window, owner):
               f"{MAX_WINDOW}, got {window!r}")
 
 
-def check_sync(sync, owner):
+def check_sync(sync, scheduler, owner):
+    """The protocol and the scheduler, each alone."""
     if not isinstance(sync, str) or sync not in SYNC_MODES:
         _fail(owner, f"unknown sync {sync!r}; expected one of {', '.join(SYNC_MODES)}")
+    if scheduler not in SCHEDULERS:
+        _fail(owner, f"unknown scheduler {scheduler!r}; expected None or 'herald'")
+
+
+def warn_renamed(old, new):
+    """A setting's old spelling still works for one release, with a warning."""
+    warnings.warn(f"{old} is deprecated and goes in the next release: use {new}",
+                  DeprecationWarning, stacklevel=3)
 
 
 def parse_stay_bonus(value, owner):

@@ -47,12 +47,12 @@ CONFIGURATIONS = (
      ["--mode", "hybrid", "--staleness", "100", "--no-lookahead", "--allocate-every", "8",
       "--summary-rows", "65536", "--stay-bonus", "0"]),
     ("herald-plan", "Herald's plan alone: exact, each rank pushes only the rows another reads "
-     "next, 10% LFU cache, hybrid", ["--mode", "hybrid", "--sync", "herald"]),
+     "next, 10% LFU cache, hybrid", ["--mode", "hybrid", "--scheduler", "herald"]),
     ("herald", "Herald: allocation and plan, exact, 10% LFU cache, hybrid",
-     ["--mode", "hybrid", "--sync", "herald", "--allocate-every", "8",
+     ["--mode", "hybrid", "--scheduler", "herald", "--allocate-every", "8",
       "--summary-rows", "65536"]),
     ("herald-window", "Herald: allocation and plan over a window of 8 batches, exact, 10% LFU "
-     "cache, hybrid", ["--mode", "hybrid", "--sync", "herald", "--window", "8",
+     "cache, hybrid", ["--mode", "hybrid", "--scheduler", "herald", "--window", "8",
                        "--allocate-every", "8", "--summary-rows", "65536"]),
 )
 # The staleness sweep for AUC: s10 and s100 come from the configurations above.

@@ -4,6 +4,7 @@ import datetime
 import glob
 import math
 import os
+import sys
 
 from het_tf.apps import link
 from het_tf.runtime import combinations
@@ -76,14 +77,18 @@ def add_arguments(p):
     p.add_argument("--staleness", type=_staleness, default="auto",
                    help="bound on cached rows' staleness in updates, 'inf', or 'auto' (the "
                    "default: up to 100, and at most a tenth of each worker's steps so far)")
+    # "herald" is the scheduler's old spelling, kept for one release.
     p.add_argument("--sync", choices=("refresh", "check", "herald"), default="refresh",
-                   help="how cached lookups meet the shards: 'refresh' (only misses travel; "
-                   "the shards send fresh rows of copies past the bound), 'check' (HET's: "
-                   "every id with its clock) or 'herald' (exact, no staleness: each rank "
-                   "pushes only the rows another rank reads next; hybrid or local mode, "
-                   "docs/herald.md)")
+                   help="the protocol, how cached lookups meet the shards: 'refresh' (only "
+                   "misses travel; the shards send fresh rows of copies past the bound) or "
+                   "'check' (HET's: every id with its clock)")
+    p.add_argument("--scheduler", choices=("herald",), default=None,
+                   help="what decides when rows move, beside the protocol: 'herald' (exact, "
+                   "no staleness: each rank pushes only the rows another rank reads next; "
+                   "hybrid or local mode, docs/herald.md); none by default (the staleness "
+                   "bounds decide)")
     p.add_argument("--window", type=int, default=1,
-                   help="--sync herald: the batches its plan looks ahead over, the step's own "
+                   help="--scheduler herald: the batches its plan looks ahead over, the step's own "
                    "and the next window - 1, which the input pipeline stages (1: none, the "
                    "default; the lookahead is on with more)")
     p.add_argument("--allocate-every", type=int, default=0,
@@ -161,6 +166,7 @@ def check(args):
         raise ValueError("--link shapes the local cluster that ps or hybrid mode starts by "
                          "itself; local mode has none")
     _check_hot(args)
+    _rename_sync(args)
     _check_herald(args)
     _check_combination(args)
     if args.samples < args.batch_size:
@@ -175,6 +181,18 @@ def check(args):
                 f"{parquet[0]!r}: in ps mode the workers read Parquet with tensorflow-io, "
                 "which this TensorFlow cannot load (it supports 2.16). Use --mode local or "
                 "hybrid (their processes read Parquet with pyarrow), or TSV files")
+
+
+def _rename_sync(args):
+    """--sync herald is --scheduler herald's old spelling: it still works for
+    one release, with a warning on stderr."""
+    if args.sync != "herald":
+        return
+    if args.scheduler not in (None, "herald"):
+        raise ValueError("--sync herald is --scheduler herald; give --scheduler alone")
+    print("het-tf train: --sync herald is deprecated and goes in the next release: use "
+          "--scheduler herald", file=sys.stderr)
+    args.sync, args.scheduler = "refresh", "herald"
 
 
 def _check_herald(args):
@@ -199,10 +217,12 @@ def _check_combination(args):
     says whether the lookahead is on where it is not asked for either way."""
     combination = combinations.Combination(
         embedding=args.embedding, mode=args.mode, workers=args.workers,
-        # Both bounds 0 with sync by refresh: the layer reads and writes
-        # the shards directly (HetEmbedding's staleness).
-        cache=args.cache_capacity != 0 and (args.sync != "refresh" or args.staleness != 0),
-        sync=args.sync, staleness=args.staleness != "auto", window=args.window,
+        # Both bounds 0 with sync by refresh and no scheduler: the layer
+        # reads and writes the shards directly (HetEmbedding's staleness).
+        cache=args.cache_capacity != 0 and not (
+            args.staleness == 0 and args.sync == "refresh" and args.scheduler is None),
+        sync=args.sync, scheduler=args.scheduler, staleness=args.staleness != "auto",
+        window=args.window,
         hot_rows=args.hot, lookahead=args.lookahead, allocation=bool(args.allocate_every))
     combinations.check(combination, combinations.spell_flag, "")
     if args.lookahead is None:

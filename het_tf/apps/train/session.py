@@ -48,7 +48,8 @@ def _build_and_compile(args, inputs, mode):
         spec = EmbeddingSpec(args.embedding, inputs.cardinalities, args.cache_capacity,
                              args.cache_policy, args.staleness, args.optimizer,
                              args.learning_rate, args.seed, args.sync, hot_rows=args.hot_rows,
-                             hot_bytes=args.hot_bytes, window=args.window)
+                             hot_bytes=args.hot_bytes, window=args.window,
+                             scheduler=args.scheduler)
         model = build_model(args.model, spec, dim=args.dim)
         mode.distribute(model)
         optimizer = tf_keras.optimizers.get({

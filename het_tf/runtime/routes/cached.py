@@ -25,7 +25,8 @@ class CachedRoute(Route):
 
     @property
     def lookahead_active(self):
-        return self.lookahead and self.cache.config.sync == "refresh"
+        config = self.cache.config
+        return self.lookahead and config.sync == "refresh" and config.scheduler is None
 
     def lookup(self, ids, training):
         lookahead = self.lookahead_active and training

@@ -25,9 +25,9 @@ class HeraldRoute(SplitRoute):
         one traced step is refused."""
         graph = tf.compat.v1.get_default_graph()
         if graph in self._graphs and not tf.executing_eagerly():
-            raise ValueError(f"{self._owner}: sync='herald' plans one lookup a step, and the "
+            raise ValueError(f"{self._owner}: scheduler='herald' plans one lookup a step, and the "
                              "layer is called more than once in a training step; use "
-                             "sync='refresh' for a layer called several times")
+                             "no scheduler for a layer called several times")
         self._graphs.add(graph)
 
     def flush(self, learning_rate):
