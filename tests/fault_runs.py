@@ -113,7 +113,7 @@ class FaultyWorker:
     def drop_answer(self, ids, scale):
         """A step whose shards merge and whose answer never comes back."""
         self.faults["dropped"] += 1
-        if self.cache.config.op_sync == "refresh":
+        if self.cache.config.sync == "refresh":
             _unique, _inverse, requests = OPS.het_cache_begin_exchange(
                 self.cache.handle(), tf.constant(ids, tf.int64), num_shards=2)
             self.table.exchange(requests)
@@ -166,7 +166,7 @@ class FaultyWorker:
         """Whether the cache has had an answer since its last clear, which
         told it the shards' epochs: by refresh, any exchange's; by check, a
         push's."""
-        if self.cache.config.op_sync == "refresh":
+        if self.cache.config.sync == "refresh":
             return self.answered
         return self.cache.stats()["rows_pushed"] > self.pushed_before
 
