@@ -5,7 +5,6 @@
 #include <cstring>
 
 #include "cc_ops/embedding/core/key_checks.h"
-#include "cc_ops/embedding/core/memory_budget.h"
 #include "cc_ops/embedding/core/wire_sizes.h"
 
 namespace het {
@@ -24,45 +23,6 @@ Status CheckUnique(const std::string& name, const int64_t* keys, int64_t n) {
 
 }  // namespace
 
-Status ParseSyncMode(const std::string& name, SyncMode* mode) {
-  if (name == "refresh") {
-    *mode = SyncMode::kRefresh;
-  } else if (name == "check") {
-    *mode = SyncMode::kCheck;
-  } else {
-    return Status::InvalidArgument("unknown sync '" + name + "'; expected refresh or check");
-  }
-  return Status::Ok();
-}
-
-Status ValidateCacheConfig(const CacheConfig& c) {
-  const std::string name = TableLabel(c.table_name);
-  HET_RETURN_IF_ERROR(CheckDim(name, c.dim));
-  if (c.capacity <= 0 || c.capacity >= (int64_t{1} << 31)) {
-    return Status::InvalidArgument(name +
-                                   ": cache capacity must be between 1 and 2^31-1 rows, got " +
-                                   std::to_string(c.capacity));
-  }
-  if (c.policy == CachePolicy::kLFUPinned && c.pin_threshold == 0) {
-    return Status::InvalidArgument(name + ": the pin threshold must be at least 1");
-  }
-  if (c.num_shards < 1 || c.num_shards > (int64_t{1} << 31) - 1) {
-    return Status::InvalidArgument(name + ": the table's shards must number 1 to 2^31-1, got " +
-                                   std::to_string(c.num_shards));
-  }
-  if (c.staleness_ramp < 0) {
-    return Status::InvalidArgument(name + ": the staleness ramp must be >= 0 steps, got " +
-                                   std::to_string(c.staleness_ramp));
-  }
-  Status s = ValidateOptimizer(c.optimizer);
-  if (!s.ok()) return Status::InvalidArgument(name + ": " + s.message());
-  // What the cache holds once full (it takes memory as it fills): each row's
-  // state (values and slots) and its pending delta, three 8-byte fields, and
-  // about 56 bytes of index and eviction order (measured: docs/memory.md).
-  const double bytes = double(c.capacity) * (8.0 * StateWidth(c.optimizer.kind, c.dim) + 24 + 56);
-  return CheckFitsInMemory(name, "a cache of " + std::to_string(c.capacity) + " rows", bytes);
-}
-
 Status WorkerCache::Create(const CacheConfig& config, std::unique_ptr<WorkerCache>* out) {
   HET_RETURN_IF_ERROR(ValidateCacheConfig(config));
   CacheConfig named = config;
@@ -71,7 +31,9 @@ Status WorkerCache::Create(const CacheConfig& config, std::unique_ptr<WorkerCach
   return Status::Ok();
 }
 
-WorkerCache::WorkerCache(const CacheConfig& config)
+WorkerCache::WorkerCache(const CacheConfig& config) : WorkerCacheData(config) {}
+
+WorkerCacheData::WorkerCacheData(const CacheConfig& config)
     : config_(config),
       width_(StateWidth(config.optimizer.kind, config.dim)),
       // The index grows with the rows cached, as the arrays' pages do.

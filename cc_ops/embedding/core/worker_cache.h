@@ -32,107 +32,21 @@
 #define HET_TF_EMBEDDING_CORE_WORKER_CACHE_H_
 
 #include <cstdint>
-#include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "cc_ops/common/status.h"
+#include "cc_ops/embedding/core/cache_config.h"
+#include "cc_ops/embedding/core/cache_outputs.h"
 #include "cc_ops/embedding/core/copy_records.h"
-#include "cc_ops/embedding/core/eviction_order.h"
 #include "cc_ops/embedding/core/key_index.h"
-#include "cc_ops/embedding/core/sparse_optimizer.h"
-#include "cc_ops/embedding/core/zeroed_array.h"
+#include "cc_ops/embedding/core/worker_cache_data.h"
 
 namespace het {
 
-enum class SyncMode { kRefresh, kCheck };
-
-// Accepts "refresh" and "check".
-Status ParseSyncMode(const std::string& name, SyncMode* mode);
-
-struct CacheConfig {
-  std::string table_name = "table";
-  int dim = 0;
-  int64_t capacity = 0;          // rows
-  int64_t vocabulary_size = -1;  // as the table's; ids are checked before sending
-  OptimizerConfig optimizer;     // as the table's: local steps follow it
-  CachePolicy policy = CachePolicy::kLFU;
-  uint64_t pin_threshold = 100;  // LFU-opt only
-  // A cached copy is valid while c_g <= c_c + read_staleness; pending updates
-  // are pushed once c_c - c_s > write_staleness. Negative means unbounded.
-  int64_t read_staleness = 100;
-  int64_t write_staleness = 100;
-  // > 0: the bounds in force grow with this cache's training steps, at most
-  // steps / staleness_ramp each until they reach the bounds above, so that
-  // no bound spans more than a 1/staleness_ramp share of the training done
-  // (docs/consistency.md). 0: the bounds above from the first step.
-  int64_t staleness_ramp = 0;
-  SyncMode sync = SyncMode::kRefresh;
-  // The table's shards: each exchange sends every shard a request.
-  int64_t num_shards = 1;
-  // Names this worker to the shards' copy records; stable across restarts
-  // of the same worker (the kernel derives it from the device and the
-  // cache's shared name). 0: drawn at random.
-  uint64_t worker_id = 0;
-};
-
-Status ValidateCacheConfig(const CacheConfig& config);
-
-struct LookupPlan {
-  std::vector<int64_t> unique_keys;  // in order of first appearance
-  std::vector<int32_t> inverse;      // ids[i] == unique_keys[inverse[i]]
-  std::vector<int64_t> clocks;       // c_c of the cached copy, -1 if none
-  int64_t read_staleness = 0;        // the read bound in force, for the shards
-};
-
-// A training lookup's first half under SyncMode::kRefresh.
-struct ExchangePlan {
-  std::vector<int64_t> unique_keys;            // in order of first appearance
-  std::vector<int32_t> inverse;                // ids[i] == unique_keys[inverse[i]]
-  std::vector<std::vector<uint8_t>> requests;  // one for each shard
-  int64_t read_staleness = 0;                  // the read bound in force, as sent
-};
-
-// Outputs of this type are replaced, not appended to.
-struct Pushes {
-  std::vector<int64_t> keys;
-  std::vector<float> deltas;         // keys.size() * StateWidth: each row's state delta
-  std::vector<int64_t> counts;       // local updates each delta holds
-  std::vector<int64_t> base_clocks;  // c_s: the server clock the delta started from
-  // The leading entries that were evicted: the cache holds them no more and
-  // wants no state back for them.
-  int64_t evicted = 0;
-  void Add(int64_t key, const float* delta, int width, int64_t count, int64_t base_clock);
-  // Removes the entries i with removed[i] set; the rest keep their order.
-  void Remove(const std::vector<uint8_t>& removed, int width);
-  size_t size() const { return keys.size(); }
-};
-
-struct CacheCounters {
-  uint64_t lookups = 0;          // ids looked up, duplicates included
-  uint64_t unique_keys = 0;      // after per-batch deduplication
-  uint64_t hits = 0;             // cached and within the read bound
-  uint64_t misses = 0;           // not cached
-  uint64_t stale_refreshes = 0;  // cached but past the read bound, refreshed
-  uint64_t evictions_reported = 0;
-  uint64_t evictions = 0;
-  uint64_t dirty_evictions = 0;  // evicted with pending updates, which are pushed
-  uint64_t passed_through = 0;   // missing rows a full batch left no room for
-  uint64_t rows_pulled = 0;
-  uint64_t rows_pushed = 0;  // acknowledged pushes
-  uint64_t updates_pushed = 0;
-  uint64_t bytes_sent = 0;
-  uint64_t bytes_received = 0;
-  uint64_t steps = 0;            // training updates (Accumulate calls)
-  uint64_t prefetched = 0;       // rows a prefetch inserted
-  uint64_t prefetch_hits = 0;    // unique keys served by a row the last prefetch inserted
-  uint64_t rounds_resent = 0;    // rounds sent again after an answer that never came
-  uint64_t pushed_uncached = 0;  // gradients of keys not cached, for the caller to push
-};
-
-class WorkerCache {
+// Its fields and their layout are WorkerCacheData's (worker_cache_data.h).
+class WorkerCache : private WorkerCacheData {
  public:
   static Status Create(const CacheConfig& config, std::unique_ptr<WorkerCache>* out);
 
@@ -282,13 +196,6 @@ class WorkerCache {
  private:
   explicit WorkerCache(const CacheConfig& config);
   std::string Name() const { return TableLabel(config_.table_name); }
-  // A slot's row holds its state, then its pending delta.
-  float* State(int32_t slot) { return rows_.data() + size_t(slot) * 2 * width_; }
-  const float* State(int32_t slot) const { return rows_.data() + size_t(slot) * 2 * width_; }
-  float* PendingDelta(int32_t slot) { return State(slot) + width_; }
-  int64_t PendingCount(int32_t slot) const {
-    return entries_[slot].local_clock - entries_[slot].server_clock;
-  }
   // Starts loading a slot's state and pending delta, some keys ahead of
   // a batch loop that touches them.
   void PrefetchSlot(int32_t slot) const;
@@ -385,102 +292,15 @@ class WorkerCache {
     order_.Attach(slot, touches,
                   pinned_.size() > 0 && pinned_.Find(entries_[slot].key) != KeyIndex::kAbsent);
   }
-
-  const CacheConfig config_;
-  const int width_;
-  mutable std::mutex mu_;
-  KeyIndex index_;
-  EvictionOrder order_;
-  KeyIndex pinned_;  // Pin's keys
-  // Each slot's key and clocks together, and its state and pending delta
-  // together (State): a batch touches each slot's fields at once.
-  struct Entry {
-    int64_t key;
-    int64_t server_clock;  // c_s
-    int64_t local_clock;   // c_c
-  };
-  // Slots are taken in order, so those from slots_used_ on were never
-  // touched and hold no memory (ZeroedArray): a cache costs what it holds.
-  ZeroedArray<Entry> entries_;
-  ZeroedArray<float> rows_;  // capacity * 2 * width_
-  int64_t slots_used_ = 0;
-  std::vector<int32_t> free_slots_;  // below slots_used_, emptied by Drop
-  Pushes outbox_;                    // evicted with pending updates, not yet acknowledged
-  uint64_t generation_ = 0;
-  std::vector<int64_t> unreported_evictions_;  // kRefresh: since the last completed exchange
-  size_t evictions_in_flight_ = 0;             // of those, sent by the last BeginExchange
-  std::vector<int64_t> due_keys_;              // kRefresh: made due by Accumulate, not yet sent
-  // Exactly once (docs/consistency.md): every exchange or push goes to every
-  // shard as one round, numbered in this generation. The round's pushes are
-  // its ledger: taken out of the pending updates when the round starts (an
-  // entry's delta cleared and its server clock moved to its local clock, an
-  // outbox row removed), and sent again, with the same number, until an
-  // answer acknowledges them. Updates made meanwhile stay pending for the
-  // next round.
-  Pushes ledger_;           // the evicted rows lead, as in a push
-  bool in_flight_ = false;  // the round `sequence_` awaits its answer
-  int64_t sequence_ = 0;
-  std::vector<int64_t> epochs_;  // each shard's, from the first answer
-  bool old_timeline_ = false;    // a shard's epoch changed: clear first
-  // Rows the step's training lookups passed through, until its Accumulate
-  // pushes them (FillForTraining bounds them for steps with no update).
-  struct PassedThrough {
-    KeyIndex index;  // key -> place of its state and server clock
-    std::vector<float> states;
-    std::vector<int64_t> clocks;
-    void Clear() {
-      index.Clear();
-      states.clear();
-      clocks.clear();
-    }
-  } passing_;
-  bool warned_pass_through_ = false;
-  // The training lookups since the last update: the step's. A lookup that
-  // finds the step open (the same layer called again before the update)
-  // keeps the rows read so far as a last resort, evicted only when nothing
-  // else is left, until the update releases them; a step's only lookup
-  // keeps nothing. Lookups with no update after them (a step the loss
-  // scale skipped) keep their rows so until the next update, the oldest
-  // evicted first: the cache still turns over.
-  struct StepRow {
-    int32_t slot;
-    int64_t key;
-  };
-  struct Step {
-    bool open = false;
-    std::vector<StepRow> read;  // by the lookups not yet held
-    std::vector<StepRow> held;
-    void Clear() {
-      open = false;
-      read.clear();
-      held.clear();
-    }
-  } step_;
+  // A lookup that finds the step open keeps the rows read so far as a last
+  // resort (WorkerCacheData::step_); the step's update releases them.
   void HoldStep();
   void ReleaseStep();
-  std::vector<int64_t> prepared_;        // the unique keys of the last lookup
-  std::vector<int32_t> prepared_slots_;  // their slots, -1 if not cached
-  KeyIndex first_seen_;                  // Deduplicate's scratch
-  // Keys the last prefetch inserted, until the next training lookup.
-  KeyIndex fetched_ahead_;
-  // The lookahead's staged batches (Stage), oldest first. The input
-  // pipeline stages from its own threads while steps run: a lock of its own.
-  struct StagedBatch {
-    uint64_t fingerprint = 0;
-    std::vector<int64_t> ids;
-    bool taken = false;  // a step looked it up and prefetched what follows
-  };
   // Finds the staged batch of `current` (by fingerprint; or with
   // by_position, failing that, the oldest not taken), forgets the older
   // ones, marks it taken and returns the ids of up to `batches` after it.
   std::vector<int64_t> TakeStaged(const int64_t* current, int64_t n, int64_t batches,
                                   bool by_position);
-  mutable std::mutex staged_mu_;
-  std::deque<StagedBatch> staged_;
-  // FTRL's refresh recomputes a row from its slots with it; an entry has
-  // pending updates only after an Accumulate has set it.
-  float last_learning_rate_ = 0.0f;
-  CacheCounters counters_;
 };
 
 }  // namespace het

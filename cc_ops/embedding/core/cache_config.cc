@@ -1,0 +1,48 @@
+// Reading and checking a cache's settings: the kernel builds them from
+// attributes any client may set, so they are checked before a cache is made.
+#include "cc_ops/embedding/core/cache_config.h"
+
+#include "cc_ops/embedding/core/memory_budget.h"
+
+namespace het {
+
+Status ParseSyncMode(const std::string& name, SyncMode* mode) {
+  if (name == "refresh") {
+    *mode = SyncMode::kRefresh;
+  } else if (name == "check") {
+    *mode = SyncMode::kCheck;
+  } else {
+    return Status::InvalidArgument("unknown sync '" + name + "'; expected refresh or check");
+  }
+  return Status::Ok();
+}
+
+Status ValidateCacheConfig(const CacheConfig& c) {
+  const std::string name = TableLabel(c.table_name);
+  HET_RETURN_IF_ERROR(CheckDim(name, c.dim));
+  if (c.capacity <= 0 || c.capacity >= (int64_t{1} << 31)) {
+    return Status::InvalidArgument(name +
+                                   ": cache capacity must be between 1 and 2^31-1 rows, got " +
+                                   std::to_string(c.capacity));
+  }
+  if (c.policy == CachePolicy::kLFUPinned && c.pin_threshold == 0) {
+    return Status::InvalidArgument(name + ": the pin threshold must be at least 1");
+  }
+  if (c.num_shards < 1 || c.num_shards > (int64_t{1} << 31) - 1) {
+    return Status::InvalidArgument(name + ": the table's shards must number 1 to 2^31-1, got " +
+                                   std::to_string(c.num_shards));
+  }
+  if (c.staleness_ramp < 0) {
+    return Status::InvalidArgument(name + ": the staleness ramp must be >= 0 steps, got " +
+                                   std::to_string(c.staleness_ramp));
+  }
+  Status s = ValidateOptimizer(c.optimizer);
+  if (!s.ok()) return Status::InvalidArgument(name + ": " + s.message());
+  // What the cache holds once full (it takes memory as it fills): each row's
+  // state (values and slots) and its pending delta, three 8-byte fields, and
+  // about 56 bytes of index and eviction order (measured: docs/memory.md).
+  const double bytes = double(c.capacity) * (8.0 * StateWidth(c.optimizer.kind, c.dim) + 24 + 56);
+  return CheckFitsInMemory(name, "a cache of " + std::to_string(c.capacity) + " rows", bytes);
+}
+
+}  // namespace het

@@ -1,0 +1,155 @@
+// A shard's pushes: a worker's gradients (Push) and a cache's state deltas
+// (PushDeltas, and an exchange's pushes through MergeDeltas), each taken
+// first on copies of the rows so that one that would turn a row non-finite
+// changes nothing.
+#include <algorithm>
+#include <cstring>
+
+#include "cc_ops/embedding/core/table_shard.h"
+#include "cc_ops/embedding/core/wire_sizes.h"
+
+namespace het {
+
+template <typename Apply>
+Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width,
+                               const Sender& sender, int64_t unanswered, float* out,
+                               int64_t* clocks, Apply apply) {
+  std::unique_ptr<RowReservation> reservation;
+  HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
+  // First each row's update on a copy of its state: one that would make a
+  // value or a slot non-finite (a huge gradient squared, say) refuses the
+  // whole push before anything changes. The rows then take their copies,
+  // or, where another push moved a row in between, the update again.
+  const int state = state_width();
+  const bool stepped = NeedsStepCount(config_.optimizer.kind);
+  std::vector<float> next(size_t(n) * state);
+  std::vector<int64_t> seen(n), steps(n);
+  int64_t bad = -1;
+  ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
+    float* copy = next.data() + size_t(i) * state;
+    const uint32_t row = stripe.index.Find(keys[i]);
+    if (row == KeyIndex::kAbsent) {
+      InitializeRow(config_.initializer, keys[i], config_.dim, copy);
+      InitializeSlots(config_.optimizer, config_.dim, copy + config_.dim);
+      seen[i] = steps[i] = 0;
+    } else {
+      char* p = RowAt(stripe, row);
+      std::memcpy(copy, Values(p), sizeof(float) * state);
+      seen[i] = *Clock(p);
+      steps[i] = stepped ? *Step(p) : 0;
+    }
+    apply(i, seen[i], copy, &steps[i]);
+    // The first bad id in the request's order, as stripes visit out of it.
+    if (!AllFinite(copy, state) && (bad < 0 || i < bad)) bad = i;
+  });
+  if (bad >= 0) return NonFiniteUpdate(TableLabel(config_.name), keys[bad]);
+  uint64_t updates = 0;
+  ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
+    bool created;
+    char* p = FindOrCreate(stripe, keys[i], &created);
+    if (*Clock(p) == seen[i]) {
+      std::memcpy(Values(p), next.data() + size_t(i) * state, sizeof(float) * state);
+      if (stepped) *Step(p) = steps[i];
+    } else {
+      // Another push moved the row between the passes: the update is taken
+      // again on the row as it is now (the check above saw it before).
+      int64_t step = stepped ? *Step(p) : 0;
+      apply(i, *Clock(p), Values(p), &step);
+      if (stepped) *Step(p) = step;
+    }
+    *Clock(p) += counts[i];
+    updates += counts[i];
+    if (stripe.records.workers() > 0) stripe.records.Pushed(sender, keys[i], *Clock(p));
+    if (i < unanswered) return;
+    if (out != nullptr) {
+      std::memcpy(out + (i - unanswered) * width, Values(p), sizeof(float) * width);
+    }
+    if (clocks != nullptr) clocks[i - unanswered] = *Clock(p);
+  });
+  push_requests_.fetch_add(1, std::memory_order_relaxed);
+  rows_pushed_.fetch_add(n, std::memory_order_relaxed);
+  updates_applied_.fetch_add(updates, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+Status TableShard::Push(const int64_t* keys, const float* grads, const int64_t* counts, int64_t n,
+                        float learning_rate, float* values, int64_t* clocks) {
+  const int dim = config_.dim;
+  HET_RETURN_IF_ERROR(CheckPush(keys, grads, dim, counts, n, learning_rate, "gradient"));
+  std::vector<float> mean(dim);
+  HET_RETURN_IF_ERROR(ApplyToRows(keys, counts, n, dim, Sender(), 0, values, clocks,
+                                  [&](int32_t i, int64_t, float* state, int64_t* step) {
+                                    ApplyUpdates(config_.optimizer, learning_rate,
+                                                 grads + int64_t{i} * dim, counts[i], dim, state,
+                                                 state + dim, step, &mean);
+                                  }));
+  CountPushBytes(n, dim, /*delta=*/false, values != nullptr ? n : 0);
+  return Status::Ok();
+}
+
+Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
+                              const int64_t* base_clocks, int64_t n, float learning_rate,
+                              float* states, int64_t* clocks, const Sender& sender,
+                              int64_t unanswered, int64_t* epoch) {
+  const int width = state_width();
+  HET_RETURN_IF_ERROR(CheckPush(keys, deltas, width, counts, n, learning_rate, "delta"));
+  HET_RETURN_IF_ERROR(CheckDeltaPush(keys, deltas, base_clocks, n));
+  if (unanswered < 0 || unanswered > n) {
+    return Status::InvalidArgument(TableLabel(config_.name) + ": " + std::to_string(unanswered) +
+                                   " unanswered rows in a push of " + std::to_string(n) +
+                                   "; nothing was applied");
+  }
+  const int64_t met = this->epoch();
+  if (epoch != nullptr) *epoch = met;
+  if (SawOtherEpoch(sender, met)) {
+    if (epoch == nullptr) {
+      return Status::Aborted(TableLabel(config_.name) +
+                             ": a table shard was restarted or restored since this cache's "
+                             "copies were taken; its push was refused and nothing was changed");
+    }
+    // The answer's epoch tells the cache; its rows are not taken.
+    const int64_t answered = states != nullptr ? n - unanswered : 0;
+    if (states != nullptr) std::fill(states, states + answered * width, 0.0f);
+    if (clocks != nullptr) std::fill(clocks, clocks + answered, int64_t{0});
+    CountPushBytes(n, width, /*delta=*/true, answered);
+    return Status::Ok();
+  }
+  SenderLog::Turn turn;
+  HET_RETURN_IF_ERROR(AdmitRound(sender, &turn));
+  if (turn.repeat()) {
+    AnswerRepeat(keys, n, sender, unanswered, states, clocks);
+    Requeue(sender, turn.lost_refreshes());
+  } else {
+    HET_RETURN_IF_ERROR(MergeDeltas(keys, deltas, counts, base_clocks, n, learning_rate, states,
+                                    clocks, sender, unanswered));
+  }
+  // A push refreshes nothing; refreshes lost before it were queued again.
+  turn.Done({});
+  CountPushBytes(n, width, /*delta=*/true, states != nullptr ? n - unanswered : 0);
+  return Status::Ok();
+}
+
+void TableShard::CountPushBytes(int64_t n, int width, bool delta, int64_t answered) {
+  bytes_received_.fetch_add(wire::PushRequest(n, width, delta), std::memory_order_relaxed);
+  bytes_sent_.fetch_add(
+      delta ? wire::DeltaPushAnswer(answered, width) : wire::PushAnswer(answered, width),
+      std::memory_order_relaxed);
+}
+
+Status TableShard::MergeDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
+                               const int64_t* base_clocks, int64_t n, float learning_rate,
+                               float* states, int64_t* clocks, const Sender& sender,
+                               int64_t unanswered) {
+  const int width = state_width();
+  const OptimizerKind kind = config_.optimizer.kind;
+  return ApplyToRows(keys, counts, n, width, sender, unanswered, states, clocks,
+                     [&](int32_t i, int64_t clock, float* state, int64_t* step) {
+                       // A clock behind the cache's copy (the table was
+                       // restored since) counts as no other writer.
+                       const float share = ConcurrentShare(kind, counts[i], clock - base_clocks[i]);
+                       ApplyDelta(config_.optimizer, learning_rate, deltas + int64_t{i} * width,
+                                  counts[i], config_.dim, state, state + config_.dim, step, share);
+                     });
+}
+
+}  // namespace het
