@@ -1,0 +1,130 @@
+// Thin adapters from the table ops that move rows' whole states to
+// het::TableShard as TableChunks: export and import for checkpoints, and
+// the read of a replicated hot block's rows.
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "cc_ops/common/kernel_util.h"
+#include "cc_ops/common/tf_status.h"
+#include "cc_ops/embedding/core/table_shard.h"
+#include "cc_ops/embedding/kernels/table_kernel.h"
+#include "tensorflow/core/framework/op_kernel.h"
+
+namespace het {
+namespace {
+
+// Writes a chunk's values, slots, clocks and steps as outputs from `first` on.
+// Frees each field once it is an output: a chunk is then held about once,
+// not in both forms.
+template <typename T>
+void Release(std::vector<T>* v) {
+  std::vector<T>().swap(*v);
+}
+
+void OutputRowStates(OpKernelContext* ctx, int first, TableChunk* chunk, int64_t num_slots,
+                     int64_t dim) {
+  const int64_t n = static_cast<int64_t>(chunk->keys.size());
+  Release(&chunk->keys);
+  OP_REQUIRES_OK(ctx, OutputVector(ctx, first, chunk->values, dim));
+  Release(&chunk->values);
+  Tensor* slots = nullptr;
+  OP_REQUIRES_OK(ctx, ctx->allocate_output(first + 1, TensorShape({n, num_slots, dim}), &slots));
+  std::copy(chunk->slots.begin(), chunk->slots.end(), slots->flat<float>().data());
+  Release(&chunk->slots);
+  OP_REQUIRES_OK(ctx, OutputVector(ctx, first + 2, chunk->clocks));
+  Release(&chunk->clocks);
+  OP_REQUIRES_OK(ctx, OutputVector(ctx, first + 3, chunk->steps));
+}
+
+}  // namespace
+
+// A kernel whose outputs end with rows' whole states (OutputRowStates).
+class RowStatesKernel : public TableKernel {
+ public:
+  explicit RowStatesKernel(OpKernelConstruction* ctx) : TableKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_slots", &num_slots_));
+  }
+  void Run(OpKernelContext* ctx, TableShard& table) override {
+    OP_REQUIRES_OK(ctx, CheckNumSlots(table, num_slots_, false));
+    TableChunk chunk;
+    int first = 0;
+    ReadRows(ctx, table, &chunk, &first);
+    if (ctx->status().ok()) OutputRowStates(ctx, first, &chunk, num_slots_, dim_);
+  }
+
+ protected:
+  // Fills `chunk` and writes any outputs before the states, the first of
+  // which is then `*first`.
+  virtual void ReadRows(OpKernelContext* ctx, TableShard& table, TableChunk* chunk, int* first) = 0;
+
+ private:
+  int64_t num_slots_;
+};
+
+class HetTableExportOp : public RowStatesKernel {
+ public:
+  using RowStatesKernel::RowStatesKernel;
+
+ protected:
+  void ReadRows(OpKernelContext* ctx, TableShard& table, TableChunk* chunk, int* first) override {
+    int64_t offset, limit;
+    OP_REQUIRES_OK(ctx, ReadScalar(table.config().name, "export offset", ctx->input(1), &offset));
+    OP_REQUIRES_OK(ctx, ReadScalar(table.config().name, "export limit", ctx->input(2), &limit));
+    OP_REQUIRES_OK(ctx, ToTf(table.Export(offset, limit, chunk)));
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 0, chunk->keys));
+    *first = 1;
+  }
+};
+
+class HetTableReadOp : public RowStatesKernel {
+ public:
+  using RowStatesKernel::RowStatesKernel;
+
+ protected:
+  void ReadRows(OpKernelContext* ctx, TableShard& table, TableChunk* chunk, int* first) override {
+    const Tensor& keys = ctx->input(1);
+    OP_REQUIRES_OK(ctx, CheckVector(table.config().name, "keys", keys));
+    OP_REQUIRES_OK(ctx, ToTf(table.Read(keys.flat<int64_t>().data(), keys.NumElements(), chunk)));
+    *first = 0;
+  }
+};
+
+class HetTableImportOp : public TableKernel {
+ public:
+  using TableKernel::TableKernel;
+  void Run(OpKernelContext* ctx, TableShard& table) override {
+    const std::string& name = table.config().name;
+    const Tensor& keys = ctx->input(1);
+    const int64_t n = keys.NumElements();
+    OP_REQUIRES_OK(ctx, CheckVector(name, "imported keys", keys));
+    OP_REQUIRES_OK(ctx, CheckShape(name, "imported values", ctx->input(2), n, table.dim()));
+    const Tensor& slots = ctx->input(3);
+    OP_REQUIRES(ctx,
+                slots.dims() == 3 && slots.dim_size(0) == n &&
+                    slots.dim_size(1) == table.num_slots() && slots.dim_size(2) == table.dim(),
+                tensorflow::errors::InvalidArgument(
+                    TableLabel(name), ": imported slots must have shape [", n, ", ",
+                    table.num_slots(), ", ", table.dim(), "], got ", slots.shape().DebugString()));
+    OP_REQUIRES_OK(ctx, CheckShape(name, "imported clocks", ctx->input(4), n, 0));
+    OP_REQUIRES_OK(ctx, CheckShape(name, "imported steps", ctx->input(5), n, 0));
+    TableChunk chunk;
+    auto copy = [](const Tensor& t, auto* v) {
+      using T = typename std::remove_reference_t<decltype(*v)>::value_type;
+      auto flat = t.flat<T>();
+      v->assign(flat.data(), flat.data() + flat.size());
+    };
+    copy(keys, &chunk.keys);
+    copy(ctx->input(2), &chunk.values);
+    copy(slots, &chunk.slots);
+    copy(ctx->input(4), &chunk.clocks);
+    copy(ctx->input(5), &chunk.steps);
+    OP_REQUIRES_OK(ctx, ToTf(table.Import(chunk)));
+  }
+};
+
+HET_CPU_KERNEL("HetTableExport", HetTableExportOp);
+HET_CPU_KERNEL("HetTableRead", HetTableReadOp);
+HET_CPU_KERNEL("HetTableImport", HetTableImportOp);
+
+}  // namespace het

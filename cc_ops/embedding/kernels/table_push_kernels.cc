@@ -1,0 +1,122 @@
+// Thin adapters from the table's push ops to het::TableShard: a worker's
+// gradients (HetTablePush) and a cache's state deltas (HetTablePushDeltas).
+#include <string>
+
+#include "cc_ops/common/kernel_util.h"
+#include "cc_ops/common/tf_status.h"
+#include "cc_ops/embedding/core/table_shard.h"
+#include "cc_ops/embedding/kernels/table_kernel.h"
+#include "tensorflow/core/framework/op_kernel.h"
+
+namespace het {
+namespace {
+
+// A push's inputs after the handle: keys [n], values [n, width] (gradients
+// or state deltas), update counts [n] and a scalar learning rate.
+tensorflow::Status ReadPushInputs(OpKernelContext* ctx, const TableShard& table, const char* what,
+                                  int64_t width, float* learning_rate) {
+  const std::string& name = table.config().name;
+  const int64_t n = ctx->input(1).NumElements();
+  TF_RETURN_IF_ERROR(CheckVector(name, "keys", ctx->input(1)));
+  TF_RETURN_IF_ERROR(CheckShape(name, what, ctx->input(2), n, width));
+  TF_RETURN_IF_ERROR(CheckShape(name, "update counts", ctx->input(3), n, 0));
+  return ReadScalar(name, "learning rate", ctx->input(4), learning_rate);
+}
+
+// The sender of a delta push: worker id, generation (64 bits each carried
+// as int64), the round's sequence number and the epoch the sender saw
+// (copy_records.h).
+tensorflow::Status ReadSender(OpKernelContext* ctx, const std::string& table, int index,
+                              Sender* sender) {
+  const Tensor& t = ctx->input(index);
+  if (t.dims() != 1 || t.NumElements() != 4) {
+    return tensorflow::errors::InvalidArgument(
+        TableLabel(table),
+        ": a push's sender must be 4 int64s (worker id, generation, sequence, "
+        "epoch), got shape ",
+        t.shape().DebugString());
+  }
+  const auto v = t.flat<int64_t>();
+  if (v(2) < 0 || v(3) < 0) {
+    return tensorflow::errors::InvalidArgument(TableLabel(table),
+                                               ": a push's sequence and epoch must be >= 0");
+  }
+  sender->worker = static_cast<uint64_t>(v(0));
+  sender->generation = static_cast<uint64_t>(v(1));
+  sender->sequence = v(2);
+  sender->epoch = v(3);
+  return tensorflow::OkStatus();
+}
+
+}  // namespace
+
+class HetTablePushDeltasOp : public TableKernel {
+ public:
+  explicit HetTablePushDeltasOp(OpKernelConstruction* ctx) : TableKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_slots", &num_slots_));
+  }
+  void Run(OpKernelContext* ctx, TableShard& table) override {
+    const Tensor& keys = ctx->input(1);
+    const int64_t n = keys.NumElements();
+    const int64_t width = table.state_width();
+    OP_REQUIRES_OK(ctx, CheckNumSlots(table, num_slots_, false));
+    float learning_rate;
+    OP_REQUIRES_OK(ctx, ReadPushInputs(ctx, table, "state deltas", width, &learning_rate));
+    OP_REQUIRES_OK(ctx, CheckShape(table.config().name, "base clocks", ctx->input(5), n, 0));
+    Sender sender;
+    OP_REQUIRES_OK(ctx, ReadSender(ctx, table.config().name, 6, &sender));
+    int64_t unanswered;
+    OP_REQUIRES_OK(ctx,
+                   ReadScalar(table.config().name, "unanswered rows", ctx->input(7), &unanswered));
+    OP_REQUIRES(
+        ctx, unanswered >= 0 && unanswered <= n,
+        tensorflow::errors::InvalidArgument(TableLabel(table.config().name), ": ", unanswered,
+                                            " unanswered rows in a push of ", n));
+    Tensor* states = nullptr;
+    Tensor* clocks = nullptr;
+    Tensor* epoch = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n - unanswered, width}), &states));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({n - unanswered}), &clocks));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({}), &epoch));
+    OP_REQUIRES_OK(
+        ctx, ToTf(table.PushDeltas(keys.flat<int64_t>().data(), ctx->input(2).flat<float>().data(),
+                                   ctx->input(3).flat<int64_t>().data(),
+                                   ctx->input(5).flat<int64_t>().data(), n, learning_rate,
+                                   states->flat<float>().data(), clocks->flat<int64_t>().data(),
+                                   sender, unanswered, &epoch->scalar<int64_t>()())));
+  }
+
+ private:
+  int64_t num_slots_;
+};
+
+class HetTablePushOp : public TableKernel {
+ public:
+  explicit HetTablePushOp(OpKernelConstruction* ctx) : TableKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("return_rows", &return_rows_));
+  }
+  void Run(OpKernelContext* ctx, TableShard& table) override {
+    const Tensor& keys = ctx->input(1);
+    const int64_t n = keys.NumElements();
+    float learning_rate;
+    OP_REQUIRES_OK(ctx, ReadPushInputs(ctx, table, "gradients", dim_, &learning_rate));
+    const int64_t out_rows = return_rows_ ? n : 0;
+    Tensor* values = nullptr;
+    Tensor* clocks = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({out_rows, dim_}), &values));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({out_rows}), &clocks));
+    OP_REQUIRES_OK(ctx,
+                   ToTf(table.Push(keys.flat<int64_t>().data(), ctx->input(2).flat<float>().data(),
+                                   ctx->input(3).flat<int64_t>().data(), n, learning_rate,
+                                   return_rows_ ? values->flat<float>().data() : nullptr,
+                                   return_rows_ ? clocks->flat<int64_t>().data() : nullptr)));
+  }
+
+ private:
+  bool return_rows_;
+};
+
+HET_CPU_KERNEL("HetTablePush", HetTablePushOp);
+HET_CPU_KERNEL("HetTablePushDeltas", HetTablePushDeltasOp);
+
+}  // namespace het
