@@ -233,7 +233,7 @@ def build_call(draw, op, ctx):
         return [ch, unique_keys(draw)], {}
     if op == "HetCacheMostUsed":
         return [ch, np.int64(draw(st.integers(0, 8)))], {}
-    if op == "HetCacheStagedAhead":
+    if op == "HetCacheStaged":
         return [ch, unique_keys(draw)], dict(batches=draw(st.integers(0, 3)))
     if op == "HetAssignSamples":
         sizes = np.array(draw(st.lists(st.integers(0, 3), min_size=1, max_size=3)), np.int64)

@@ -90,7 +90,7 @@ def test_the_data_comes_out_unchanged_and_in_order(shape, settings):
     assert list(het_tf.lookahead(source.take(0), model).as_numpy_iterator()) == []
     if "window" in settings:  # every batch was staged, in order
         batches = [x[i:i + BATCH] for i in range(0, 70, BATCH)]
-        ahead = layer.cache.staged_ahead(tf.constant(batches[0].ravel()), 4)
+        ahead = layer.cache.staged(tf.constant(batches[0].ravel()), 4)
         assert ahead.numpy().tolist() == np.unique(np.concatenate(batches[1:])).tolist()
 
 

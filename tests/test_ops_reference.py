@@ -290,7 +290,7 @@ def test_the_herald_plan_is_exact_and_matches_reference(unique_name, steps, work
                   for w in range(workers)]
         direct = []
         for w in range(workers):
-            ahead = caches[w].staged_ahead(tf.constant(batches[w], tf.int64), window - 1)
+            ahead = caches[w].staged(tf.constant(batches[w], tf.int64), window - 1)
             expected = sorted({k for b in streams[w][step + 1:step + window] for k in b})
             assert ahead.numpy().tolist() == expected
             direct.append({k for k in batches[w]

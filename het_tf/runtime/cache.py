@@ -208,11 +208,11 @@ class WorkerCache:
         with self._placed(self.device):
             return self._ops.het_cache_most_used(self.handle(), tf.constant(count, tf.int64))
 
-    def staged_ahead(self, ids, batches):
+    def staged(self, ids, batches):
         """Herald's window: the distinct ids, ascending, of up to `batches`
         batches staged after the step's batch of `ids` (checked)."""
         with self._placed(self.device):
-            return self._ops.het_cache_staged_ahead(self.handle(), ids, batches=batches)
+            return self._ops.het_cache_staged(self.handle(), ids, batches=batches)
 
     def stage(self, ids):
         """The lookahead's input side, run by the input pipeline on the

@@ -155,7 +155,7 @@ class HeraldPlan:
         window = self.cache.config.window
         if window == 1:
             return tf.zeros([0], tf.int64)
-        return self.cache.staged_ahead(ids, window - 1)
+        return self.cache.staged(ids, window - 1)
 
     def read(self, keys):
         """The direct rows of a step, from the shards (after `direct`)."""

@@ -22,7 +22,7 @@ Status AccessCounter::Add(const int64_t* ids, int64_t n) {
   HET_RETURN_IF_ERROR(CheckKeys(config_.table_name, config_.vocabulary_size, ids, n));
   std::lock_guard<std::mutex> lock(mu_);
   for (int64_t i = 0; i < n; ++i) {
-    if (i + kPrefetchAhead < n) index_.Prefetch(ids[i + kPrefetchAhead]);
+    if (i + kHintAhead < n) index_.HintLoad(ids[i + kHintAhead]);
     const uint32_t next = static_cast<uint32_t>(keys_.size());
     const uint32_t place = index_.Insert(ids[i], next);
     if (place == next) {

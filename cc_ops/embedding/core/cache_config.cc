@@ -25,7 +25,7 @@ Status ValidateCacheConfig(const CacheConfig& c) {
                                    ": cache capacity must be between 1 and 2^31-1 rows, got " +
                                    std::to_string(c.capacity));
   }
-  if (c.policy == CachePolicy::kLFUPinned && c.pin_threshold == 0) {
+  if (c.policy == CachePolicy::kLFUOpt && c.pin_threshold == 0) {
     return Status::InvalidArgument(name + ": the pin threshold must be at least 1");
   }
   if (c.num_shards < 1 || c.num_shards > (int64_t{1} << 31) - 1) {

@@ -14,7 +14,7 @@ Status ParseCachePolicy(const std::string& name, CachePolicy* policy) {
   } else if (lower == "lfu") {
     *policy = CachePolicy::kLFU;
   } else if (lower == "lfu_opt" || lower == "lfu-opt") {
-    *policy = CachePolicy::kLFUPinned;
+    *policy = CachePolicy::kLFUOpt;
   } else {
     return Status::InvalidArgument("unknown cache policy '" + name +
                                    "'; expected lru, lfu or lfu_opt");
@@ -31,7 +31,7 @@ uint64_t EvictionOrder::BucketFor(uint64_t touches) const {
       return 0;
     case CachePolicy::kLFU:
       return touches;
-    case CachePolicy::kLFUPinned:
+    case CachePolicy::kLFUOpt:
       return touches >= pin_threshold_ ? kPinnedBucket : touches;
   }
   return 0;

@@ -19,7 +19,7 @@
 
 namespace het {
 
-enum class CachePolicy { kLRU, kLFU, kLFUPinned };
+enum class CachePolicy { kLRU, kLFU, kLFUOpt };
 
 // Accepts "lru", "lfu" and "lfu_opt" (also "lfu-opt") in any case.
 Status ParseCachePolicy(const std::string& name, CachePolicy* policy);
@@ -55,7 +55,7 @@ class EvictionOrder {
   // Bytes each slot's place in the order takes once used.
   static constexpr size_t NodeBytes() { return sizeof(Node); }
   // Starts loading a slot's links, ahead of a batch loop that moves it.
-  void Prefetch(int32_t slot) const { __builtin_prefetch(&nodes_[slot]); }
+  void HintLoad(int32_t slot) const { __builtin_prefetch(&nodes_[slot]); }
 
  private:
   static constexpr uint64_t kHeldBucket = ~uint64_t{0};

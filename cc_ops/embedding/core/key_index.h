@@ -16,7 +16,7 @@
 namespace het {
 
 // How many keys ahead batch loops start loading what they will touch.
-constexpr int kPrefetchAhead = 8;
+constexpr int kHintAhead = 8;
 
 class KeyIndex {
  public:
@@ -60,7 +60,7 @@ class KeyIndex {
 
   // Starts loading key's home bucket, for a Find or Insert soon after:
   // batch loops call it some keys ahead, so lookups overlap their misses.
-  void Prefetch(int64_t key) const {
+  void HintLoad(int64_t key) const {
     const size_t i = Home(key);
     __builtin_prefetch(&keys_[i]);
     __builtin_prefetch(&values_[i]);

@@ -45,7 +45,7 @@ char* TableShard::RowAt(const Stripe& stripe, uint32_t row) const {
   return stripe.blocks[row / kRowsPerBlock].get() + size_t{row % kRowsPerBlock} * row_bytes_;
 }
 
-void TableShard::PrefetchRow(const Stripe& stripe, int64_t key) const {
+void TableShard::HintRow(const Stripe& stripe, int64_t key) const {
   const uint32_t row = stripe.index.Find(key);
   if (row == KeyIndex::kAbsent) return;
   const char* p = RowAt(stripe, row);

@@ -209,7 +209,7 @@ class TableShard {
   static int StripeOf(int64_t key);
   char* RowAt(const Stripe& stripe, uint32_t row) const;
   // Starts loading key's row, if the stripe has it.
-  void PrefetchRow(const Stripe& stripe, int64_t key) const;
+  void HintRow(const Stripe& stripe, int64_t key) const;
   // Finds or creates the row of key; the stripe's lock must be held.
   char* FindOrCreate(Stripe& stripe, int64_t key, bool* created);
   // Calls visit(stripe, i) for every request position i, grouped by stripe
@@ -303,11 +303,11 @@ void TableShard::ForEachByStripe(const int64_t* keys, int64_t n, Visit visit) {
     // A batch's keys hit cold rows at random: their index buckets are
     // loaded kAhead keys early and their rows half as early, so that the
     // visits overlap the memory latency instead of queueing behind it.
-    constexpr int32_t kAhead = kPrefetchAhead;
+    constexpr int32_t kAhead = kHintAhead;
     const int32_t end = starts[s + 1];
     for (int32_t k = starts[s]; k < end; ++k) {
-      if (k + kAhead < end) stripe.index.Prefetch(keys[order[k + kAhead]]);
-      if (k + kAhead / 2 < end) PrefetchRow(stripe, keys[order[k + kAhead / 2]]);
+      if (k + kAhead < end) stripe.index.HintLoad(keys[order[k + kAhead]]);
+      if (k + kAhead / 2 < end) HintRow(stripe, keys[order[k + kAhead / 2]]);
       visit(stripe, order[k]);
     }
   }

@@ -116,9 +116,9 @@ void WorkerCache::Deduplicate(const int64_t* ids, int64_t n, std::vector<int64_t
   // stay in the processor's caches (it grows if a batch needs it).
   first_seen_.Reset(std::min(static_cast<size_t>(n), prepared_.size() * 3 / 2 + 16));
   for (int64_t i = 0; i < n; ++i) {
-    if (i + kPrefetchAhead < n) {
-      first_seen_.Prefetch(ids[i + kPrefetchAhead]);
-      index_.Prefetch(ids[i + kPrefetchAhead]);
+    if (i + kHintAhead < n) {
+      first_seen_.HintLoad(ids[i + kHintAhead]);
+      index_.HintLoad(ids[i + kHintAhead]);
     }
     const uint32_t next = static_cast<uint32_t>(unique_keys->size());
     const uint32_t u = first_seen_.Insert(ids[i], next);
@@ -141,7 +141,7 @@ Status WorkerCache::BeginLookup(const int64_t* ids, int64_t n, std::vector<int64
   return Status::Ok();
 }
 
-void WorkerCache::PrefetchSlot(int32_t slot) const {
+void WorkerCache::HintSlot(int32_t slot) const {
   if (slot < 0) return;
   // The first lines of its state and pending delta (2 * width floats from
   // State(slot)); the hardware streams the rest of a wide row.
@@ -149,7 +149,7 @@ void WorkerCache::PrefetchSlot(int32_t slot) const {
   const size_t bytes = std::min<size_t>(sizeof(float) * 2 * width_, 256);
   for (size_t line = 0; line < bytes; line += 64) __builtin_prefetch(row + line);
   __builtin_prefetch(&entries_[slot]);
-  order_.Prefetch(slot);
+  order_.HintLoad(slot);
 }
 
 int32_t WorkerCache::SlotOf(int64_t key) const {

@@ -182,7 +182,7 @@ class WorkerCache : private WorkerCacheData {
   // was not staged as such (its samples were reallocated), the oldest one
   // not taken; returns the distinct ids, ascending, of up to `batches`
   // batches staged after it: what this worker reads next.
-  std::vector<int64_t> StagedAhead(const int64_t* current, int64_t n, int64_t batches);
+  std::vector<int64_t> Staged(const int64_t* current, int64_t n, int64_t batches);
 
   // Up to n cached keys, the most touched first (ties: the smaller key):
   // the summary of this cache that location-aware allocation shares.
@@ -198,7 +198,7 @@ class WorkerCache : private WorkerCacheData {
   std::string Name() const { return TableLabel(config_.table_name); }
   // Starts loading a slot's state and pending delta, some keys ahead of
   // a batch loop that touches them.
-  void PrefetchSlot(int32_t slot) const;
+  void HintSlot(int32_t slot) const;
   // The share of an entry's pending delta that a shard whose row is at
   // fresh_clock would keep (ConcurrentShare).
   float PendingShare(int32_t slot, int64_t fresh_clock) const;

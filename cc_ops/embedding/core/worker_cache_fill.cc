@@ -81,8 +81,8 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
   // Detach the batch's rows first so that filling the batch can never
   // evict a row the same batch needs.
   for (int64_t i = 0; i < u; ++i) {
-    if (i + kPrefetchAhead < u && slots[i + kPrefetchAhead] >= 0) {
-      order_.Prefetch(slots[i + kPrefetchAhead]);
+    if (i + kHintAhead < u && slots[i + kHintAhead] >= 0) {
+      order_.HintLoad(slots[i + kHintAhead]);
     }
     if (slots[i] >= 0 && order_.attached(slots[i])) order_.Detach(slots[i]);
   }
@@ -100,7 +100,7 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
       }
       continue;
     }
-    if (i + kPrefetchAhead < u) PrefetchSlot(slots[i + kPrefetchAhead]);
+    if (i + kHintAhead < u) HintSlot(slots[i + kHintAhead]);
     const int64_t clock = fresh_clocks[i];
     int32_t slot = slots[i];
     if (slot >= 0) {
@@ -132,7 +132,7 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
   }
   unsent.Finish(&outbox_, width_);
   for (int64_t i = 0; i < u; ++i) {
-    if (i + kPrefetchAhead < u) PrefetchSlot(slots[i + kPrefetchAhead]);
+    if (i + kHintAhead < u) HintSlot(slots[i + kHintAhead]);
     const int32_t slot = slots[i];
     if (slot < 0) continue;  // passed through
     // A slot just taken still carries its previous occupant's count.

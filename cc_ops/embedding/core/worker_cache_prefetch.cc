@@ -57,7 +57,7 @@ std::vector<int64_t> WorkerCache::TakeStaged(const int64_t* current, int64_t n, 
   return after;
 }
 
-std::vector<int64_t> WorkerCache::StagedAhead(const int64_t* current, int64_t n, int64_t batches) {
+std::vector<int64_t> WorkerCache::Staged(const int64_t* current, int64_t n, int64_t batches) {
   std::vector<int64_t> keys = TakeStaged(current, n, batches, /*by_position=*/true);
   std::sort(keys.begin(), keys.end());
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());

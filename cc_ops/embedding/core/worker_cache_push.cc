@@ -76,8 +76,8 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
   const size_t span = 2 * size_t(width_);
   std::vector<float> next(size_t(n) * span);
   for (int64_t i = 0; i < n; ++i) {
-    if (i + kPrefetchAhead < n && slots[i + kPrefetchAhead] != kUncached) {
-      PrefetchSlot(static_cast<int32_t>(slots[i + kPrefetchAhead]));
+    if (i + kHintAhead < n && slots[i + kHintAhead] != kUncached) {
+      HintSlot(static_cast<int32_t>(slots[i + kHintAhead]));
     }
     if (slots[i] == kUncached) continue;
     float* row = next.data() + size_t(i) * span;

@@ -119,17 +119,17 @@ class HetCacheMostUsedOp : public CacheKernel {
   }
 };
 
-class HetCacheStagedAheadOp : public CacheKernel {
+class HetCacheStagedOp : public CacheKernel {
  public:
-  explicit HetCacheStagedAheadOp(OpKernelConstruction* ctx) : CacheKernel(ctx) {
+  explicit HetCacheStagedOp(OpKernelConstruction* ctx) : CacheKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("batches", &batches_));
   }
   void Run(OpKernelContext* ctx, WorkerCache& cache) override {
     const Tensor& ids = ctx->input(1);
     OP_REQUIRES_OK(ctx, CheckVector(cache.config().table_name, "ids of the step", ids));
-    OP_REQUIRES_OK(ctx, OutputVector(ctx, 0,
-                                     cache.StagedAhead(ids.flat<int64_t>().data(),
-                                                       ids.NumElements(), batches_)));
+    OP_REQUIRES_OK(
+        ctx, OutputVector(ctx, 0,
+                          cache.Staged(ids.flat<int64_t>().data(), ids.NumElements(), batches_)));
   }
 
  private:
@@ -173,7 +173,7 @@ HET_CPU_KERNEL("HetCachePin", HetCachePinOp);
 HET_CPU_KERNEL("HetCacheClear", HetCacheClearOp);
 HET_CPU_KERNEL("HetCacheDrop", HetCacheDropOp);
 HET_CPU_KERNEL("HetCacheMostUsed", HetCacheMostUsedOp);
-HET_CPU_KERNEL("HetCacheStagedAhead", HetCacheStagedAheadOp);
+HET_CPU_KERNEL("HetCacheStaged", HetCacheStagedOp);
 HET_CPU_KERNEL("HetCacheStats", HetCacheStatsOp);
 
 }  // namespace het

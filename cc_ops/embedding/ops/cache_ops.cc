@@ -258,7 +258,7 @@ the outbox. `outbox` is how many rows the next exchange will push: 0 when it
 need not run.
 )doc");
 
-REGISTER_OP("HetCacheStagedAhead")
+REGISTER_OP("HetCacheStaged")
     .Input("cache: resource")
     .Input("ids: int64")
     .Attr("batches: int >= 0")

@@ -26,7 +26,7 @@ HET_TEST(LfuEvictsLeastFrequentThenLeastRecent) {
 }
 
 HET_TEST(LfuOptPinsHotRowsUntilNothingElseIsLeft) {
-  het::EvictionOrder order(het::CachePolicy::kLFUPinned, 3, 5);
+  het::EvictionOrder order(het::CachePolicy::kLFUOpt, 3, 5);
   order.Attach(0, 100);  // pinned
   order.Attach(1, 4);
   order.Attach(2, 6);  // pinned
@@ -40,11 +40,11 @@ HET_TEST(UnknownPolicyIsRejected) {
   het::CachePolicy p;
   EXPECT_INVALID(het::ParseCachePolicy("fifo", &p), "fifo");
   EXPECT_OK(het::ParseCachePolicy("LFU-opt", &p));
-  EXPECT_TRUE(p == het::CachePolicy::kLFUPinned);
+  EXPECT_TRUE(p == het::CachePolicy::kLFUOpt);
 }
 
 HET_TEST(HeldSlotsAreNeverVictims) {
-  het::EvictionOrder order(het::CachePolicy::kLFUPinned, 3, 5);
+  het::EvictionOrder order(het::CachePolicy::kLFUOpt, 3, 5);
   order.Attach(0, 1, /*held=*/true);
   order.Attach(1, 100);  // pinned by touches
   EXPECT_TRUE(order.held(0) && !order.pinned(0) && order.pinned(1));

@@ -197,11 +197,11 @@ HET_TEST(TheWindowListsTheBatchesStagedAfterAStep) {
   const Batches staged = {{4, 1}, {3, 1}, {9, 3}, {2}};
   for (const auto& batch : staged) EXPECT_OK(cache->Stage(batch.data(), batch.size()));
   // Found by its ids: the next two batches' distinct ids, ascending.
-  EXPECT_TRUE(cache->StagedAhead(staged[0].data(), 2, 2) == (std::vector<int64_t>{1, 3, 9}));
+  EXPECT_TRUE(cache->Staged(staged[0].data(), 2, 2) == (std::vector<int64_t>{1, 3, 9}));
   // A batch staged as other ids (its samples moved) is the oldest not taken.
   const std::vector<int64_t> reallocated = {3, 7};
-  EXPECT_TRUE(cache->StagedAhead(reallocated.data(), 2, 2) == (std::vector<int64_t>{2, 3, 9}));
-  EXPECT_TRUE(cache->StagedAhead(staged[2].data(), 2, 5) == (std::vector<int64_t>{2}));
-  EXPECT_TRUE(cache->StagedAhead(staged[3].data(), 1, 5).empty());    // nothing staged after
-  EXPECT_TRUE(cache->StagedAhead(reallocated.data(), 2, 5).empty());  // nothing left
+  EXPECT_TRUE(cache->Staged(reallocated.data(), 2, 2) == (std::vector<int64_t>{2, 3, 9}));
+  EXPECT_TRUE(cache->Staged(staged[2].data(), 2, 5) == (std::vector<int64_t>{2}));
+  EXPECT_TRUE(cache->Staged(staged[3].data(), 1, 5).empty());    // nothing staged after
+  EXPECT_TRUE(cache->Staged(reallocated.data(), 2, 5).empty());  // nothing left
 }

@@ -89,7 +89,7 @@ HET_TEST(StalenessZeroMatchesTheNoCachePathExactly) {
   for (auto kind : {het::OptimizerKind::kSGD, het::OptimizerKind::kAdagrad,
                     het::OptimizerKind::kAdam, het::OptimizerKind::kFtrl}) {
     for (auto policy :
-         {het::CachePolicy::kLRU, het::CachePolicy::kLFU, het::CachePolicy::kLFUPinned}) {
+         {het::CachePolicy::kLRU, het::CachePolicy::kLFU, het::CachePolicy::kLFUOpt}) {
       LocalCluster cached(Table(kind, dim), 2), direct(Table(kind, dim), 2);
       auto cache = MakeCache(Cache(dim, 40, policy, 0, 0, kind), 2);  // small: evicts every step
       TrainSideBySide(cached, *cache, direct, Batches(60, 24, 300, 11), dim);
