@@ -87,7 +87,8 @@ class ShardedTable:
     def check_ids(self, ids, what="ids"):
         """Integer ids as int64; anything else is refused naming the table
         (or the layer that owns it). Their range is checked by the first op
-        that reads them: HetCachePrepare, or the gather of a lookup without
+        that reads them: HetCacheBeginExchange (sync "refresh"),
+        HetCachePrepare (sync "check"), or the gather of a lookup without
         cache."""
         ids = tf.convert_to_tensor(ids) if not isinstance(ids, tf.Tensor) else ids
         if ids.dtype not in (tf.int32, tf.int64):

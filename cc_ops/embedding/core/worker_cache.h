@@ -239,7 +239,7 @@ class WorkerCache : private WorkerCacheData {
   Sender RoundSenderLocked(int64_t shard) const;
   void RoundSendersLocked(std::vector<Sender>* senders) const;
   // Every lookup's start: checks the ids, empties the cache first if a
-  // shard's epoch changed (EndSync), and gives the unique keys in order of
+  // shard's epoch changed (EndExchange), and gives the unique keys in order of
   // first appearance and where each id went, remembered as prepared with
   // their slots.
   Status BeginLookup(const int64_t* ids, int64_t n, std::vector<int64_t>* unique_keys,

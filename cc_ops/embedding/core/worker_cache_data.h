@@ -70,7 +70,8 @@ class WorkerCacheData {
   std::vector<int64_t> epochs_;  // each shard's, from the first answer
   bool old_timeline_ = false;    // a shard's epoch changed: clear first
   // Rows the step's training lookups passed through, until its Accumulate
-  // pushes them (FillForTraining bounds them for steps with no update).
+  // moves their updates to the outbox, which a later exchange pushes
+  // (FillForTraining bounds them for steps with no update).
   struct PassedThrough {
     KeyIndex index;  // key -> place of its state and server clock
     std::vector<float> states;

@@ -98,7 +98,7 @@ def _targets(runs, rows, traffic, target_auc, base, limit):
         else 1 - traffic["bytes_per_sample"] / keras_wire,
         "hybrid_s100_allreduce_share_of_wire": None if not hybrid_wire
         else get("hybrid-s100", "wire_between_workers_bytes_per_sample") / hybrid_wire,
-        # Herald (issue 21): the allocation against HET's cache at the same
+        # Herald: the allocation against HET's cache at the same
         # capacity and staleness; allocation and plan against HET's s=0.
         "herald_alloc_hit_rate_minus_s100": {
             name: get(name, "cache_hit_rate") - get("hybrid-s100", "cache_hit_rate")
@@ -223,7 +223,7 @@ def _section_report(section, latency):
     traffic_target = 0.9 if section["dim"] <= 16 else 0.95
     lines += ["", f"- target AUC (time to accuracy): {_fmt(t['target_auc'], '.4f')}",
               "- embedding traffic at 10% cache, staleness 100, below cache off (counted, "
-              f"ps mode; issue 16's target 90% at dim 16, 95% at 128): "
+              f"ps mode; target 90% at dim 16, 95% at 128): "
               f"{_met(t['traffic_reduction_s100_vs_cache_off'], traffic_target, '.1%')}",
               f"- AUC at staleness 100 minus staleness 0: {_fmt(t['auc_s100_minus_s0'], '+.4f')}"
               f"; at staleness auto: {_fmt(t['auc_auto_minus_s0'], '+.4f')} (one run each: "
@@ -231,7 +231,7 @@ def _section_report(section, latency):
               f"- HetEmbedding (s=100) samples/s over the no-communication limit: "
               f"{_fmt(t['het_s100_ratio_to_limit'], '.2f')}; over TF's PS: "
               f"{_fmt(t['het_s100_ratio_to_keras_ps'], '.2f')}",
-              f"- time to target, hybrid cache s=100 over hybrid cache off (issue 16's target "
+              f"- time to target, hybrid cache s=100 over hybrid cache off (target "
               f"2x behind 100 Mbit at dim 128): "
               f"{_met(t['hybrid_s100_speedup_to_target_vs_nocache'], 2.0, '.2f')}; with the "
               f"lookahead: "
@@ -249,9 +249,9 @@ def _section_report(section, latency):
         raised = ", ".join(f"{n} {_met(v, 0.001, '+.4f')}"
                            for n, v in t["herald_alloc_hit_rate_minus_s100"].items())
         lines += [
-            "- Herald's allocation, hit rate minus HET's cache at s=100 (issue 21's target: "
+            "- Herald's allocation, hit rate minus HET's cache at s=100 (target: "
             f"a raise, here +0.001 or more): {raised or 'not measured'}",
-            "- Herald, embedding bytes below HET's cache at s=0 (issue 21's target 48%): "
+            "- Herald, embedding bytes below HET's cache at s=0 (target 48%): "
             f"{_met(t['herald_bytes_reduction_vs_s0_check'], 0.48, '.1%')}; time to target, "
             f"HET's s=0 over Herald (target: 1 or more): "
             f"{_met(t['herald_speedup_to_target_vs_s0_check'], 1.0, '.2f')}"]
