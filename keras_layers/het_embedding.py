@@ -108,12 +108,12 @@ class HetEmbedding(tf_keras.layers.Layer):
         self.embeddings_initializer = (embeddings_initializer
                                        if isinstance(embeddings_initializer, str)
                                        else tf_keras.initializers.get(embeddings_initializer))
-        self.embeddings_constraint = (None if embeddings_constraint is None
-                                      else tf_keras.constraints.get(embeddings_constraint))
         # Validates the name, dims, initializer and optimizer now, not at build.
         self._settings = layer_settings.table_settings(
             self.name, owner, self.input_dim, self.output_dim, embeddings_initializer,
             optimizer, embeddings_constraint, seed, max_rows)
+        self.embeddings_constraint = (None if embeddings_constraint is None
+                                      else tf_keras.constraints.get(embeddings_constraint))
         # The arguments that choose a route, kept as given for get_config.
         self.cache_capacity, self.cache_policy, self.pin_threshold = (
             cache_capacity, cache_policy, pin_threshold)

@@ -67,8 +67,10 @@ def test_sync_herald_is_the_scheduler_and_still_loads():
 
     with pytest.warns(DeprecationWarning, match=r"HetEmbedding 'old': sync='herald' is "
                                                 r"deprecated .* use sync='refresh', "
-                                                r"scheduler='herald'"):
+                                                r"scheduler='herald'") as warned:
         old = HetEmbedding(50, 4, sync="herald", window=3, name="old")
+    # On the user's own line, where Python shows a DeprecationWarning.
+    assert warned[0].filename == __file__
     new = HetEmbedding(50, 4, scheduler="herald", window=3, name="new")
     assert (old.sync, old.scheduler) == (new.sync, new.scheduler) == ("refresh", "herald")
     assert old.combination == new.combination
@@ -83,8 +85,10 @@ def test_sync_herald_is_the_scheduler_and_still_loads():
     with pytest.raises(ValueError, match="'bad': sync='herald' is scheduler='herald'"):
         HetEmbedding(50, 4, sync="herald", scheduler="other", name="bad")
 
-    with pytest.warns(DeprecationWarning, match=r"CacheConfig\(sync='herald'\) is deprecated"):
+    with pytest.warns(DeprecationWarning,
+                      match=r"CacheConfig\(sync='herald'\) is deprecated") as warned:
         config = het_tf.CacheConfig(10, "lfu", 0, -1, sync="herald", window=2)
+    assert warned[0].filename == __file__
     assert (config.sync, config.scheduler) == ("refresh", "herald")
     assert config == het_tf.CacheConfig(10, "lfu", 0, -1, scheduler="herald", window=2)
 
@@ -93,3 +97,22 @@ def test_sync_herald_is_the_scheduler_and_still_loads():
     args = parser.parse_args(["--mode", "hybrid", "--sync", "herald", "--window", "4"])
     arguments.check(args)
     assert (args.sync, args.scheduler, args.lookahead) == ("refresh", "herald", True)
+
+
+def test_staged_aheads_old_name_warns_and_answers_as_staged():
+    import numpy as np
+    import tensorflow as tf
+
+    import het_tf
+
+    table = het_tf.ShardedTable(het_tf.TableConfig("renamed_staged", 4), [None])
+    cache = het_tf.WorkerCache(table, het_tf.CacheConfig(10, "lfu", 0, -1, scheduler="herald",
+                                                         window=3))
+    for batch in ([1, 2], [2, 3], [4]):
+        cache.stage(tf.constant(batch, tf.int64))
+    ids = tf.constant([1, 2], tf.int64)
+    with pytest.warns(DeprecationWarning, match="WorkerCache.staged_ahead is deprecated") \
+            as warned:
+        old = cache.staged_ahead(ids, 2)
+    assert warned[0].filename == __file__
+    np.testing.assert_array_equal(old.numpy(), cache.staged(ids, 2).numpy())

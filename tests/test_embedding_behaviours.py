@@ -284,6 +284,9 @@ def test_constraints_over_the_whole_matrix_are_refused_with_a_reason():
                      name="column")
     with pytest.raises(ValueError, match="HetEmbedding 'named': UnitNorm"):
         HetEmbedding(VOCAB, DIM, embeddings_constraint="unit_norm", name="named")
+    with pytest.raises(ValueError, match="HetEmbedding 'unknown': unknown "
+                                         "embeddings_constraint 'nope'"):
+        HetEmbedding(VOCAB, DIM, embeddings_constraint="nope", name="unknown")
     for constraint in (tf_keras.constraints.RadialConstraint(), lambda w: w):
         with pytest.raises(ValueError, match="HetEmbedding 'other': embeddings_constraint .* is "
                                              "not supported"):

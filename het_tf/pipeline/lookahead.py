@@ -45,7 +45,7 @@ def _layers_to_stage(model):
     for layer in layers:
         if layer not in prefetching and layer not in windowed:
             _log.info("het_tf.lookahead: HetEmbedding '%s' has no cache that syncs by refresh "
-                      "or by Herald's plan over a window, or has hot rows; it looks up as "
+                      "or by Herald's plan over a window, or has a hot block; it looks up as "
                       "before", layer.name)
     return prefetching, windowed
 

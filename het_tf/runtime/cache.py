@@ -7,7 +7,7 @@ import logging
 import tensorflow as tf
 
 from het_tf import _op_library
-from het_tf.runtime.config import CacheConfig
+from het_tf.runtime.config import CacheConfig, warn_renamed
 from het_tf.runtime.handles import FunctionHandles
 from het_tf.runtime.table import ShardedTable
 
@@ -213,6 +213,11 @@ class WorkerCache:
         batches staged after the step's batch of `ids` (checked)."""
         with self._placed(self.device):
             return self._ops.het_cache_staged(self.handle(), ids, batches=batches)
+
+    def staged_ahead(self, ids, batches):
+        """staged's old name, for one release."""
+        warn_renamed("WorkerCache.staged_ahead", "WorkerCache.staged", stacklevel=3)
+        return self.staged(ids, batches)
 
     def stage(self, ids):
         """The lookahead's input side, run by the input pipeline on the

@@ -38,8 +38,8 @@ def _stages(c):
     """The lookahead stages a batch for a cache's prefetch (refresh) or for
     Herald's plan over a window. A hot block's rows pass by the cache (under
     ParameterServerStrategy hot rows are pinned in it, and prefetch); a
-    route of one's own is left alone."""
-    return (c.embedding == "het" and c.cache and not c.route
+    route of one's own is staged for, and prefetches if it is a cached one."""
+    return (c.embedding == "het" and c.cache
             and (c.mode == "ps" or not c.hot_rows)
             and ((c.sync == "refresh" and c.scheduler is None)
                  or (c.scheduler == "herald" and c.window > 1)))
@@ -75,8 +75,7 @@ RULES = (
          "a route of one's own takes the place of Herald's"),
     Rule(("lookahead",), lambda c: c.lookahead and not _stages(c),
          "the lookahead stages ids for HetEmbedding caches that sync by refresh, or by "
-         "Herald's plan over a window, and not for a hot block's rows or a route of one's "
-         "own"),
+         "Herald's plan over a window, and not for a hot block's rows"),
     Rule(("lookahead", "scheduler", "window"),
          lambda c: c.lookahead is False and c.scheduler == "herald" and c.window > 1,
          "the window's batches are the ones the lookahead stages"),
@@ -84,10 +83,14 @@ RULES = (
          "the allocation moves samples between Horovod ranks: it needs hybrid mode"),
     Rule(("allocation", "workers"), lambda c: c.allocation and c.workers < 2,
          "the allocation moves samples between Horovod ranks: it needs 2 or more"),
-    Rule(("allocation", "embedding", "cache", "hot_rows"),
-         lambda c: c.allocation and (c.embedding != "het" or not c.cache or c.hot_rows),
+    Rule(("allocation", "embedding"), lambda c: c.allocation and c.embedding != "het",
          "the allocation sends samples to the ranks whose HetEmbedding caches hold their "
-         "rows: it needs the cache on and no hot rows"),
+         "rows"),
+    Rule(("allocation", "cache"), lambda c: c.allocation and not c.cache,
+         "the allocation sends samples to the ranks whose caches hold their rows"),
+    Rule(("allocation", "hot_rows"), lambda c: c.allocation and c.hot_rows,
+         "the allocation counts the rows each rank caches, and a hot block's rows are in "
+         "no cache"),
     Rule(("allocation", "sync"), lambda c: c.allocation and c.sync == "check",
          "the allocation sends samples to caches that sync by refresh or by Herald's plan"),
 )

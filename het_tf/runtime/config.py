@@ -310,10 +310,12 @@ def check_sync(sync, scheduler, owner):
         _fail(owner, f"unknown scheduler {scheduler!r}; expected None or 'herald'")
 
 
-def warn_renamed(old, new):
-    """A setting's old spelling still works for one release, with a warning."""
+def warn_renamed(old, new, stacklevel=4):
+    """A setting's old spelling still works for one release, with a warning
+    on the user's line: `stacklevel` frames up from here (the default: the
+    caller of the function that called the function calling this)."""
     warnings.warn(f"{old} is deprecated and goes in the next release: use {new}",
-                  DeprecationWarning, stacklevel=3)
+                  DeprecationWarning, stacklevel=stacklevel)
 
 
 def parse_stay_bonus(value, owner):
