@@ -55,3 +55,14 @@ def test_commands_print_no_tensorflow_log_unless_asked():
     # A level the user chose is theirs: nothing is filtered.
     own = run(HET_TF + ["info"], TF_CPP_MIN_LOG_LEVEL="0")
     assert TF_LOG_LINE.search(own.stderr), own.stderr
+
+
+def test_launch_prints_no_tensorflow_log_of_its_own():
+    """The launcher imports TensorFlow too (its cluster's job names come from
+    modules that do): through the same filter as every command."""
+    done = run(HET_TF + ["launch", "--ps", "1", "--workers", "1", "--", sys.executable, "-c",
+                         "print('chief ran')"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "[chief:0] chief ran" in done.stdout
+    own = [line for line in done.stderr.splitlines() if not line.startswith("[")]
+    assert not [line for line in own if TF_LOG_LINE.search(line)], own

@@ -79,8 +79,11 @@ def _parser():
 
     command("info", "show versions and whether the op library loads", _info)
     command("server", "run the ps or worker task that TF_CONFIG names, until SIGTERM", _server)
+    # The launcher imports TensorFlow (the cluster's job names and Horovod's
+    # environment come from modules that do): through the filter, as every
+    # command's, so its start-up noise stays out of the launcher's stderr.
     launch = command("launch", "start a local cluster on 127.0.0.1 and run a command as its "
-                     "chief", _launch, tensorflow=False)
+                     "chief", _launch)
     launch.add_argument("--ps", type=int, default=1, help="parameter-server tasks (default 1)")
     launch.add_argument("--workers", type=int, default=2, help="worker tasks (default 2)")
     launch.add_argument("--evaluator", action="store_true",
