@@ -65,16 +65,11 @@ def choose(owner, input_dim, *, cache_capacity, cache_policy, staleness, read_st
         bounds = None  # Herald's plan, not a bound, decides what goes when
     else:
         bounds = staleness_bounds(owner, staleness, read_staleness, write_staleness)
-    # Both bounds 0: synchronous. A cached copy could only serve what the
-    # shards hold, while its clock checks, slot transfers and push
-    # acknowledgements would cost more bytes than the direct path, whose
-    # numbers are the same (docs/consistency.md). HET's own rule (sync
-    # "check") keeps its cache, as HET's s=0 does: the baseline that
-    # Herald's traffic is measured against.
-    synchronous = bounds is not None and bounds[:2] == (0, 0) and sync != "check"
+    cache = combinations.caches(rows, bounds is not None and bounds[:2] == (0, 0), sync,
+                                scheduler)
     hot_rows = _hot_rows(hot_rows, input_dim, owner)
     combination = combinations.Combination(
-        cache=rows > 0 and not synchronous, sync=sync, scheduler=scheduler,
+        cache=cache, sync=sync, scheduler=scheduler,
         staleness=bounded, window=window, hot_rows=hot_rows > 0, route=route is not None)
     combinations.check(combination, combinations.spell_argument, f"{owner}: ")
     policy = cache_policy if isinstance(cache_policy, str) else repr(cache_policy)
@@ -82,7 +77,7 @@ def choose(owner, input_dim, *, cache_capacity, cache_policy, staleness, read_st
     if scheduler == "herald":
         cache_config = CacheConfig(rows, policy, 0, UNBOUNDED, pin_threshold, sync=sync,
                                    window=window, scheduler=scheduler).validate(owner)
-    elif rows > 0 and not synchronous:
+    elif cache:
         read, write, ramp = bounds
         cache_config = CacheConfig(rows, policy, read, write, pin_threshold,
                                    staleness_ramp=ramp, sync=sync).validate(owner)

@@ -93,10 +93,7 @@ def _commands(page):
 def _sample(parser, words):
     """`words` with each placeholder (N, DIR, MODE ...) replaced by a value
     its flag takes, and "..." and alternatives (a|b) cut to what parses."""
-    sub = None
-    for action in parser._subparsers._group_actions[0].choices.items():
-        if words and action[0] == words[0]:
-            sub = action[1]
+    sub = parser._subparsers._group_actions[0].choices.get(words[0]) if words else None
     out = []
     for i, word in enumerate(words):
         if word in ("...", "…"):

@@ -34,11 +34,24 @@ class Combination:
 Rule = collections.namedtuple("Rule", "settings refuses reason")
 
 
-def _stages(c):
-    """The lookahead stages a batch for a cache's prefetch (refresh) or for
-    Herald's plan over a window. A hot block's rows pass by the cache (under
-    ParameterServerStrategy hot rows are pinned in it, and prefetch); a
-    route of one's own is staged for, and prefetches if it is a cached one."""
+def caches(rows, bounds_zero, sync, scheduler):
+    """Whether a layer keeps a cache: rows to hold, unless both staleness
+    bounds are 0 under a sync by refresh with no scheduler. Then a cached
+    copy could only serve what the shards hold, while its clock checks,
+    slot transfers and push acknowledgements would cost more bytes than the
+    direct path, whose numbers are the same (docs/consistency.md). HET's own
+    rule (sync "check") keeps its cache, as HET's s=0 does: the baseline that
+    Herald's traffic is measured against."""
+    return rows > 0 and not (bounds_zero and sync == "refresh" and scheduler is None)
+
+
+def stages(c):
+    """Whether the lookahead stages batches for a layer of these settings,
+    and so whether it is on where not asked for either way: for a cache's
+    prefetch (refresh) or for Herald's plan over a window. A hot block's
+    rows pass by the cache (under ParameterServerStrategy hot rows are
+    pinned in it, and prefetch); a route of one's own is staged for, and
+    prefetches if it is a cached one."""
     return (c.embedding == "het" and c.cache
             and (c.mode == "ps" or not c.hot_rows)
             and ((c.sync == "refresh" and c.scheduler is None)
@@ -73,7 +86,7 @@ RULES = (
          "a route of one's own takes the place of the hot block's"),
     Rule(("route", "scheduler"), lambda c: c.route and c.scheduler == "herald",
          "a route of one's own takes the place of Herald's"),
-    Rule(("lookahead",), lambda c: c.lookahead and not _stages(c),
+    Rule(("lookahead",), lambda c: c.lookahead and not stages(c),
          "the lookahead stages ids for HetEmbedding caches that sync by refresh, or by "
          "Herald's plan over a window, and not for a hot block's rows"),
     Rule(("lookahead", "scheduler", "window"),
@@ -108,16 +121,6 @@ def check(combination, spell, who):
         first, *others = (spell(setting, combination) for setting in rule.settings)
         named = first + (" with " + " and ".join(others) if others else "")
         raise ValueError(f"{who}{named}: {rule.reason}")
-
-
-def lookahead_default(combination):
-    """The lookahead is on where it stages anything, unless asked off."""
-    return _stages(dataclasses.replace(combination, lookahead=None))
-
-
-def stages(combination):
-    """Whether the lookahead stages batches for a layer of these settings."""
-    return _stages(combination)
 
 
 def spell_argument(setting, c):

@@ -217,16 +217,14 @@ def _check_combination(args):
     says whether the lookahead is on where it is not asked for either way."""
     combination = combinations.Combination(
         embedding=args.embedding, mode=args.mode, workers=args.workers,
-        # Both bounds 0 with sync by refresh and no scheduler: the layer
-        # reads and writes the shards directly (HetEmbedding's staleness).
-        cache=args.cache_capacity != 0 and not (
-            args.staleness == 0 and args.sync == "refresh" and args.scheduler is None),
+        cache=combinations.caches(args.cache_capacity, args.staleness == 0, args.sync,
+                                  args.scheduler),
         sync=args.sync, scheduler=args.scheduler, staleness=args.staleness != "auto",
         window=args.window,
         hot_rows=args.hot, lookahead=args.lookahead, allocation=bool(args.allocate_every))
     combinations.check(combination, combinations.spell_flag, "")
     if args.lookahead is None:
-        args.lookahead = combinations.lookahead_default(combination)
+        args.lookahead = combinations.stages(combination)
 
 
 def _check_hot(args):
