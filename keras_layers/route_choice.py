@@ -52,7 +52,8 @@ def renamed_sync(sync, scheduler, owner):
 
 
 def choose(owner, input_dim, *, cache_capacity, cache_policy, staleness, read_staleness,
-           write_staleness, pin_threshold, sync, scheduler, window, hot_rows, route):
+           write_staleness, pin_threshold, sync, scheduler, window, hot_rows, route,
+           on_full="refuse"):
     """The layer's Choice: each argument checked alone, then all of them
     against the table of what goes together (combinations.py); `owner`
     names the layer in errors."""
@@ -70,7 +71,8 @@ def choose(owner, input_dim, *, cache_capacity, cache_policy, staleness, read_st
     hot_rows = _hot_rows(hot_rows, input_dim, owner)
     combination = combinations.Combination(
         cache=cache, sync=sync, scheduler=scheduler,
-        staleness=bounded, window=window, hot_rows=hot_rows > 0, route=route is not None)
+        staleness=bounded, window=window, hot_rows=hot_rows > 0, route=route is not None,
+        evict=on_full == "evict")
     combinations.check(combination, combinations.spell_argument, f"{owner}: ")
     policy = cache_policy if isinstance(cache_policy, str) else repr(cache_policy)
     cache_config = None
@@ -93,6 +95,7 @@ def build(name, owner, table_config, choice, instance):
     shard_devices, worker_devices, instance = placement(instance)
     combination = dataclasses.replace(combination, mode=mode_of(worker_devices))
     combinations.check(combination, combinations.spell_argument, f"{owner}: ")
+    _check_room(owner, table_config, cache_config, worker_devices)
     strategy = tf.distribute.get_strategy() if worker_devices is not None else None
     table = ShardedTable(table_config, shard_devices, instance)
     cache = None
@@ -112,6 +115,23 @@ def build(name, owner, table_config, choice, instance):
     else:
         route = CachedRoute(cache)
     return Built(strategy, table, cache, route, combination)
+
+
+def _check_room(owner, table_config, cache_config, worker_devices):
+    """An evicting table keeps every row a worker's cache holds: caches
+    that together could hold its whole limit would leave it nothing to
+    evict."""
+    if not table_config.evicting or cache_config is None:
+        return
+    if worker_devices is not None:
+        workers = len(worker_devices)
+    else:
+        workers = 1 if horovod.num_ps() is None else horovod.size()
+    if cache_config.capacity * workers >= table_config.max_rows:
+        raise ValueError(f"{owner}: on_full='evict' keeps the rows workers' caches hold, and "
+                         f"{workers} cache(s) of {cache_config.capacity} rows could hold all of "
+                         f"max_rows={table_config.max_rows}; give the caches fewer rows or the "
+                         "table more")
 
 
 def _hot_block(table, hot_rows, worker_devices, instance):

@@ -255,14 +255,16 @@ def _check_rows(layer, variables, keys, values, slots, clocks, steps):
     if layer.input_dim is not None and (keys.min() < 0 or keys.max() >= layer.input_dim):
         raise ValueError(f"{owner}: the file's table has ids from {keys.min()} to "
                          f"{keys.max()}, outside this layer's [0, {layer.input_dim})")
-    share = config.shard_max_rows(layer.table.num_shards)
-    if share is not None:
+    shards = layer.table.num_shards
+    if config.max_rows is not None:
+        shares = np.array([config.shard_max_rows(shards, s) for s in range(shards)])
         with tf.init_scope():
             counts = layer.table.shard_counts(keys)
-        if counts.max() > share:
-            raise ValueError(f"{owner}: the file's table has {n} rows, {counts.max()} of them "
+        over = int(np.argmax(counts - shares))
+        if counts[over] > shares[over]:
+            raise ValueError(f"{owner}: the file's table has {n} rows, {counts[over]} of them "
                              f"on one shard, more than its share of max_rows={config.max_rows} "
-                             f"({share} a shard over {len(counts)})")
+                             f"({shares[over]} on that shard of {shards})")
 
 
 def _variables(layer):

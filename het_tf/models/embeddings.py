@@ -72,11 +72,13 @@ class EmbeddingSpec:
       learning_rate: its learning rate.
       hot_rows, hot_bytes: HetEmbedding's hot_rows, given in rows or in
         bytes of row state (FAE, docs/fae.md); 0 for none.
+      max_rows, on_full, eviction: HetEmbedding's, for each table.
     """
 
     def __init__(self, kind="het", cardinalities=KAGGLE_CARDINALITIES, cache_capacity=0.1,
                  cache_policy="lfu", staleness="auto", optimizer="adagrad", learning_rate=0.05,
-                 seed=0, sync="refresh", hot_rows=0, hot_bytes=0, window=1, scheduler=None):
+                 seed=0, sync="refresh", hot_rows=0, hot_bytes=0, window=1, scheduler=None,
+                 max_rows=None, on_full="refuse", eviction="lru"):
         if kind not in KINDS:
             raise ValueError(f"embedding kind must be one of {', '.join(KINDS)}, got {kind!r}")
         self.kind = kind
@@ -92,6 +94,7 @@ class EmbeddingSpec:
         self.seed = seed
         self.hot_rows = hot_rows
         self.hot_bytes = hot_bytes
+        self.max_rows, self.on_full, self.eviction = max_rows, on_full, eviction
 
     @property
     def vocabulary_size(self):
@@ -141,7 +144,8 @@ class EmbeddingSpec:
                             cache_capacity=self.cache_rows(), cache_policy=self.cache_policy,
                             staleness=self.staleness, sync=self.sync,
                             scheduler=self.scheduler, window=self.window,
-                            seed=self.seed,
+                            seed=self.seed, max_rows=self.max_rows, on_full=self.on_full,
+                            eviction=self.eviction,
                             hot_rows=self.hot_rows_of(dim), name=name)(keys)
 
     def hot_rows_of(self, dim):

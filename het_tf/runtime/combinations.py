@@ -29,6 +29,7 @@ class Combination:
     route: bool = False  # a registered route of one's own
     lookahead: typing.Optional[bool] = None  # None: not asked for either way
     allocation: bool = False  # Herald's allocation moves samples between ranks
+    evict: bool = False  # a full table evicts rows (on_full "evict")
 
 
 Rule = collections.namedtuple("Rule", "settings refuses reason")
@@ -106,6 +107,14 @@ RULES = (
          "no cache"),
     Rule(("allocation", "sync"), lambda c: c.allocation and c.sync == "check",
          "the allocation sends samples to caches that sync by refresh or by Herald's plan"),
+    Rule(("embedding", "evict"), lambda c: c.embedding != "het" and c.evict,
+         "eviction keeps HetEmbedding's tables within max_rows"),
+    Rule(("evict", "sync"), lambda c: c.evict and c.cache and c.sync == "check",
+         "an evicting shard keeps the rows workers' caches hold, and only a sync by refresh "
+         "tells it which they are"),
+    Rule(("evict", "scheduler"), lambda c: c.evict and c.scheduler == "herald",
+         "Herald's plan keeps its direct rows' updates between steps, on rows an evicting "
+         "shard would not know to keep"),
 )
 
 
@@ -140,6 +149,7 @@ def spell_argument(setting, c):
         "route": "route=",
         "lookahead": "het_tf.lookahead",
         "allocation": "the allocation",
+        "evict": "on_full='evict'",
     }[setting]
 
 
@@ -158,4 +168,5 @@ def spell_flag(setting, c):
         "route": "a route of one's own",
         "lookahead": "--lookahead" if c.lookahead else "--no-lookahead",
         "allocation": "--allocate-every",
+        "evict": "--on-full evict",
     }[setting]

@@ -12,7 +12,7 @@ import warnings
 
 import numpy as np
 
-from het_tf.runtime import combinations
+from het_tf.runtime import combinations, row_lifetime
 
 OPTIMIZERS = ("sgd", "adagrad", "adam", "ftrl")
 # Row constraints the table applies after each update and merge of a row
@@ -166,10 +166,14 @@ class TableConfig:
     initializer_b: float = 0.05   # uniform: high; normal: stddev
     seed: int = 0
     optimizer: OptimizerConfig = OptimizerConfig()
-    # The most rows the table may hold (split evenly over its shards, each
-    # allowed ceil(max_rows / shards)); past it, requests that would create
-    # rows fail with ResourceExhausted and change nothing. None: no limit.
+    # The most rows the table may hold, split over its shards; past it,
+    # requests that would create rows fail with ResourceExhausted and change
+    # nothing (on_full "refuse"), or first evict the least recently or least
+    # often used rows (by `eviction`) that no worker's cache holds
+    # (row_lifetime.py). None: no limit.
     max_rows: typing.Optional[int] = None
+    on_full: str = "refuse"
+    eviction: str = "lru"
     # How errors name the table: table 'name' unless the caller (a layer)
     # names it its own way.
     owner: typing.Optional[str] = dataclasses.field(default=None, compare=False, repr=False)
@@ -191,8 +195,8 @@ class TableConfig:
         self.optimizer.validate(owner)
         if not _is_int(self.seed):
             _fail(owner, f"seed must be an int, got {self.seed!r}")
-        if self.max_rows is not None and (not _is_int(self.max_rows) or self.max_rows < 1):
-            _fail(owner, f"max_rows must be a positive int or None, got {self.max_rows!r}")
+        row_lifetime.check(owner, self.max_rows, self.on_full, self.eviction,
+                           self.fixed_vocabulary)
 
     @property
     def label(self):
@@ -222,15 +226,19 @@ class TableConfig:
             slots[:, 0, :] = self.optimizer.initial_accumulator_value
         return slots
 
-    def shard_max_rows(self, num_shards):
-        """Each shard's share of max_rows (rounded up), or None for no limit."""
-        return None if self.max_rows is None else -(-self.max_rows // num_shards)
+    @property
+    def evicting(self):
+        return self.on_full == "evict"
 
-    def op_attrs(self, num_shards=1):
-        max_rows = self.shard_max_rows(num_shards)
+    def shard_max_rows(self, num_shards, shard=0):
+        """Shard `shard`'s share of max_rows (row_lifetime.shard_share)."""
+        return row_lifetime.shard_share(self.label, self.max_rows, num_shards, shard)
+
+    def op_attrs(self, num_shards=1, shard=0):
+        max_rows = self.shard_max_rows(num_shards, shard)
         max_rows = -1 if max_rows is None else max_rows
         return dict(table_name=self.name, dim=self.dim, vocabulary_size=self.vocabulary_size,
-                    max_rows=max_rows,
+                    max_rows=max_rows, on_full=self.on_full, eviction=self.eviction,
                     initializer="constant" if self.initializer == "zeros" else self.initializer,
                     initializer_a=0.0 if self.initializer == "zeros" else self.initializer_a,
                     initializer_b=self.initializer_b, seed=self.seed,

@@ -45,7 +45,7 @@ class ShardedTable:
         def make():
             with tf.device(self.devices[shard]):
                 return self._ops.het_table_shard(shared_name=self.shared_name(shard),
-                                                 **self.config.op_attrs(self.num_shards))
+                                                 **self.config.op_attrs(self.num_shards, shard))
 
         return self._handles.get(shard, make)
 

@@ -130,6 +130,13 @@ void CopyRecords::Requeue(const Sender& sender, int64_t key) {
   }
 }
 
+bool CopyRecords::Holds(int64_t key) const {
+  for (const auto& r : records_) {
+    if (r.second->Holds(key)) return true;
+  }
+  return false;
+}
+
 size_t CopyRecords::copies() const {
   size_t total = 0;
   for (const auto& r : records_) total += r.second->size();

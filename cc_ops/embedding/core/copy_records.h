@@ -73,6 +73,7 @@ class CopyRecord {
   // takes; nothing is recorded if it no longer holds the key.
   void Acknowledged(int64_t key, int64_t clock);
   void Drop(int64_t key);
+  bool Holds(int64_t key) const { return index_.Find(key) != KeyIndex::kAbsent; }
   // Another writer moved key's row to `clock`: queues the copy if it has
   // now missed more updates than the read bound allows.
   void Moved(int64_t key, int64_t clock);
@@ -103,6 +104,8 @@ class CopyRecords {
   void Pushed(const Sender& sender, int64_t key, int64_t clock);
   // The sender's copy of key never got its last refresh: queue it again.
   void Requeue(const Sender& sender, int64_t key);
+  // Whether any worker holds a copy of key: an evicting shard keeps it.
+  bool Holds(int64_t key) const;
   size_t workers() const { return records_.size(); }
   size_t copies() const;
   size_t MemoryBytes() const;

@@ -27,13 +27,16 @@ Status TableShard::Create(const TableConfig& config, std::unique_ptr<TableShard>
 }
 
 TableShard::TableShard(const TableConfig& config)
-    : config_(config), num_slots_(NumSlots(config.optimizer.kind)), epoch_(NewEpoch()) {
+    : config_(config),
+      num_slots_(NumSlots(config.optimizer.kind)),
+      epoch_(NewEpoch()),
+      sample_state_(DrawId()) {
   size_t float_bytes = sizeof(float) * state_width();
   clock_offset_ = (float_bytes + 7) & ~size_t{7};
   // Then the clock, Adam's step count, and the key (for export): the key in
   // the row costs exactly 8 bytes, where a growing side array cost up to 16.
   key_offset_ = clock_offset_ + 8 + (NeedsStepCount(config_.optimizer.kind) ? 8 : 0);
-  row_bytes_ = key_offset_ + 8;
+  row_bytes_ = key_offset_ + 8 + (evicting() ? sizeof(RowUse) : 0);
 }
 
 int TableShard::StripeOf(int64_t key) {
@@ -56,45 +59,81 @@ void TableShard::HintRow(const Stripe& stripe, int64_t key) const {
 char* TableShard::FindOrCreate(Stripe& stripe, int64_t key, bool* created) {
   uint32_t row = stripe.index.Find(key);
   *created = row == KeyIndex::kAbsent;
-  if (!*created) return RowAt(stripe, row);
-  row = stripe.rows;
-  if (row % kRowsPerBlock == 0) {
-    stripe.blocks.emplace_back(new char[size_t{kRowsPerBlock} * row_bytes_]);
+  if (!*created) {
+    char* p = RowAt(stripe, row);
+    if (evicting()) Touch(Use(p), tick_.load(std::memory_order_relaxed));
+    return p;
   }
-  ++stripe.rows;
+  if (!stripe.free.empty()) {
+    row = stripe.free.back();
+    stripe.free.pop_back();
+  } else {
+    row = stripe.slots;
+    if (row % kRowsPerBlock == 0) {
+      stripe.blocks.emplace_back(new char[size_t{kRowsPerBlock} * row_bytes_]);
+    }
+    ++stripe.slots;
+  }
   stripe.index.Insert(key, row);
   char* p = RowAt(stripe, row);
   *Key(p) = key;
   InitializeRow(config_.initializer, key, config_.dim, Values(p));
   InitializeSlots(config_.optimizer, config_.dim, Slots(p));
-  *Clock(p) = 0;
+  // Past every clock an evicted row had: a worker's clock of an old copy
+  // never passes for fresh.
+  *Clock(p) = clock_floor_.load(std::memory_order_relaxed);
   if (NeedsStepCount(config_.optimizer.kind)) *Step(p) = 0;
+  if (evicting()) {
+    *Use(p) = RowUse();
+    Touch(Use(p), tick_.load(std::memory_order_relaxed));
+  }
+  rows_.fetch_add(1, std::memory_order_relaxed);
   rows_created_.fetch_add(1, std::memory_order_relaxed);
   return p;
 }
 
 Status TableShard::ReserveNewRows(const int64_t* keys, int64_t n,
                                   std::unique_ptr<RowReservation>* out) {
+  tick_.fetch_add(1, std::memory_order_relaxed);
   if (config_.max_rows < 0) return Status::Ok();
-  int64_t absent = 0;
-  ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
-    absent += stripe.index.Find(keys[i]) == KeyIndex::kAbsent;
-  });
+  std::unique_ptr<RowReservation> room(new RowReservation(&reserved_rows_));
+  if (evicting()) room->shared = std::shared_lock<std::shared_mutex>(room_mu_);
+  auto count_absent = [&] {
+    int64_t absent = 0;
+    ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
+      absent += stripe.index.Find(keys[i]) == KeyIndex::kAbsent;
+    });
+    return absent;
+  };
+  int64_t absent = count_absent();
   // Concurrent requests reserve before creating, so together they cannot
   // pass the limit; a key new to two of them is counted twice, which only
-  // errs on the side of refusing.
+  // errs on the side of refusing (or evicting).
   const int64_t before = reserved_rows_.fetch_add(absent);
+  room->rows = absent;
   const int64_t held = Size();
   if (absent > 0 && held + before + absent > config_.max_rows) {
+    if (!evicting()) {
+      return Status::ResourceExhausted(
+          TableLabel(config_.name) + ": this shard holds " + std::to_string(held) +
+          " rows and its limit is " + std::to_string(config_.max_rows) +
+          "; the request would add " + std::to_string(absent) +
+          " more, so nothing was changed (raise max_rows, add PS shards, keep fewer distinct "
+          "ids, or evict with on_full=\"evict\")");
+    }
+    // Alone, no other request holds rows it found or reserved: the count is
+    // exact, and evicting takes no row from under anyone.
     reserved_rows_.fetch_sub(absent);
-    return Status::ResourceExhausted(TableLabel(config_.name) + ": this shard holds " +
-                                     std::to_string(held) + " rows and its limit is " +
-                                     std::to_string(config_.max_rows) + "; the request would add " +
-                                     std::to_string(absent) +
-                                     " more, so nothing was changed (raise max_rows, add PS "
-                                     "shards, or keep fewer distinct ids)");
+    room->rows = 0;
+    room->shared.unlock();
+    room->alone = std::unique_lock<std::shared_mutex>(room_mu_);
+    absent = count_absent();
+    const int64_t need = Size() + absent - config_.max_rows;
+    if (need > 0) HET_RETURN_IF_ERROR(EvictFor(keys, n, need));
+    reserved_rows_.fetch_add(absent);
+    room->rows = absent;
   }
-  out->reset(new RowReservation(&reserved_rows_, absent));
+  *out = std::move(room);
   return Status::Ok();
 }
 
@@ -131,6 +170,7 @@ Status TableShard::Read(const int64_t* keys, int64_t n, TableChunk* out) {
   ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
     bool created;
     char* p = FindOrCreate(stripe, keys[i], &created);
+    if (evicting()) Use(p)->pinned = 1;
     std::memcpy(out->values.data() + size_t(i) * dim, Values(p), sizeof(float) * dim);
     if (slot_floats > 0) {  // SGD's rows have none, and no slot array to copy to
       std::memcpy(out->slots.data() + size_t(i) * slot_floats, Slots(p),
@@ -189,21 +229,15 @@ Status TableShard::Pull(const int64_t* keys, const int64_t* clocks, int64_t n,
   return Status::Ok();
 }
 
-int64_t TableShard::Size() const {
-  int64_t total = 0;
-  for (const Stripe& stripe : stripes_) {
-    std::lock_guard<std::mutex> lock(stripe.mu);
-    total += stripe.rows;
-  }
-  return total;
-}
+int64_t TableShard::Size() const { return rows_.load(); }
 
 size_t TableShard::MemoryBytes() const {
   size_t total = sizeof(*this) + Records().bytes + senders_.MemoryBytes();
   for (const Stripe& stripe : stripes_) {
     std::lock_guard<std::mutex> lock(stripe.mu);
     total += stripe.blocks.size() * size_t{kRowsPerBlock} * row_bytes_ +
-             stripe.index.MemoryBytes() + stripe.blocks.capacity() * sizeof(void*);
+             stripe.index.MemoryBytes() + stripe.blocks.capacity() * sizeof(void*) +
+             stripe.free.capacity() * sizeof(uint32_t);
   }
   return total;
 }
@@ -218,6 +252,7 @@ TableCounters TableShard::Counters() const {
   c.rows_pushed = rows_pushed_.load();
   c.updates_applied = updates_applied_.load();
   c.rows_created = rows_created_.load();
+  c.rows_evicted = rows_evicted_.load();
   c.bytes_received = bytes_received_.load();
   c.bytes_sent = bytes_sent_.load();
   c.repeats = senders_.repeats();
@@ -234,9 +269,13 @@ void TableShard::Clear() {
     std::lock_guard<std::mutex> lock(stripe.mu);
     stripe.index = KeyIndex();
     stripe.blocks.clear();
-    stripe.rows = 0;
+    stripe.slots = 0;
+    stripe.free.clear();
     stripe.records.Clear();
   }
+  rows_.store(0);
+  // The new epoch tells every cache its copies are of an old table.
+  clock_floor_.store(0);
 }
 
 }  // namespace het

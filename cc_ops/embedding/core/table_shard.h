@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "cc_ops/embedding/core/copy_records.h"
 #include "cc_ops/embedding/core/key_checks.h"
 #include "cc_ops/embedding/core/key_index.h"
+#include "cc_ops/embedding/core/row_eviction.h"
 #include "cc_ops/embedding/core/row_initializer.h"
 #include "cc_ops/embedding/core/sender_log.h"
 #include "cc_ops/embedding/core/sparse_optimizer.h"
@@ -31,9 +33,13 @@ struct TableConfig {
   int dim = 0;
   // Fixed vocabulary: keys must lie in [0, vocabulary_size). -1: any int64.
   int64_t vocabulary_size = -1;
-  // The most rows this shard may hold; a request that would create more
-  // fails with ResourceExhausted and changes nothing. -1: no limit.
+  // The most rows this shard may hold. -1: no limit. Past it a request that
+  // would create more either fails with ResourceExhausted, changing nothing
+  // (on_full = kRefuse), or first evicts as many rows as it needs
+  // (kEvict, row_eviction.h).
   int64_t max_rows = -1;
+  OnFull on_full = OnFull::kRefuse;
+  EvictionPolicy eviction = EvictionPolicy::kLRU;
   InitializerConfig initializer;
   OptimizerConfig optimizer;
 };
@@ -49,6 +55,7 @@ struct TableCounters {
   uint64_t rows_pushed = 0;      // rows received with gradients
   uint64_t updates_applied = 0;  // sum of pushed update counts
   uint64_t rows_created = 0;
+  uint64_t rows_evicted = 0;  // dropped to make room (on_full = kEvict)
   uint64_t bytes_received = 0;
   uint64_t bytes_sent = 0;
   // Exactly once (sender_log.h): rounds answered as repeats, merging
@@ -104,7 +111,8 @@ class TableShard {
   int num_slots() const { return num_slots_; }
   int state_width() const { return StateWidth(config_.optimizer.kind, config_.dim); }
 
-  // Values of every key, creating missing rows.
+  // Values of every key, creating missing rows. Every read and push of a
+  // row is a use of it, for an evicting shard's choice (row_eviction.h).
   Status Gather(const int64_t* keys, int64_t n, float* values);
 
   // The clock-checked read: clocks[i] is the local clock of the worker's
@@ -169,7 +177,8 @@ class TableShard {
   TableCounters Counters() const;
 
   // The whole state of each key's row (created on first touch), in key
-  // order: a replicated hot block takes its rows this way (docs/fae.md).
+  // order: a replicated hot block takes its rows this way (docs/fae.md),
+  // and an evicting shard pins them until it is cleared.
   Status Read(const int64_t* keys, int64_t n, TableChunk* out);
   // Rows [offset, offset + limit) in a stable order; the order only holds
   // while no rows are created, so export after flushing and before training on.
@@ -185,26 +194,41 @@ class TableShard {
     mutable std::mutex mu;
     KeyIndex index;
     std::vector<std::unique_ptr<char[]>> blocks;
-    uint32_t rows = 0;
-    CopyRecords records;  // the workers' copies of this stripe's rows
+    uint32_t slots = 0;          // arena slots ever taken
+    std::vector<uint32_t> free;  // evicted rows' slots, taken first
+    CopyRecords records;         // the workers' copies of this stripe's rows
+    int64_t rows() const { return int64_t{slots} - static_cast<int64_t>(free.size()); }
   };
 
   explicit TableShard(const TableConfig& config);
 
   // Reserves room for the rows a request would create (its keys not yet
-  // held), or fails when they would take the shard past max_rows. The
-  // reservation is released when the returned guard goes away.
+  // held): past max_rows it fails, or, on an evicting shard, evicts the
+  // rows it needs first. Counts the request as one tick of the shard's use
+  // clock. The reservation is released when the returned guard goes away.
+  // On an evicting shard the guard also holds the room lock: shared while
+  // the request runs, so that no row it found is evicted under it, or alone
+  // for a request that evicted (row_eviction.h).
   class RowReservation {
    public:
-    RowReservation(std::atomic<int64_t>* reserved, int64_t rows)
-        : reserved_(reserved), rows_(rows) {}
-    ~RowReservation() { reserved_->fetch_sub(rows_); }
+    explicit RowReservation(std::atomic<int64_t>* reserved) : reserved_(reserved) {}
+    ~RowReservation() { reserved_->fetch_sub(rows); }
+    int64_t rows = 0;
+    std::shared_lock<std::shared_mutex> shared;
+    std::unique_lock<std::shared_mutex> alone;
 
    private:
     std::atomic<int64_t>* reserved_;
-    int64_t rows_;
   };
   Status ReserveNewRows(const int64_t* keys, int64_t n, std::unique_ptr<RowReservation>* out);
+  // With the room lock held alone: evicts `need` rows, none of them `keys`
+  // (the request's own), a pinned row or one a worker holds a copy of;
+  // fails changing nothing when fewer are evictable.
+  Status EvictFor(const int64_t* keys, int64_t n, int64_t need);
+  // Evictable rows from every stripe, or a sample of about `want` of them.
+  void FindCandidates(const KeyIndex& own, int64_t want, std::vector<EvictionCandidate>* out);
+  bool Evictable(const Stripe& stripe, uint32_t slot, const KeyIndex& own) const;
+  void EvictRow(Stripe& stripe, uint32_t slot);
 
   static int StripeOf(int64_t key);
   char* RowAt(const Stripe& stripe, uint32_t row) const;
@@ -222,6 +246,11 @@ class TableShard {
   int64_t* Clock(char* row) const { return reinterpret_cast<int64_t*>(row + clock_offset_); }
   int64_t* Step(char* row) const { return reinterpret_cast<int64_t*>(row + clock_offset_ + 8); }
   int64_t* Key(char* row) const { return reinterpret_cast<int64_t*>(row + key_offset_); }
+  // An evicting shard's use of the row, after its key.
+  RowUse* Use(char* row) const { return reinterpret_cast<RowUse*>(row + key_offset_ + 8); }
+  bool evicting() const { return config_.on_full == OnFull::kEvict; }
+  // A free slot's clock: no row's clock is negative.
+  static constexpr int64_t kFreeSlot = -1;
 
   // Checks a push's learning rate, counts and values (n * width floats)
   // before anything changes.
@@ -240,16 +269,17 @@ class TableShard {
   // when out and clocks are not null, copies the row's first `width` floats
   // and its clock back for every row from `unanswered` on; tells the copy
   // records; then counts the push (its bytes are the caller's to count).
+  // An exchange reserves its pushes' rows with its misses' (`reserved`).
   template <typename Apply>
   Status ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width,
                      const Sender& sender, int64_t unanswered, float* out, int64_t* clocks,
-                     Apply apply);
+                     bool reserved, Apply apply);
   // A push's bytes as the op's tensors carry them, `answered` rows back.
   void CountPushBytes(int64_t n, int width, bool delta, int64_t answered);
   // PushDeltas' merge, after its checks.
   Status MergeDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
                      const int64_t* base_clocks, int64_t n, float learning_rate, float* states,
-                     int64_t* clocks, const Sender& sender, int64_t unanswered);
+                     int64_t* clocks, const Sender& sender, int64_t unanswered, bool reserved);
   // An exchange's read half, checked and its new rows reserved: drops the
   // evicted copies from the sender's record, answers its misses and queued
   // refreshes, and records them.
@@ -279,6 +309,16 @@ class TableShard {
   SenderLog senders_;
 
   std::atomic<int64_t> reserved_rows_{0};
+  std::atomic<int64_t> rows_{0};
+  // Evicting shards only: the room lock (RowReservation), the use clock
+  // (requests so far), the largest clock of any row evicted, which a new
+  // row starts from so that a key's clock never goes back, and the
+  // sampler's generator (used with the room lock held alone).
+  std::shared_mutex room_mu_;
+  std::atomic<int64_t> tick_{0};
+  std::atomic<int64_t> clock_floor_{0};
+  uint64_t sample_state_;
+  std::atomic<uint64_t> rows_evicted_{0};
   std::atomic<uint64_t> pull_requests_{0}, keys_checked_{0}, rows_sent_{0}, rows_refreshed_{0},
       push_requests_{0}, rows_pushed_{0}, updates_applied_{0}, rows_created_{0}, bytes_received_{0},
       bytes_sent_{0}, refused_epoch_{0};

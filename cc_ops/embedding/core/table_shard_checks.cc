@@ -18,6 +18,15 @@ Status ValidateTableConfig(const TableConfig& c) {
     return Status::InvalidArgument(TableLabel(c.name) +
                                    ": max_rows must be positive, or -1 for no limit");
   }
+  if (c.on_full == OnFull::kEvict && c.max_rows < 0) {
+    return Status::InvalidArgument(TableLabel(c.name) +
+                                   ": on_full=\"evict\" needs max_rows, the limit it keeps to");
+  }
+  if (c.on_full == OnFull::kEvict && c.vocabulary_size > 0) {
+    return Status::InvalidArgument(
+        TableLabel(c.name) +
+        ": a fixed-vocabulary table holds every id it may see; eviction is for dynamic tables");
+  }
   Status s = ValidateOptimizer(c.optimizer);
   if (!s.ok()) return Status::InvalidArgument(TableLabel(c.name) + ": " + s.message());
   return Status::Ok();

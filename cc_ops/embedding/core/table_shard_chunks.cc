@@ -17,24 +17,31 @@ Status TableShard::Export(int64_t offset, int64_t limit, TableChunk* out) const 
   *out = TableChunk();
   // Sized once: grown row by row, the vectors would hold up to twice the
   // chunk (a save holds a chunk and its outputs at once).
-  int64_t total = 0;
-  for (const Stripe& stripe : stripes_) {
-    std::lock_guard<std::mutex> lock(stripe.mu);
-    total += stripe.rows;
-  }
+  const int64_t total = Size();
   const size_t n = static_cast<size_t>(std::max<int64_t>(0, std::min(limit, total - offset)));
   out->keys.reserve(n);
   out->values.reserve(n * dim);
   out->slots.reserve(n * slot_floats);
   out->clocks.reserve(n);
   out->steps.reserve(n);
-  int64_t seen = 0;
+  int64_t seen = 0;  // rows before this stripe's
   for (const Stripe& stripe : stripes_) {
     std::lock_guard<std::mutex> lock(stripe.mu);
-    const int64_t rows = stripe.rows;
-    for (int64_t r = offset > seen ? offset - seen : 0; r < rows; ++r) {
+    const int64_t rows = stripe.rows();
+    if (seen + rows <= offset) {
+      seen += rows;
+      continue;
+    }
+    // An evicting shard's free slots are skipped, not counted.
+    int64_t skip = offset > seen ? offset - seen : 0;
+    for (uint32_t slot = 0; slot < stripe.slots; ++slot) {
       if (static_cast<int64_t>(out->keys.size()) >= limit) return Status::Ok();
-      char* p = RowAt(stripe, static_cast<uint32_t>(r));
+      char* p = RowAt(stripe, slot);
+      if (*Clock(p) == kFreeSlot) continue;
+      if (skip > 0) {
+        --skip;
+        continue;
+      }
       out->keys.push_back(*Key(p));
       out->values.insert(out->values.end(), Values(p), Values(p) + dim);
       out->slots.insert(out->slots.end(), Slots(p), Slots(p) + slot_floats);

@@ -13,9 +13,9 @@ namespace het {
 template <typename Apply>
 Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width,
                                const Sender& sender, int64_t unanswered, float* out,
-                               int64_t* clocks, Apply apply) {
+                               int64_t* clocks, bool reserved, Apply apply) {
   std::unique_ptr<RowReservation> reservation;
-  HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
+  if (!reserved) HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
   // First each row's update on a copy of its state: one that would make a
   // value or a slot non-finite (a huge gradient squared, say) refuses the
   // whole push before anything changes. The rows then take their copies,
@@ -31,7 +31,9 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
     if (row == KeyIndex::kAbsent) {
       InitializeRow(config_.initializer, keys[i], config_.dim, copy);
       InitializeSlots(config_.optimizer, config_.dim, copy + config_.dim);
-      seen[i] = steps[i] = 0;
+      // A new row starts at the shard's clock floor (FindOrCreate).
+      seen[i] = clock_floor_.load(std::memory_order_relaxed);
+      steps[i] = 0;
     } else {
       char* p = RowAt(stripe, row);
       std::memcpy(copy, Values(p), sizeof(float) * state);
@@ -77,12 +79,12 @@ Status TableShard::Push(const int64_t* keys, const float* grads, const int64_t* 
   const int dim = config_.dim;
   HET_RETURN_IF_ERROR(CheckPush(keys, grads, dim, counts, n, learning_rate, "gradient"));
   std::vector<float> mean(dim);
-  HET_RETURN_IF_ERROR(ApplyToRows(keys, counts, n, dim, Sender(), 0, values, clocks,
-                                  [&](int32_t i, int64_t, float* state, int64_t* step) {
-                                    ApplyUpdates(config_.optimizer, learning_rate,
-                                                 grads + int64_t{i} * dim, counts[i], dim, state,
-                                                 state + dim, step, &mean);
-                                  }));
+  HET_RETURN_IF_ERROR(
+      ApplyToRows(keys, counts, n, dim, Sender(), 0, values, clocks,
+                  /*reserved=*/false, [&](int32_t i, int64_t, float* state, int64_t* step) {
+                    ApplyUpdates(config_.optimizer, learning_rate, grads + int64_t{i} * dim,
+                                 counts[i], dim, state, state + dim, step, &mean);
+                  }));
   CountPushBytes(n, dim, /*delta=*/false, values != nullptr ? n : 0);
   return Status::Ok();
 }
@@ -121,7 +123,7 @@ Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const in
     Requeue(sender, turn.lost_refreshes());
   } else {
     HET_RETURN_IF_ERROR(MergeDeltas(keys, deltas, counts, base_clocks, n, learning_rate, states,
-                                    clocks, sender, unanswered));
+                                    clocks, sender, unanswered, /*reserved=*/false));
   }
   // A push refreshes nothing; refreshes lost before it were queued again.
   turn.Done({});
@@ -139,10 +141,10 @@ void TableShard::CountPushBytes(int64_t n, int width, bool delta, int64_t answer
 Status TableShard::MergeDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
                                const int64_t* base_clocks, int64_t n, float learning_rate,
                                float* states, int64_t* clocks, const Sender& sender,
-                               int64_t unanswered) {
+                               int64_t unanswered, bool reserved) {
   const int width = state_width();
   const OptimizerKind kind = config_.optimizer.kind;
-  return ApplyToRows(keys, counts, n, width, sender, unanswered, states, clocks,
+  return ApplyToRows(keys, counts, n, width, sender, unanswered, states, clocks, reserved,
                      [&](int32_t i, int64_t clock, float* state, int64_t* step) {
                        // A clock behind the cache's copy (the table was
                        // restored since) counts as no other writer.

@@ -43,12 +43,13 @@ Status TableShard::Exchange(const uint8_t* request, size_t size, std::vector<uin
   }
   SenderLog::Turn turn;
   HET_RETURN_IF_ERROR(AdmitRound(r.sender, &turn));
-  // The misses' new rows are held for the read half before the pushes
-  // change anything, which reserve their own: once the pushes are merged,
-  // nothing can fail.
+  // The new rows of the misses and the pushes are reserved together before
+  // anything changes: once the pushes are merged, nothing can fail.
+  std::vector<int64_t> touched(r.misses);
+  touched.insert(touched.end(), r.push_keys.begin(), r.push_keys.end());
   std::unique_ptr<RowReservation> reservation;
   HET_RETURN_IF_ERROR(
-      ReserveNewRows(r.misses.data(), static_cast<int64_t>(r.misses.size()), &reservation));
+      ReserveNewRows(touched.data(), static_cast<int64_t>(touched.size()), &reservation));
   const int64_t answered = pushes - r.push_unanswered;
   std::vector<float> push_states(size_t(answered) * r.width);
   a.push_clocks.resize(answered);
@@ -59,7 +60,7 @@ Status TableShard::Exchange(const uint8_t* request, size_t size, std::vector<uin
     HET_RETURN_IF_ERROR(MergeDeltas(r.push_keys.data(), r.push_deltas.data, r.push_counts.data(),
                                     r.push_base_clocks.data(), pushes, r.learning_rate,
                                     push_states.data(), a.push_clocks.data(), r.sender,
-                                    r.push_unanswered));
+                                    r.push_unanswered, /*reserved=*/true));
   }
   SyncedRows rows;
   if (turn.repeat()) Requeue(r.sender, turn.lost_refreshes());

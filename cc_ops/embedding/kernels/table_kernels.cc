@@ -22,19 +22,23 @@ using TableShardResource = CoreResource<TableShard>;
 namespace {
 
 tensorflow::Status ParseTableConfig(OpKernelConstruction* ctx, TableConfig* c) {
-  std::string initializer;
+  std::string initializer, on_full, eviction;
   int64_t dim;
   TF_RETURN_IF_ERROR(ctx->GetAttr("table_name", &c->name));
   TF_RETURN_IF_ERROR(ctx->GetAttr("dim", &dim));
   c->dim = ClampDim(dim);
   TF_RETURN_IF_ERROR(ctx->GetAttr("vocabulary_size", &c->vocabulary_size));
   TF_RETURN_IF_ERROR(ctx->GetAttr("max_rows", &c->max_rows));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("on_full", &on_full));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("eviction", &eviction));
   TF_RETURN_IF_ERROR(ctx->GetAttr("initializer", &initializer));
   TF_RETURN_IF_ERROR(ctx->GetAttr("initializer_a", &c->initializer.a));
   TF_RETURN_IF_ERROR(ctx->GetAttr("initializer_b", &c->initializer.b));
   TF_RETURN_IF_ERROR(ctx->GetAttr("seed", &c->initializer.seed));
   TF_RETURN_IF_ERROR(ParseOptimizerAttrs(ctx, c->name, &c->optimizer));
   Status s = ParseInitializerKind(initializer, &c->initializer.kind);
+  if (s.ok()) s = ParseOnFull(on_full, &c->on_full);
+  if (s.ok()) s = ParseEvictionPolicy(eviction, &c->eviction);
   if (!s.ok()) return tensorflow::errors::InvalidArgument(TableLabel(c->name), ": ", s.message());
   return ToTf(ValidateTableConfig(*c));
 }
@@ -144,6 +148,7 @@ class HetTableStatsOp : public TableKernel {
                                              {"rows_pushed", int64_t(c.rows_pushed)},
                                              {"updates_applied", int64_t(c.updates_applied)},
                                              {"rows_created", int64_t(c.rows_created)},
+                                             {"rows_evicted", int64_t(c.rows_evicted)},
                                              {"bytes_received", int64_t(c.bytes_received)},
                                              {"bytes_sent", int64_t(c.bytes_sent)},
                                              {"repeats", int64_t(c.repeats)},

@@ -44,6 +44,8 @@ REGISTER_OP("HetTableShard")
     .Attr("dim: int >= 1")
     .Attr("vocabulary_size: int = -1")
     .Attr("max_rows: int = -1")
+    .Attr("on_full: {'refuse', 'evict'} = 'refuse'")
+    .Attr("eviction: {'lru', 'lfu'} = 'lru'")
     .Attr("initializer: string = 'uniform'")
     .Attr("initializer_a: float = -0.05")
     .Attr("initializer_b: float = 0.05")
@@ -55,7 +57,9 @@ Creates, or finds by shared_name on this device, one shard of an embedding
 table, which maps int64 keys to rows of `dim` floats made on first touch, with
 optimizer slots and a per-row clock of applied updates. With max_rows > 0, a
 request that would take the shard past max_rows rows fails with
-ResourceExhausted and changes nothing.
+ResourceExhausted and changes nothing (on_full='refuse'), or first evicts the
+least recently (eviction='lru') or least often ('lfu') used rows that no
+worker's cache holds (on_full='evict').
 )doc");
 
 REGISTER_OP("HetTableGather")

@@ -116,6 +116,16 @@ def add_arguments(p):
                    help="FAE: the hot rows' budget in bytes of row state instead of rows")
     p.add_argument("--hot-share", type=float, default=0.05,
                    help="FAE: the share of the training batches the profile counts")
+    p.add_argument("--max-rows", type=_positive, default=None,
+                   help="the most rows each embedding table may hold, split over the PS "
+                   "tasks (default: no limit)")
+    p.add_argument("--on-full", choices=("refuse", "evict"), default="refuse",
+                   help="what a step that would pass --max-rows does: 'refuse' (fails, "
+                   "changing nothing; the default) or 'evict' (the least used rows no cache "
+                   "holds make room)")
+    p.add_argument("--eviction", choices=("lru", "lfu"), default="lru",
+                   help="--on-full evict: least recently ('lru', the default) or least often "
+                   "('lfu') used rows go first")
     p.add_argument("--samples", type=_positive, default=1_000_000,
                    help="training samples, all workers together")
     p.add_argument("--eval-samples", type=int, default=100_000,
@@ -221,8 +231,14 @@ def _check_combination(args):
                                   args.scheduler),
         sync=args.sync, scheduler=args.scheduler, staleness=args.staleness != "auto",
         window=args.window,
-        hot_rows=args.hot, lookahead=args.lookahead, allocation=bool(args.allocate_every))
+        hot_rows=args.hot, lookahead=args.lookahead, allocation=bool(args.allocate_every),
+        evict=args.on_full == "evict")
     combinations.check(combination, combinations.spell_flag, "")
+    if args.on_full == "evict" and args.max_rows is None:
+        raise ValueError("--on-full evict needs --max-rows, the limit eviction keeps to")
+    if args.max_rows is not None and args.embedding != "het":
+        raise ValueError(f"--max-rows with --embedding {args.embedding}: the limit is "
+                         "HetEmbedding's")
     if args.lookahead is None:
         args.lookahead = combinations.stages(combination)
 

@@ -74,7 +74,8 @@ def embedding_figures(model, ranks=1):
     layers = het_embedding_layers(model)
     if not layers:
         return {}
-    totals = {"hits": 0, "unique_keys": 0, "table_rows": 0, "prefetch_hits": 0}
+    totals = {"hits": 0, "unique_keys": 0, "table_rows": 0, "prefetch_hits": 0,
+              "table_rows_evicted": 0}
     traffic, per_sample = 0, 0.0
     # Per sample, where a layer has them: FAE's exchange between the ranks
     # and Herald's ids shared between them (both in embedding_bytes), and
@@ -91,6 +92,7 @@ def embedding_figures(model, ranks=1):
         for counter in ("hits", "unique_keys", "prefetch_hits"):
             totals[counter] += stats.get(f"cache_{counter}", 0)
         totals["table_rows"] += stats["table_rows"]
+        totals["table_rows_evicted"] += stats.get("table_rows_evicted", 0)
         samples = max(stats["samples"], 1) * (1 if "cache_hits" in stats else ranks)
         if "cache_hits" in stats:
             misses += (stats["cache_unique_keys"] - stats["cache_hits"]) / samples
@@ -101,6 +103,7 @@ def embedding_figures(model, ranks=1):
                 figures[figure] = figures.get(figure, 0) + stats[stat] / samples
     figures.update({"embedding_bytes": int(traffic), "table_rows": int(totals["table_rows"]),
                     "table_rows_per_task": rows_per_task(layers),
+                    "rows_evicted": int(totals["table_rows_evicted"]),
                     "embedding_bytes_per_sample": per_sample})
     allocation = het_allocation(model)
     if allocation is not None:  # Herald's: summaries, scores and the samples moved

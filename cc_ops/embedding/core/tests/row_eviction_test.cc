@@ -1,0 +1,236 @@
+// An evicting shard (on_full = kEvict): which rows go, against an exact LRU
+// and LFU model of the same requests; what never goes (pinned rows, rows a
+// worker's cache holds, the request's own); a key's clock never goes back;
+// a request that cannot make room changes nothing; and the limit holds
+// under concurrent requests.
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "cc_ops/common/tests/harness.h"
+#include "cc_ops/embedding/core/row_initializer.h"
+#include "cc_ops/embedding/core/tests/local_cluster.h"
+
+namespace {
+
+het::TableConfig Evicting(int64_t max_rows, het::EvictionPolicy policy) {
+  het::TableConfig c = het_test::SgdTable(2);
+  c.initializer.seed = 7;
+  c.max_rows = max_rows;
+  c.on_full = het::OnFull::kEvict;
+  c.eviction = policy;
+  return c;
+}
+
+std::unique_ptr<het::TableShard> Make(const het::TableConfig& c) {
+  std::unique_ptr<het::TableShard> t;
+  if (!het::TableShard::Create(c, &t).ok()) std::abort();
+  return t;
+}
+
+std::set<int64_t> Held(const het::TableShard& t) {
+  het::TableChunk chunk;
+  if (!t.Export(0, 1 << 30, &chunk).ok()) std::abort();
+  return std::set<int64_t>(chunk.keys.begin(), chunk.keys.end());
+}
+
+// Exact LRU or LFU over single-key requests: what the shard must do while
+// it holds fewer rows than it samples (it then looks at every row).
+class ReferenceTable {
+ public:
+  ReferenceTable(size_t limit, bool lfu) : limit_(limit), lfu_(lfu) {}
+  void Use(int64_t key) {
+    ++now_;
+    auto it = rows_.find(key);
+    if (it != rows_.end()) {
+      it->second.first = now_;
+      ++it->second.second;
+      return;
+    }
+    if (rows_.size() == limit_) {
+      auto victim = rows_.begin();
+      for (auto r = rows_.begin(); r != rows_.end(); ++r) {
+        const auto& a = r->second;
+        const auto& b = victim->second;
+        if (lfu_ ? (a.second < b.second || (a.second == b.second && a.first < b.first))
+                 : a.first < b.first) {
+          victim = r;
+        }
+      }
+      rows_.erase(victim);
+    }
+    rows_[key] = {now_, 1};
+  }
+  std::set<int64_t> Held() const {
+    std::set<int64_t> out;
+    for (const auto& r : rows_) out.insert(r.first);
+    return out;
+  }
+
+ private:
+  size_t limit_;
+  bool lfu_;
+  int64_t now_ = 0;
+  std::map<int64_t, std::pair<int64_t, uint32_t>> rows_;  // key -> (last use, uses)
+};
+
+void FollowsTheReference(het::EvictionPolicy policy) {
+  const int64_t limit = 16;
+  auto t = Make(Evicting(limit, policy));
+  ReferenceTable reference(limit, policy == het::EvictionPolicy::kLFU);
+  std::mt19937_64 rng(3);
+  std::vector<float> row(2);
+  for (int request = 0; request < 3000; ++request) {
+    // Skewed: a few keys come back often, most rarely.
+    const int64_t key = static_cast<int64_t>(std::min<double>(
+        60, std::floor(std::exp(std::uniform_real_distribution<double>(0, 4.2)(rng)))));
+    EXPECT_OK(t->Gather(&key, 1, row.data()));
+    reference.Use(key);
+    EXPECT_TRUE(Held(*t) == reference.Held());
+    EXPECT_TRUE(t->Size() <= limit);
+  }
+  EXPECT_TRUE(t->Counters().rows_evicted > 100u);
+  EXPECT_EQ(t->Counters().rows_created - t->Counters().rows_evicted,
+            static_cast<uint64_t>(t->Size()));
+}
+
+}  // namespace
+
+HET_TEST(EvictionFollowsExactLruWhileTheShardIsSmall) {
+  FollowsTheReference(het::EvictionPolicy::kLRU);
+}
+
+HET_TEST(EvictionFollowsExactLfuWhileTheShardIsSmall) {
+  FollowsTheReference(het::EvictionPolicy::kLFU);
+}
+
+HET_TEST(ARecreatedRowStartsFromItsInitializerAndAClockThatNeverGoesBack) {
+  auto t = Make(Evicting(2, het::EvictionPolicy::kLRU));
+  const std::vector<int64_t> key = {5};
+  const std::vector<float> grad = {1.0f, -1.0f};
+  const std::vector<int64_t> count = {3};
+  int64_t clock = -1;
+  EXPECT_OK(t->Push(key.data(), grad.data(), count.data(), 1, 0.5f, nullptr, &clock));
+  EXPECT_EQ(clock, int64_t{3});
+  std::vector<float> row(2);
+  for (int64_t other : {6, 7}) EXPECT_OK(t->Gather(&other, 1, row.data()));
+  EXPECT_TRUE(Held(*t) == (std::set<int64_t>{6, 7}));
+  // Back again: the initializer's row, at the evicted row's clock.
+  het::PulledRows pulled;
+  const int64_t none = -1;
+  EXPECT_OK(t->Pull(key.data(), &none, 1, 0, false, &pulled));
+  std::vector<float> initial(2);
+  het::InitializeRow(t->config().initializer, 5, 2, initial.data());
+  EXPECT_TRUE(pulled.values == initial);
+  EXPECT_EQ(pulled.clocks[0], int64_t{3});
+  // A copy at clock 3 that missed nothing since is still within any bound,
+  // and a push on the new row moves its clock on from there.
+  EXPECT_OK(t->Push(key.data(), grad.data(), count.data(), 1, 0.5f, nullptr, &clock));
+  EXPECT_EQ(clock, int64_t{6});
+}
+
+HET_TEST(PinnedRowsAndTheRequestsOwnAreNeverEvicted) {
+  auto t = Make(Evicting(4, het::EvictionPolicy::kLRU));
+  const std::vector<int64_t> hot = {1, 2};
+  het::TableChunk read;
+  EXPECT_OK(t->Read(hot.data(), 2, &read));  // a hot block's rows: pinned
+  std::vector<float> rows(8);
+  for (int64_t key = 10; key < 40; ++key) {
+    EXPECT_OK(t->Gather(&key, 1, rows.data()));
+    const std::set<int64_t> held = Held(*t);
+    EXPECT_TRUE(held.count(1) == 1 && held.count(2) == 1 && held.count(key) == 1);
+    EXPECT_EQ(t->Size(), std::min<int64_t>(4, 2 + (key - 9)));
+  }
+  // Two new keys and two pinned rows fill the shard: a third new key
+  // cannot find room, and the request changes nothing.
+  const std::set<int64_t> before = Held(*t);
+  const uint64_t evicted = t->Counters().rows_evicted;
+  const std::vector<int64_t> three = {100, 101, 102};
+  het::Status s = t->Gather(three.data(), 3, rows.data());
+  EXPECT_TRUE(s.code() == het::StatusCode::kResourceExhausted);
+  EXPECT_INVALID(het::Status::InvalidArgument(s.message()), "only 2 rows may go");
+  EXPECT_TRUE(Held(*t) == before);
+  EXPECT_EQ(t->Counters().rows_evicted, evicted);
+  // Two fit: both of the others go.
+  EXPECT_OK(t->Gather(three.data(), 2, rows.data()));
+  EXPECT_TRUE(Held(*t) == (std::set<int64_t>{1, 2, 100, 101}));
+}
+
+HET_TEST(RowsAWorkersCacheHoldsStayUntilItLetsThemGo) {
+  const int dim = 2;
+  het::TableConfig table = Evicting(6, het::EvictionPolicy::kLRU);
+  het_test::LocalCluster cluster(table, 1);
+  auto cache = het_test::RefreshCache(dim, 3, 0, 0, 1);
+  het::LookupPlan plan;
+  std::vector<float> rows;
+  const std::vector<int64_t> first = {1, 2, 3};
+  EXPECT_OK(cluster.Lookup(*cache, first, true, &plan, &rows));
+  // Another worker's stream of new keys passes the limit many times over.
+  for (int64_t key = 100; key < 160; ++key) {
+    EXPECT_OK(cluster.GatherRows({key}, &rows));
+    const std::set<int64_t> held = Held(cluster.shard(0));
+    EXPECT_TRUE(held.count(1) && held.count(2) && held.count(3));
+    EXPECT_TRUE(cluster.shard(0).Size() <= 6);
+  }
+  // The cache moves on to other keys; its next exchange reports that it
+  // let 1, 2 and 3 go, and the shard may then evict them.
+  EXPECT_OK(cluster.Lookup(*cache, {4, 5, 6}, true, &plan, &rows));
+  EXPECT_OK(cluster.Lookup(*cache, {4, 5, 6}, true, &plan, &rows));
+  for (int64_t key = 200; key < 210; ++key) EXPECT_OK(cluster.GatherRows({key}, &rows));
+  const std::set<int64_t> held = Held(cluster.shard(0));
+  EXPECT_TRUE(held.count(1) == 0 && held.count(4) && held.count(5) && held.count(6));
+  // Caches that hold the whole limit leave nothing to evict.
+  het_test::LocalCluster full(Evicting(3, het::EvictionPolicy::kLRU), 1);
+  auto holder = het_test::RefreshCache(dim, 3, 0, 0, 1);
+  EXPECT_OK(full.Lookup(*holder, first, true, &plan, &rows));
+  het::Status s = full.GatherRows({9}, &rows);
+  EXPECT_TRUE(s.code() == het::StatusCode::kResourceExhausted);
+  EXPECT_EQ(full.shard(0).Size(), int64_t{3});
+}
+
+HET_TEST(TheLimitHoldsUnderConcurrentRequests) {
+  auto t = Make(Evicting(64, het::EvictionPolicy::kLFU));
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 4; ++w) {
+    workers.emplace_back([&, w] {
+      std::mt19937_64 rng(w);
+      std::vector<int64_t> keys(8);
+      std::vector<float> grads(16, 0.1f), rows(16);
+      std::vector<int64_t> counts(8, 1);
+      for (int r = 0; r < 1500; ++r) {
+        for (auto& k : keys) k = static_cast<int64_t>(rng() % 5000);
+        std::sort(keys.begin(), keys.end());
+        keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+        const int64_t n = static_cast<int64_t>(keys.size());
+        if (r % 2 == 0) {
+          EXPECT_OK(t->Gather(keys.data(), n, rows.data()));
+        } else {
+          EXPECT_OK(t->Push(keys.data(), grads.data(), counts.data(), n, 0.1f, nullptr, nullptr));
+        }
+        keys.resize(8);
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  EXPECT_TRUE(t->Size() <= 64);
+  EXPECT_EQ(static_cast<int64_t>(Held(*t).size()), t->Size());
+  const het::TableCounters c = t->Counters();
+  EXPECT_EQ(c.rows_created - c.rows_evicted, static_cast<uint64_t>(t->Size()));
+  EXPECT_EQ(c.updates_applied, c.rows_pushed);  // every push landed
+}
+
+HET_TEST(EvictionSettingsAreChecked) {
+  het::TableConfig c = Evicting(-1, het::EvictionPolicy::kLRU);
+  std::unique_ptr<het::TableShard> t;
+  EXPECT_INVALID(het::TableShard::Create(c, &t), "needs max_rows");
+  c.max_rows = 10;
+  c.vocabulary_size = 100;
+  EXPECT_INVALID(het::TableShard::Create(c, &t), "fixed-vocabulary");
+  het::OnFull on_full;
+  het::EvictionPolicy policy;
+  EXPECT_INVALID(het::ParseOnFull("drop", &on_full), "refuse");
+  EXPECT_INVALID(het::ParseEvictionPolicy("fifo", &policy), "lfu");
+}

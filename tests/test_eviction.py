@@ -1,0 +1,117 @@
+"""A table with a row limit that evicts (on_full="evict"): a stream whose
+distinct ids grow far past the limit trains, in one process and on a
+cluster of 2 PS tasks and 2 workers, the table never holding more than the
+limit; the rows it holds are what the data trained them to; settings that
+cannot work are refused naming the layer."""
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+from het_tf.apps.launch import LocalCluster
+from het_tf.keras_layers import HetEmbedding
+from tests import stream_train as stream
+from tests.test_cluster import Log, assert_all_gone
+
+STREAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stream_train.py")
+
+
+def stream_model(**kwargs):
+    layer = HetEmbedding(None, stream.DIM, embeddings_initializer="zeros",
+                         optimizer=tf_keras.optimizers.SGD(stream.LR), name="stream", **kwargs)
+    ids = tf_keras.Input((stream.IDS,), dtype="int64")
+    model = tf_keras.Model(ids, tf.reduce_sum(layer(ids), axis=[1, 2])[:, None])
+    model.compile(tf_keras.optimizers.SGD(stream.LR), loss=lambda _y, pred: pred)
+    return model, layer
+
+
+def assert_rows_follow_the_data(keys, values, clocks, batches, times=(1,)):
+    """Every row held is its batch's step applied `times` times (a
+    ParameterServerStrategy worker reads its own copy of the stream, so a
+    batch trains once or twice, once on each worker)."""
+    expected = stream.expected_rows(batches)
+    assert set(keys.tolist()) <= set(expected)
+    for key, row, clock in zip(keys.tolist(), values, clocks.tolist()):
+        assert any(np.array_equal(row, np.full(stream.DIM, expected[key][0] * t, np.float32))
+                   for t in times), (key, row, expected[key])
+        # A key's clock only ever grows: a step trained it, on a row that
+        # started at the clock of the rows evicted before it.
+        assert clock >= expected[key][1]
+
+
+@pytest.mark.parametrize("cache_capacity", [0, 24])
+def test_a_stream_trains_in_one_process_within_the_limit(cache_capacity):
+    # The rows a cache holds or let go since its last exchange, and the
+    # step's own, stay: a limit well above a cache and a batch leaves room.
+    limit = 150
+    model, layer = stream_model(cache_capacity=cache_capacity, staleness=2, max_rows=limit,
+                                on_full="evict")
+    batches = [stream.batch(b) for b in range(30)]  # about 1,100 distinct ids
+    held = []
+    for ids in batches:
+        model.train_on_batch(ids, np.zeros((stream.BATCH, 1), np.float32))
+        held.append(layer.table.stats()["rows"])
+    layer.flush()
+    assert max(held) <= limit
+    keys, values, _, clocks, _ = (t.numpy() for t in layer.table.export_all())
+    assert len(keys) <= limit
+    assert_rows_follow_the_data(keys, values, clocks, batches)
+    # The least recently used rows went: the last batch's are all held.
+    assert set(np.unique(batches[-1]).tolist()) <= set(keys.tolist())
+    stats = layer.het_stats()
+    distinct = len(np.unique(np.concatenate(batches)))
+    assert stats["table_rows_evicted"] == distinct - len(keys)
+
+
+def test_a_stream_trains_on_a_cluster_within_the_limit(tmp_path):
+    result_path, log = tmp_path / "result.json", Log()
+    with LocalCluster(2, 2, out=log) as cluster:
+        chief = cluster.start_chief([sys.executable, STREAM, str(result_path)])
+        code = chief.wait(timeout=300)
+    assert_all_gone(cluster)
+    assert code == 0, log.text()[-5000:]
+    result = json.loads(result_path.read_text())
+    shares = [151, 150]
+    assert result["shards"] == 2
+    for rows in result["held"]:
+        assert all(r <= s for r, s in zip(sorted(rows, reverse=True), shares)), result["held"]
+    keys = np.array(result["keys"])
+    batches = [stream.batch(b) for b in range(stream.EPOCHS * stream.STEPS)]
+    assert_rows_follow_the_data(keys, np.array(result["values"], np.float32).reshape(-1, 2),
+                                np.array(result["clocks"]), batches, times=(1, 2))
+    assert result["rows_created"] > 3 * stream.MAX_ROWS  # the stream went far past the limit
+    assert result["rows_evicted"] == result["rows_created"] - len(keys)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(on_full="evict"), "on_full='evict' needs max_rows"),
+    (dict(on_full="drop", max_rows=10), "on_full must be one of"),
+    (dict(on_full="evict", max_rows=10, eviction="fifo"), "eviction must be one of"),
+    (dict(input_dim=50, on_full="evict", max_rows=10), "dynamic tables"),
+    (dict(on_full="evict", max_rows=100, sync="check"), "sync='check'"),
+    (dict(on_full="evict", max_rows=100, scheduler="herald", staleness="auto"),
+     "scheduler='herald'"),
+])
+def test_bad_eviction_settings_name_the_layer(kwargs, message):
+    kwargs = dict(dict(input_dim=None, cache_capacity=10), **kwargs)
+    with pytest.raises(ValueError, match=f"HetEmbedding 'bad'.*{message}"):
+        HetEmbedding(output_dim=4, name="bad", **kwargs)
+
+
+def test_caches_that_could_hold_the_whole_limit_are_refused():
+    model, layer = None, HetEmbedding(None, 4, cache_capacity=50, max_rows=50, on_full="evict",
+                                      name="tight")
+    with pytest.raises(ValueError, match="HetEmbedding 'tight'.*could hold all of max_rows=50"):
+        layer(tf.constant([[1, 2]], tf.int64))
+    assert model is None
+
+
+def test_the_settings_round_trip_through_the_config():
+    layer = HetEmbedding(None, 4, cache_capacity=10, max_rows=100, on_full="evict",
+                         eviction="lfu")
+    again = HetEmbedding.from_config(layer.get_config())
+    assert (again.max_rows, again.on_full, again.eviction) == (100, "evict", "lfu")
