@@ -1,11 +1,13 @@
 """A table with a row limit that evicts (on_full="evict"): a stream whose
 distinct ids grow far past the limit trains, in one process and on a
 cluster of 2 PS tasks and 2 workers, the table never holding more than the
-limit; the rows it holds are what the data trained them to; settings that
-cannot work are refused naming the layer."""
+limit; the rows it holds are what the data trained them to. Rows unused
+for longer than a ttl expire. Settings that cannot work are refused naming
+the layer."""
 import json
 import os
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -87,14 +89,34 @@ def test_a_stream_trains_on_a_cluster_within_the_limit(tmp_path):
     assert result["rows_evicted"] == result["rows_created"] - len(keys)
 
 
+def test_rows_unused_for_longer_than_the_ttl_expire():
+    """ttl=2: the rows of a batch no step used for more than 2 seconds go
+    at the next step's sweep; the step's own rows stay."""
+    model, layer = stream_model(cache_capacity=0, ttl=2)
+    first, second = stream.batch(0), stream.batch(1)
+    model.train_on_batch(first, np.zeros((stream.BATCH, 1), np.float32))
+    time.sleep(4.1)
+    model.train_on_batch(second, np.zeros((stream.BATCH, 1), np.float32))
+    keys, values, _, clocks, _ = (t.numpy() for t in layer.table.export_all())
+    assert sorted(keys.tolist()) == np.unique(second).tolist()
+    assert_rows_follow_the_data(keys, values, clocks, [second])
+    stats = layer.het_stats()
+    assert stats["table_rows_expired"] == len(np.unique(first))
+    assert stats["table_rows_evicted"] == 0
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(on_full="evict"), "on_full='evict' needs max_rows"),
     (dict(on_full="drop", max_rows=10), "on_full must be one of"),
     (dict(on_full="evict", max_rows=10, eviction="fifo"), "eviction must be one of"),
     (dict(input_dim=50, on_full="evict", max_rows=10), "dynamic tables"),
     (dict(on_full="evict", max_rows=100, sync="check"), "sync='check'"),
+    (dict(ttl=60, sync="check"), "or a ttl.*sync='check'"),
     (dict(on_full="evict", max_rows=100, scheduler="herald", staleness="auto"),
      "scheduler='herald'"),
+    (dict(ttl=-1), "ttl must be a positive whole number"),
+    (dict(ttl=1.5), "ttl must be a positive whole number"),
+    (dict(input_dim=50, ttl=60), "ttl is for dynamic tables"),
 ])
 def test_bad_eviction_settings_name_the_layer(kwargs, message):
     kwargs = dict(dict(input_dim=None, cache_capacity=10), **kwargs)
@@ -112,6 +134,7 @@ def test_caches_that_could_hold_the_whole_limit_are_refused():
 
 def test_the_settings_round_trip_through_the_config():
     layer = HetEmbedding(None, 4, cache_capacity=10, max_rows=100, on_full="evict",
-                         eviction="lfu")
+                         eviction="lfu", ttl=3600)
     again = HetEmbedding.from_config(layer.get_config())
-    assert (again.max_rows, again.on_full, again.eviction) == (100, "evict", "lfu")
+    assert (again.max_rows, again.on_full, again.eviction, again.ttl) == (100, "evict", "lfu",
+                                                                          3600)

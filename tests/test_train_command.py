@@ -197,6 +197,17 @@ def test_train_reads_tsv_and_counts_malformed_lines(tmp_path):
     assert 0.5 < metrics["auc"] <= 1 and metrics["cache_hit_rate"] > 0
 
 
+def test_train_keeps_every_table_within_max_rows_by_eviction(tmp_path):
+    """A stream with far more distinct ids than --max-rows (each of WDL's
+    tables, here one) trains; the table ends within its limit, and
+    metrics.json counts the rows evicted."""
+    metrics, _ = train(tmp_path / "evict", "--samples", "30000", "--batch-size", "500",
+                       "--eval-samples", "1000", "--cache-capacity", "2000",
+                       "--max-rows", "30000", "--on-full", "evict")
+    assert 0 < metrics["table_rows"] <= 30000
+    assert metrics["rows_evicted"] > 0 and metrics["rows_expired"] == 0
+
+
 def test_a_first_run_on_a_small_criteo_file_just_works_and_is_quiet(tmp_path):
     """Defaults but for the length: a file of 300 lines, fewer than one batch,
     holds out its last 15 lines and evaluates them once."""
@@ -239,6 +250,11 @@ def test_a_first_run_on_a_small_criteo_file_just_works_and_is_quiet(tmp_path):
     (["--allocate-every", "4", "--mode", "hybrid", "--stay-bonus", "-2"],
      "--stay-bonus: stay_bonus must be 'auto' or a number of rows >= 0, got '-2'"),
     (["--stay-bonus", "0"], "--stay-bonus is the allocation's: it needs --allocate-every"),
+    (["--on-full", "evict"], "--on-full evict needs --max-rows"),
+    (["--max-rows", "100", "--embedding", "keras"], "--max-rows with --embedding keras"),
+    (["--ttl", "60", "--sync", "check"], "--on-full evict (or --ttl) with --sync check"),
+    (["--on-full", "evict", "--max-rows", "100", "--embedding", "tfra"],
+     "--embedding tfra with --on-full evict (or --ttl)"),
 ])
 def test_train_rejects_bad_arguments(tmp_path, capsys, args, message):
     """In this process, as `het-tf train` parses and checks (the environment

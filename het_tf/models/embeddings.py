@@ -72,13 +72,13 @@ class EmbeddingSpec:
       learning_rate: its learning rate.
       hot_rows, hot_bytes: HetEmbedding's hot_rows, given in rows or in
         bytes of row state (FAE, docs/fae.md); 0 for none.
-      max_rows, on_full, eviction: HetEmbedding's, for each table.
+      max_rows, on_full, eviction, ttl: HetEmbedding's, for each table.
     """
 
     def __init__(self, kind="het", cardinalities=KAGGLE_CARDINALITIES, cache_capacity=0.1,
                  cache_policy="lfu", staleness="auto", optimizer="adagrad", learning_rate=0.05,
                  seed=0, sync="refresh", hot_rows=0, hot_bytes=0, window=1, scheduler=None,
-                 max_rows=None, on_full="refuse", eviction="lru"):
+                 max_rows=None, on_full="refuse", eviction="lru", ttl=None):
         if kind not in KINDS:
             raise ValueError(f"embedding kind must be one of {', '.join(KINDS)}, got {kind!r}")
         self.kind = kind
@@ -94,7 +94,7 @@ class EmbeddingSpec:
         self.seed = seed
         self.hot_rows = hot_rows
         self.hot_bytes = hot_bytes
-        self.max_rows, self.on_full, self.eviction = max_rows, on_full, eviction
+        self.max_rows, self.on_full, self.eviction, self.ttl = max_rows, on_full, eviction, ttl
 
     @property
     def vocabulary_size(self):
@@ -145,7 +145,7 @@ class EmbeddingSpec:
                             staleness=self.staleness, sync=self.sync,
                             scheduler=self.scheduler, window=self.window,
                             seed=self.seed, max_rows=self.max_rows, on_full=self.on_full,
-                            eviction=self.eviction,
+                            eviction=self.eviction, ttl=self.ttl,
                             hot_rows=self.hot_rows_of(dim), name=name)(keys)
 
     def hot_rows_of(self, dim):

@@ -29,7 +29,7 @@ class Combination:
     route: bool = False  # a registered route of one's own
     lookahead: typing.Optional[bool] = None  # None: not asked for either way
     allocation: bool = False  # Herald's allocation moves samples between ranks
-    evict: bool = False  # a full table evicts rows (on_full "evict")
+    evict: bool = False  # rows may leave the table: on_full "evict", or a ttl
 
 
 Rule = collections.namedtuple("Rule", "settings refuses reason")
@@ -108,13 +108,13 @@ RULES = (
     Rule(("allocation", "sync"), lambda c: c.allocation and c.sync == "check",
          "the allocation sends samples to caches that sync by refresh or by Herald's plan"),
     Rule(("embedding", "evict"), lambda c: c.embedding != "het" and c.evict,
-         "eviction keeps HetEmbedding's tables within max_rows"),
+         "eviction and expiry drop HetEmbedding's rows"),
     Rule(("evict", "sync"), lambda c: c.evict and c.cache and c.sync == "check",
-         "an evicting shard keeps the rows workers' caches hold, and only a sync by refresh "
-         "tells it which they are"),
+         "a shard that drops rows keeps those workers' caches hold, and only a sync by "
+         "refresh tells it which they are"),
     Rule(("evict", "scheduler"), lambda c: c.evict and c.scheduler == "herald",
-         "Herald's plan keeps its direct rows' updates between steps, on rows an evicting "
-         "shard would not know to keep"),
+         "Herald's plan keeps its direct rows' updates between steps, on rows a shard that "
+         "drops rows would not know to keep"),
 )
 
 
@@ -149,7 +149,7 @@ def spell_argument(setting, c):
         "route": "route=",
         "lookahead": "het_tf.lookahead",
         "allocation": "the allocation",
-        "evict": "on_full='evict'",
+        "evict": "on_full='evict' (or a ttl)",
     }[setting]
 
 
@@ -168,5 +168,5 @@ def spell_flag(setting, c):
         "route": "a route of one's own",
         "lookahead": "--lookahead" if c.lookahead else "--no-lookahead",
         "allocation": "--allocate-every",
-        "evict": "--on-full evict",
+        "evict": "--on-full evict (or --ttl)",
     }[setting]

@@ -174,6 +174,9 @@ class TableConfig:
     max_rows: typing.Optional[int] = None
     on_full: str = "refuse"
     eviction: str = "lru"
+    # Seconds after which a row no request used (and no cache holds) is
+    # dropped; None: never.
+    ttl: typing.Optional[int] = None
     # How errors name the table: table 'name' unless the caller (a layer)
     # names it its own way.
     owner: typing.Optional[str] = dataclasses.field(default=None, compare=False, repr=False)
@@ -195,7 +198,7 @@ class TableConfig:
         self.optimizer.validate(owner)
         if not _is_int(self.seed):
             _fail(owner, f"seed must be an int, got {self.seed!r}")
-        row_lifetime.check(owner, self.max_rows, self.on_full, self.eviction,
+        row_lifetime.check(owner, self.max_rows, self.on_full, self.eviction, self.ttl,
                            self.fixed_vocabulary)
 
     @property
@@ -239,6 +242,7 @@ class TableConfig:
         max_rows = -1 if max_rows is None else max_rows
         return dict(table_name=self.name, dim=self.dim, vocabulary_size=self.vocabulary_size,
                     max_rows=max_rows, on_full=self.on_full, eviction=self.eviction,
+                    ttl_seconds=-1 if self.ttl is None else int(self.ttl),
                     initializer="constant" if self.initializer == "zeros" else self.initializer,
                     initializer_a=0.0 if self.initializer == "zeros" else self.initializer_a,
                     initializer_b=self.initializer_b, seed=self.seed,

@@ -38,7 +38,8 @@ class HotBlock:
         self._exchange = exchange
         self._ranks = ranks
         # Bounded by the hot set, not by the table's max_rows.
-        config = dataclasses.replace(table.config, max_rows=None, on_full="refuse")
+        config = dataclasses.replace(table.config, max_rows=None, on_full="refuse",
+                                     ttl=None)
         self._attrs = config.op_attrs(1)
         self.shared_name = f"het_hot/{config.name}/{instance}"
         self._ops = _op_library.load()

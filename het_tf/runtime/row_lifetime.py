@@ -1,6 +1,7 @@
 """When a dynamic table drops rows: the row limit (max_rows), split over
 the shards, and what a full shard does with a request for new rows
-(on_full), evicting by which rule (eviction). The shards keep to it
+(on_full), evicting by which rule (eviction); and the seconds after which
+a row no one used expires (ttl). The shards keep to it
 (cc_ops/embedding/core/row_eviction.h); docs/keras_layer.md says it for
 users."""
 import numbers
@@ -11,8 +12,15 @@ ON_FULL = ("refuse", "evict")
 EVICTIONS = ("lru", "lfu")
 
 
-def check(owner, max_rows, on_full, eviction, fixed_vocabulary):
+def check(owner, max_rows, on_full, eviction, ttl, fixed_vocabulary):
     """Raises ValueError, naming `owner`, for settings that cannot work."""
+    if ttl is not None and (not isinstance(ttl, numbers.Integral) or isinstance(ttl, bool)
+                            or ttl < 1):
+        raise ValueError(f"{owner}: ttl must be a positive whole number of seconds or None, "
+                         f"got {ttl!r}")
+    if ttl is not None and fixed_vocabulary:
+        raise ValueError(f"{owner}: ttl is for dynamic tables (input_dim=None): a "
+                         "fixed-vocabulary table holds every id it may see")
     if max_rows is not None and (not isinstance(max_rows, numbers.Integral)
                                  or isinstance(max_rows, bool) or max_rows < 1):
         raise ValueError(f"{owner}: max_rows must be a positive int or None, got {max_rows!r}")

@@ -27,17 +27,28 @@ enum class EvictionPolicy { kLRU, kLFU };
 Status ParseOnFull(const std::string& name, OnFull* out);
 Status ParseEvictionPolicy(const std::string& name, EvictionPolicy* out);
 
-// Kept after an evicting shard's rows.
+// Kept after the rows of a shard that evicts or expires them.
 struct RowUse {
+  static constexpr uint32_t kMaxCount = (1u << 31) - 1;
   int64_t last = 0;     // the shard's request count at the last use
-  uint32_t count = 0;   // uses, saturating
-  uint32_t pinned = 0;  // a hot block's row (docs/fae.md): never evicted
+  uint32_t count : 31;  // uses, saturating
+  uint32_t pinned : 1;  // a hot block's row (docs/fae.md): never dropped
+  uint32_t second = 0;  // the shard's second at the last use
+  RowUse() : count(0), pinned(0) {}
 };
 static_assert(sizeof(RowUse) == 16, "RowUse is the 16 bytes a row reserves for it");
 
-inline void Touch(RowUse* use, int64_t now) {
+inline void Touch(RowUse* use, int64_t now, uint32_t second) {
   use->last = now;
-  if (use->count != UINT32_MAX) ++use->count;
+  use->second = second;
+  if (use->count != RowUse::kMaxCount) ++use->count;
+}
+
+// How often a shard with a ttl looks for expired rows: a quarter of the
+// ttl, and not more than once a second, so a row goes at most a quarter
+// late and the sweeps (each looks at every row) cost little.
+inline int64_t ExpiryInterval(int64_t ttl_seconds) {
+  return ttl_seconds / 4 > 1 ? ttl_seconds / 4 : 1;
 }
 
 // A row that may be evicted, where it lives, and its use.

@@ -4,6 +4,7 @@
 // table_shard_sync.cc and the checks in table_shard_checks.cc.
 #include "cc_ops/embedding/core/table_shard.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -18,6 +19,12 @@ constexpr uint32_t kRowsPerBlock = 4096;
 // Positive, so that 0 can mean "not seen yet" in a cache's request.
 int64_t NewEpoch() { return static_cast<int64_t>(DrawId() >> 2) + 1; }
 
+int64_t SteadySeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
 
 Status TableShard::Create(const TableConfig& config, std::unique_ptr<TableShard>* out) {
@@ -30,13 +37,20 @@ TableShard::TableShard(const TableConfig& config)
     : config_(config),
       num_slots_(NumSlots(config.optimizer.kind)),
       epoch_(NewEpoch()),
-      sample_state_(DrawId()) {
+      sample_state_(DrawId()),
+      start_second_(config.seconds != nullptr ? config.seconds() : SteadySeconds()) {
   size_t float_bytes = sizeof(float) * state_width();
   clock_offset_ = (float_bytes + 7) & ~size_t{7};
   // Then the clock, Adam's step count, and the key (for export): the key in
   // the row costs exactly 8 bytes, where a growing side array cost up to 16.
   key_offset_ = clock_offset_ + 8 + (NeedsStepCount(config_.optimizer.kind) ? 8 : 0);
-  row_bytes_ = key_offset_ + 8 + (evicting() ? sizeof(RowUse) : 0);
+  row_bytes_ = key_offset_ + 8 + (dropping() ? sizeof(RowUse) : 0);
+  next_expiry_.store(start_second_ + ExpiryInterval(config_.ttl_seconds));
+}
+
+uint32_t TableShard::Second() const {
+  const int64_t now = config_.seconds != nullptr ? config_.seconds() : SteadySeconds();
+  return static_cast<uint32_t>(now - start_second_);
 }
 
 int TableShard::StripeOf(int64_t key) {
@@ -61,7 +75,7 @@ char* TableShard::FindOrCreate(Stripe& stripe, int64_t key, bool* created) {
   *created = row == KeyIndex::kAbsent;
   if (!*created) {
     char* p = RowAt(stripe, row);
-    if (evicting()) Touch(Use(p), tick_.load(std::memory_order_relaxed));
+    if (dropping()) Touch(Use(p), tick_.load(std::memory_order_relaxed), Second());
     return p;
   }
   if (!stripe.free.empty()) {
@@ -83,9 +97,9 @@ char* TableShard::FindOrCreate(Stripe& stripe, int64_t key, bool* created) {
   // never passes for fresh.
   *Clock(p) = clock_floor_.load(std::memory_order_relaxed);
   if (NeedsStepCount(config_.optimizer.kind)) *Step(p) = 0;
-  if (evicting()) {
+  if (dropping()) {
     *Use(p) = RowUse();
-    Touch(Use(p), tick_.load(std::memory_order_relaxed));
+    Touch(Use(p), tick_.load(std::memory_order_relaxed), Second());
   }
   rows_.fetch_add(1, std::memory_order_relaxed);
   rows_created_.fetch_add(1, std::memory_order_relaxed);
@@ -95,9 +109,18 @@ char* TableShard::FindOrCreate(Stripe& stripe, int64_t key, bool* created) {
 Status TableShard::ReserveNewRows(const int64_t* keys, int64_t n,
                                   std::unique_ptr<RowReservation>* out) {
   tick_.fetch_add(1, std::memory_order_relaxed);
-  if (config_.max_rows < 0) return Status::Ok();
+  if (!dropping() && config_.max_rows < 0) return Status::Ok();
   std::unique_ptr<RowReservation> room(new RowReservation(&reserved_rows_));
-  if (evicting()) room->shared = std::shared_lock<std::shared_mutex>(room_mu_);
+  if (dropping() && ExpiryDue()) {
+    room->alone = std::unique_lock<std::shared_mutex>(room_mu_);
+    Expire(keys, n);
+  } else if (dropping()) {
+    room->shared = std::shared_lock<std::shared_mutex>(room_mu_);
+  }
+  if (config_.max_rows < 0) {
+    *out = std::move(room);
+    return Status::Ok();
+  }
   auto count_absent = [&] {
     int64_t absent = 0;
     ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
@@ -125,9 +148,11 @@ Status TableShard::ReserveNewRows(const int64_t* keys, int64_t n,
     // exact, and evicting takes no row from under anyone.
     reserved_rows_.fetch_sub(absent);
     room->rows = 0;
-    room->shared.unlock();
-    room->alone = std::unique_lock<std::shared_mutex>(room_mu_);
-    absent = count_absent();
+    if (!room->alone.owns_lock()) {
+      room->shared.unlock();
+      room->alone = std::unique_lock<std::shared_mutex>(room_mu_);
+      absent = count_absent();
+    }
     const int64_t need = Size() + absent - config_.max_rows;
     if (need > 0) HET_RETURN_IF_ERROR(EvictFor(keys, n, need));
     reserved_rows_.fetch_add(absent);
@@ -170,7 +195,7 @@ Status TableShard::Read(const int64_t* keys, int64_t n, TableChunk* out) {
   ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
     bool created;
     char* p = FindOrCreate(stripe, keys[i], &created);
-    if (evicting()) Use(p)->pinned = 1;
+    if (dropping()) Use(p)->pinned = 1;
     std::memcpy(out->values.data() + size_t(i) * dim, Values(p), sizeof(float) * dim);
     if (slot_floats > 0) {  // SGD's rows have none, and no slot array to copy to
       std::memcpy(out->slots.data() + size_t(i) * slot_floats, Slots(p),
@@ -253,6 +278,7 @@ TableCounters TableShard::Counters() const {
   c.updates_applied = updates_applied_.load();
   c.rows_created = rows_created_.load();
   c.rows_evicted = rows_evicted_.load();
+  c.rows_expired = rows_expired_.load();
   c.bytes_received = bytes_received_.load();
   c.bytes_sent = bytes_sent_.load();
   c.repeats = senders_.repeats();

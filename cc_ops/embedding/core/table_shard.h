@@ -40,6 +40,12 @@ struct TableConfig {
   int64_t max_rows = -1;
   OnFull on_full = OnFull::kRefuse;
   EvictionPolicy eviction = EvictionPolicy::kLRU;
+  // Rows unused for longer than this many seconds are dropped, as evicted
+  // rows are (row_eviction.h). -1: never.
+  int64_t ttl_seconds = -1;
+  // The shard's clock in whole seconds; null: a steady clock (tests pass
+  // their own).
+  int64_t (*seconds)() = nullptr;
   InitializerConfig initializer;
   OptimizerConfig optimizer;
 };
@@ -56,6 +62,7 @@ struct TableCounters {
   uint64_t updates_applied = 0;  // sum of pushed update counts
   uint64_t rows_created = 0;
   uint64_t rows_evicted = 0;  // dropped to make room (on_full = kEvict)
+  uint64_t rows_expired = 0;  // dropped unused for longer than the ttl
   uint64_t bytes_received = 0;
   uint64_t bytes_sent = 0;
   // Exactly once (sender_log.h): rounds answered as repeats, merging
@@ -221,6 +228,13 @@ class TableShard {
     std::atomic<int64_t>* reserved_;
   };
   Status ReserveNewRows(const int64_t* keys, int64_t n, std::unique_ptr<RowReservation>* out);
+  // With the room lock held alone: drops the rows unused for longer than
+  // the ttl (but not `keys`, pinned rows or rows a worker holds a copy of).
+  void Expire(const int64_t* keys, int64_t n);
+  // Whether the next sweep for expired rows is due (then this caller's).
+  bool ExpiryDue();
+  // The shard's clock, in seconds since it was made.
+  uint32_t Second() const;
   // With the room lock held alone: evicts `need` rows, none of them `keys`
   // (the request's own), a pinned row or one a worker holds a copy of;
   // fails changing nothing when fewer are evictable.
@@ -228,7 +242,8 @@ class TableShard {
   // Evictable rows from every stripe, or a sample of about `want` of them.
   void FindCandidates(const KeyIndex& own, int64_t want, std::vector<EvictionCandidate>* out);
   bool Evictable(const Stripe& stripe, uint32_t slot, const KeyIndex& own) const;
-  void EvictRow(Stripe& stripe, uint32_t slot);
+  // Drops the row in `slot`, counted in `counter` (evicted or expired).
+  void EvictRow(Stripe& stripe, uint32_t slot, std::atomic<uint64_t>* counter);
 
   static int StripeOf(int64_t key);
   char* RowAt(const Stripe& stripe, uint32_t row) const;
@@ -249,6 +264,8 @@ class TableShard {
   // An evicting shard's use of the row, after its key.
   RowUse* Use(char* row) const { return reinterpret_cast<RowUse*>(row + key_offset_ + 8); }
   bool evicting() const { return config_.on_full == OnFull::kEvict; }
+  // Whether rows may leave: then the room lock and RowUse are kept.
+  bool dropping() const { return evicting() || config_.ttl_seconds > 0; }
   // A free slot's clock: no row's clock is negative.
   static constexpr int64_t kFreeSlot = -1;
 
@@ -318,7 +335,9 @@ class TableShard {
   std::atomic<int64_t> tick_{0};
   std::atomic<int64_t> clock_floor_{0};
   uint64_t sample_state_;
-  std::atomic<uint64_t> rows_evicted_{0};
+  int64_t start_second_;
+  std::atomic<int64_t> next_expiry_{0};
+  std::atomic<uint64_t> rows_evicted_{0}, rows_expired_{0};
   std::atomic<uint64_t> pull_requests_{0}, keys_checked_{0}, rows_sent_{0}, rows_refreshed_{0},
       push_requests_{0}, rows_pushed_{0}, updates_applied_{0}, rows_created_{0}, bytes_received_{0},
       bytes_sent_{0}, refused_epoch_{0};

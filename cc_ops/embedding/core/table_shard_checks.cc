@@ -22,10 +22,15 @@ Status ValidateTableConfig(const TableConfig& c) {
     return Status::InvalidArgument(TableLabel(c.name) +
                                    ": on_full=\"evict\" needs max_rows, the limit it keeps to");
   }
-  if (c.on_full == OnFull::kEvict && c.vocabulary_size > 0) {
+  if (c.ttl_seconds == 0 || c.ttl_seconds < -1) {
+    return Status::InvalidArgument(TableLabel(c.name) +
+                                   ": ttl must be a positive number of seconds, or -1 for none");
+  }
+  if ((c.on_full == OnFull::kEvict || c.ttl_seconds > 0) && c.vocabulary_size > 0) {
     return Status::InvalidArgument(
         TableLabel(c.name) +
-        ": a fixed-vocabulary table holds every id it may see; eviction is for dynamic tables");
+        ": a fixed-vocabulary table holds every id it may see; eviction and ttl are for "
+        "dynamic tables");
   }
   Status s = ValidateOptimizer(c.optimizer);
   if (!s.ok()) return Status::InvalidArgument(TableLabel(c.name) + ": " + s.message());

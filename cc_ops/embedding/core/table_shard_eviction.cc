@@ -62,14 +62,38 @@ void TableShard::FindCandidates(const KeyIndex& own, int64_t want,
   }
 }
 
-void TableShard::EvictRow(Stripe& stripe, uint32_t slot) {
+void TableShard::EvictRow(Stripe& stripe, uint32_t slot, std::atomic<uint64_t>* counter) {
   char* p = RowAt(stripe, slot);
   stripe.index.Erase(*Key(p));
   stripe.free.push_back(slot);
   if (*Clock(p) > clock_floor_.load()) clock_floor_.store(*Clock(p));
   *Clock(p) = kFreeSlot;
   rows_.fetch_sub(1);
-  rows_evicted_.fetch_add(1, std::memory_order_relaxed);
+  counter->fetch_add(1, std::memory_order_relaxed);
+}
+
+bool TableShard::ExpiryDue() {
+  if (config_.ttl_seconds <= 0) return false;
+  const int64_t now = start_second_ + Second();
+  int64_t due = next_expiry_.load();
+  // One request a sweep: the one that moves the next sweep on.
+  return now >= due &&
+         next_expiry_.compare_exchange_strong(due, now + ExpiryInterval(config_.ttl_seconds));
+}
+
+void TableShard::Expire(const int64_t* keys, int64_t n) {
+  KeyIndex own(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) own.Insert(keys[i], 0);
+  const int64_t now = Second();
+  for (Stripe& stripe : stripes_) {
+    std::lock_guard<std::mutex> lock(stripe.mu);
+    for (uint32_t slot = 0; slot < stripe.slots; ++slot) {
+      if (Evictable(stripe, slot, own) &&
+          now - int64_t{Use(RowAt(stripe, slot))->second} > config_.ttl_seconds) {
+        EvictRow(stripe, slot, &rows_expired_);
+      }
+    }
+  }
 }
 
 Status TableShard::EvictFor(const int64_t* keys, int64_t n, int64_t need) {
@@ -90,7 +114,7 @@ Status TableShard::EvictFor(const int64_t* keys, int64_t n, int64_t need) {
   for (int64_t v = 0; v < need; ++v) {
     Stripe& stripe = stripes_[candidates[v].stripe];
     std::lock_guard<std::mutex> lock(stripe.mu);
-    EvictRow(stripe, candidates[v].slot);
+    EvictRow(stripe, candidates[v].slot, &rows_evicted_);
   }
   return Status::Ok();
 }

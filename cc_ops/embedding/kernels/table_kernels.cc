@@ -31,6 +31,7 @@ tensorflow::Status ParseTableConfig(OpKernelConstruction* ctx, TableConfig* c) {
   TF_RETURN_IF_ERROR(ctx->GetAttr("max_rows", &c->max_rows));
   TF_RETURN_IF_ERROR(ctx->GetAttr("on_full", &on_full));
   TF_RETURN_IF_ERROR(ctx->GetAttr("eviction", &eviction));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("ttl_seconds", &c->ttl_seconds));
   TF_RETURN_IF_ERROR(ctx->GetAttr("initializer", &initializer));
   TF_RETURN_IF_ERROR(ctx->GetAttr("initializer_a", &c->initializer.a));
   TF_RETURN_IF_ERROR(ctx->GetAttr("initializer_b", &c->initializer.b));
@@ -149,6 +150,7 @@ class HetTableStatsOp : public TableKernel {
                                              {"updates_applied", int64_t(c.updates_applied)},
                                              {"rows_created", int64_t(c.rows_created)},
                                              {"rows_evicted", int64_t(c.rows_evicted)},
+                                             {"rows_expired", int64_t(c.rows_expired)},
                                              {"bytes_received", int64_t(c.bytes_received)},
                                              {"bytes_sent", int64_t(c.bytes_sent)},
                                              {"repeats", int64_t(c.repeats)},

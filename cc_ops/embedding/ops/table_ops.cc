@@ -46,6 +46,7 @@ REGISTER_OP("HetTableShard")
     .Attr("max_rows: int = -1")
     .Attr("on_full: {'refuse', 'evict'} = 'refuse'")
     .Attr("eviction: {'lru', 'lfu'} = 'lru'")
+    .Attr("ttl_seconds: int = -1")
     .Attr("initializer: string = 'uniform'")
     .Attr("initializer_a: float = -0.05")
     .Attr("initializer_b: float = 0.05")
@@ -59,7 +60,8 @@ optimizer slots and a per-row clock of applied updates. With max_rows > 0, a
 request that would take the shard past max_rows rows fails with
 ResourceExhausted and changes nothing (on_full='refuse'), or first evicts the
 least recently (eviction='lru') or least often ('lfu') used rows that no
-worker's cache holds (on_full='evict').
+worker's cache holds (on_full='evict'). With ttl_seconds > 0, rows no
+request used for longer than that (and no cache holds) are dropped.
 )doc");
 
 REGISTER_OP("HetTableGather")

@@ -126,6 +126,9 @@ def add_arguments(p):
     p.add_argument("--eviction", choices=("lru", "lfu"), default="lru",
                    help="--on-full evict: least recently ('lru', the default) or least often "
                    "('lfu') used rows go first")
+    p.add_argument("--ttl", type=_positive, default=None,
+                   help="seconds after which an embedding row no step used (and no cache "
+                   "holds) is dropped (default: never)")
     p.add_argument("--samples", type=_positive, default=1_000_000,
                    help="training samples, all workers together")
     p.add_argument("--eval-samples", type=int, default=100_000,
@@ -232,13 +235,14 @@ def _check_combination(args):
         sync=args.sync, scheduler=args.scheduler, staleness=args.staleness != "auto",
         window=args.window,
         hot_rows=args.hot, lookahead=args.lookahead, allocation=bool(args.allocate_every),
-        evict=args.on_full == "evict")
+        evict=args.on_full == "evict" or args.ttl is not None)
     combinations.check(combination, combinations.spell_flag, "")
     if args.on_full == "evict" and args.max_rows is None:
         raise ValueError("--on-full evict needs --max-rows, the limit eviction keeps to")
-    if args.max_rows is not None and args.embedding != "het":
-        raise ValueError(f"--max-rows with --embedding {args.embedding}: the limit is "
-                         "HetEmbedding's")
+    for flag, value in (("--max-rows", args.max_rows), ("--ttl", args.ttl)):
+        if value is not None and args.embedding != "het":
+            raise ValueError(f"{flag} with --embedding {args.embedding}: it is "
+                             "HetEmbedding's")
     if args.lookahead is None:
         args.lookahead = combinations.stages(combination)
 

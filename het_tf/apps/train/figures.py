@@ -75,7 +75,7 @@ def embedding_figures(model, ranks=1):
     if not layers:
         return {}
     totals = {"hits": 0, "unique_keys": 0, "table_rows": 0, "prefetch_hits": 0,
-              "table_rows_evicted": 0}
+              "table_rows_evicted": 0, "table_rows_expired": 0}
     traffic, per_sample = 0, 0.0
     # Per sample, where a layer has them: FAE's exchange between the ranks
     # and Herald's ids shared between them (both in embedding_bytes), and
@@ -92,7 +92,8 @@ def embedding_figures(model, ranks=1):
         for counter in ("hits", "unique_keys", "prefetch_hits"):
             totals[counter] += stats.get(f"cache_{counter}", 0)
         totals["table_rows"] += stats["table_rows"]
-        totals["table_rows_evicted"] += stats.get("table_rows_evicted", 0)
+        for counter in ("table_rows_evicted", "table_rows_expired"):
+            totals[counter] += stats.get(counter, 0)
         samples = max(stats["samples"], 1) * (1 if "cache_hits" in stats else ranks)
         if "cache_hits" in stats:
             misses += (stats["cache_unique_keys"] - stats["cache_hits"]) / samples
@@ -104,6 +105,7 @@ def embedding_figures(model, ranks=1):
     figures.update({"embedding_bytes": int(traffic), "table_rows": int(totals["table_rows"]),
                     "table_rows_per_task": rows_per_task(layers),
                     "rows_evicted": int(totals["table_rows_evicted"]),
+                    "rows_expired": int(totals["table_rows_expired"]),
                     "embedding_bytes_per_sample": per_sample})
     allocation = het_allocation(model)
     if allocation is not None:  # Herald's: summaries, scores and the samples moved

@@ -222,6 +222,49 @@ HET_TEST(TheLimitHoldsUnderConcurrentRequests) {
   EXPECT_EQ(c.updates_applied, c.rows_pushed);  // every push landed
 }
 
+namespace {
+int64_t fake_now = 1000;
+int64_t FakeSeconds() { return fake_now; }
+}  // namespace
+
+HET_TEST(RowsUnusedForLongerThanTheTtlExpire) {
+  het::TableConfig c = het_test::SgdTable(2);
+  c.ttl_seconds = 10;
+  c.seconds = FakeSeconds;
+  fake_now = 1000;
+  auto t = Make(c);
+  std::vector<float> rows(4);
+  auto gather = [&](int64_t key) { EXPECT_OK(t->Gather(&key, 1, rows.data())); };
+  gather(1);
+  gather(2);
+  fake_now = 1006;
+  gather(2);
+  fake_now = 1011;  // 1 unused for 11 s, 2 for 5
+  gather(3);
+  EXPECT_TRUE(Held(*t) == (std::set<int64_t>{2, 3}));
+  EXPECT_EQ(t->Counters().rows_expired, 1u);
+  EXPECT_EQ(t->Counters().rows_evicted, 0u);
+  const std::vector<int64_t> hot = {4};
+  het::TableChunk read;
+  EXPECT_OK(t->Read(hot.data(), 1, &read));  // pinned: never expires
+  fake_now = 1012;
+  gather(3);  // a sweep a quarter of the ttl after the last: not due yet
+  EXPECT_TRUE(Held(*t) == (std::set<int64_t>{2, 3, 4}));
+  fake_now = 1040;
+  gather(5);
+  EXPECT_TRUE(Held(*t) == (std::set<int64_t>{4, 5}));
+  EXPECT_EQ(t->Counters().rows_expired, 3u);
+  // A worker's copies stay, however long the shard has not seen them.
+  het_test::LocalCluster cluster(c, 1);
+  auto cache = het_test::RefreshCache(2, 4, 0, 0, 1);
+  het::LookupPlan plan;
+  std::vector<float> looked;
+  EXPECT_OK(cluster.Lookup(*cache, {7, 8}, true, &plan, &looked));
+  fake_now = 1100;
+  EXPECT_OK(cluster.GatherRows({9}, &looked));
+  EXPECT_TRUE(Held(cluster.shard(0)) == (std::set<int64_t>{7, 8, 9}));
+}
+
 HET_TEST(EvictionSettingsAreChecked) {
   het::TableConfig c = Evicting(-1, het::EvictionPolicy::kLRU);
   std::unique_ptr<het::TableShard> t;
@@ -229,6 +272,9 @@ HET_TEST(EvictionSettingsAreChecked) {
   c.max_rows = 10;
   c.vocabulary_size = 100;
   EXPECT_INVALID(het::TableShard::Create(c, &t), "fixed-vocabulary");
+  c.vocabulary_size = -1;
+  c.ttl_seconds = 0;
+  EXPECT_INVALID(het::TableShard::Create(c, &t), "ttl must be a positive");
   het::OnFull on_full;
   het::EvictionPolicy policy;
   EXPECT_INVALID(het::ParseOnFull("drop", &on_full), "refuse");
