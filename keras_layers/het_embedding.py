@@ -53,6 +53,9 @@ class HetEmbedding(tf_keras.layers.Layer):
       eviction: "lru" (least recently used first) or "lfu" (least often).
       ttl: seconds after which a row no step used (and no cache holds) is
         dropped, for dynamic tables; None: never.
+      admit_after: training steps that must look an id up before it becomes
+        a row (dynamic tables); until then it reads zeros, its gradients are
+        dropped and no cache keeps it. None: the first.
 
     The route a step's rows take (route_choice.py chooses it; docs/architecture.md):
       cache_capacity: rows each worker caches, a fraction of input_dim or a
@@ -85,7 +88,7 @@ class HetEmbedding(tf_keras.layers.Layer):
                  pin_threshold=100, max_rows=None, sync="refresh", hot_rows=None, mask_zero=False,
                  input_length=None, embeddings_regularizer=None, activity_regularizer=None,
                  embeddings_constraint=None, sparse=False, window=1, route=None, scheduler=None,
-                 on_full="refuse", eviction="lru", ttl=None, **kwargs):
+                 on_full="refuse", eviction="lru", ttl=None, admit_after=None, **kwargs):
         kwargs.setdefault("autocast", False)  # ids must stay ints
         if "input_shape" not in kwargs and "batch_input_shape" not in kwargs:
             # As Keras' Embedding: a Sequential model may start with this
@@ -110,6 +113,7 @@ class HetEmbedding(tf_keras.layers.Layer):
         self.supports_masking = self.mask_zero
         self.combiner, self.seed, self.max_rows = combiner, seed, max_rows
         self.on_full, self.eviction, self.ttl = on_full, eviction, ttl
+        self.admit_after = admit_after
         self.input_length = input_length
         self.embeddings_regularizer = tf_keras.regularizers.get(embeddings_regularizer)
         self.embeddings_initializer = (embeddings_initializer
@@ -118,7 +122,8 @@ class HetEmbedding(tf_keras.layers.Layer):
         # Validates the name, dims, initializer and optimizer now, not at build.
         self._settings = layer_settings.table_settings(
             self.name, owner, self.input_dim, self.output_dim, embeddings_initializer,
-            optimizer, embeddings_constraint, seed, max_rows, on_full, eviction, ttl)
+            optimizer, embeddings_constraint, seed, max_rows, on_full, eviction, ttl,
+            admit_after)
         self.embeddings_constraint = (None if embeddings_constraint is None
                                       else tf_keras.constraints.get(embeddings_constraint))
         # The arguments that choose a route, kept as given for get_config.
@@ -134,7 +139,7 @@ class HetEmbedding(tf_keras.layers.Layer):
             staleness=staleness, read_staleness=read_staleness,
             write_staleness=write_staleness, pin_threshold=pin_threshold, sync=sync,
             scheduler=scheduler, window=window, hot_rows=hot_rows, route=route,
-            on_full=on_full, ttl=ttl)
+            on_full=on_full, ttl=ttl, admit_after=admit_after)
         self._table = self._cache = None
         self._route = None  # how a step's rows travel: route_choice.build
         self._strategy = None  # ParameterServerStrategy's (layer_state.flush waits for it)

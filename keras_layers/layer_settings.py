@@ -84,7 +84,7 @@ TableSettings = collections.namedtuple(
 
 
 def table_settings(name, owner, input_dim, output_dim, initializer, optimizer, constraint,
-                   seed, max_rows, on_full="refuse", eviction="lru", ttl=None):
+                   seed, max_rows, on_full="refuse", eviction="lru", ttl=None, admit_after=None):
     """The layer's TableSettings, each argument checked."""
     kind, *params = resolve_initializer(initializer, input_dim, output_dim, owner)
     evaluated = params[0] if kind == "materialize" else None
@@ -96,7 +96,7 @@ def table_settings(name, owner, input_dim, output_dim, initializer, optimizer, c
     config = TableConfig(name, output_dim, UNBOUNDED if input_dim is None else input_dim,
                          "constant" if evaluated is not None else kind, a, b, int(seed),
                          optimizer_config, max_rows=max_rows, on_full=on_full,
-                         eviction=eviction, ttl=ttl, owner=owner)
+                         eviction=eviction, ttl=ttl, admit_after=admit_after, owner=owner)
     return TableSettings(config, evaluated, learning_rate, serialized)
 
 

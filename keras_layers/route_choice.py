@@ -53,7 +53,7 @@ def renamed_sync(sync, scheduler, owner):
 
 def choose(owner, input_dim, *, cache_capacity, cache_policy, staleness, read_staleness,
            write_staleness, pin_threshold, sync, scheduler, window, hot_rows, route,
-           on_full="refuse", ttl=None):
+           on_full="refuse", ttl=None, admit_after=None):
     """The layer's Choice: each argument checked alone, then all of them
     against the table of what goes together (combinations.py); `owner`
     names the layer in errors."""
@@ -72,7 +72,7 @@ def choose(owner, input_dim, *, cache_capacity, cache_policy, staleness, read_st
     combination = combinations.Combination(
         cache=cache, sync=sync, scheduler=scheduler,
         staleness=bounded, window=window, hot_rows=hot_rows > 0, route=route is not None,
-        evict=on_full == "evict" or ttl is not None)
+        evict=on_full == "evict" or ttl is not None, admits=admit_after is not None)
     combinations.check(combination, combinations.spell_argument, f"{owner}: ")
     policy = cache_policy if isinstance(cache_policy, str) else repr(cache_policy)
     cache_config = None

@@ -255,6 +255,9 @@ def test_a_first_run_on_a_small_criteo_file_just_works_and_is_quiet(tmp_path):
     (["--ttl", "60", "--sync", "check"], "--on-full evict (or --ttl) with --sync check"),
     (["--on-full", "evict", "--max-rows", "100", "--embedding", "tfra"],
      "--embedding tfra with --on-full evict (or --ttl)"),
+    (["--admit-after", "2", "--lookahead"], "--lookahead with --admit-after: a step counts once"),
+    (["--admit-after", "2", "--embedding", "keras"], "--admit-after with --embedding keras"),
+    (["--admit-after", "0"], "--admit-after"),
 ])
 def test_train_rejects_bad_arguments(tmp_path, capsys, args, message):
     """In this process, as `het-tf train` parses and checks (the environment

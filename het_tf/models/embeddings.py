@@ -72,13 +72,14 @@ class EmbeddingSpec:
       learning_rate: its learning rate.
       hot_rows, hot_bytes: HetEmbedding's hot_rows, given in rows or in
         bytes of row state (FAE, docs/fae.md); 0 for none.
-      max_rows, on_full, eviction, ttl: HetEmbedding's, for each table.
+      max_rows, on_full, eviction, ttl, admit_after: HetEmbedding's, for each
+        table.
     """
 
     def __init__(self, kind="het", cardinalities=KAGGLE_CARDINALITIES, cache_capacity=0.1,
                  cache_policy="lfu", staleness="auto", optimizer="adagrad", learning_rate=0.05,
                  seed=0, sync="refresh", hot_rows=0, hot_bytes=0, window=1, scheduler=None,
-                 max_rows=None, on_full="refuse", eviction="lru", ttl=None):
+                 max_rows=None, on_full="refuse", eviction="lru", ttl=None, admit_after=None):
         if kind not in KINDS:
             raise ValueError(f"embedding kind must be one of {', '.join(KINDS)}, got {kind!r}")
         self.kind = kind
@@ -95,6 +96,7 @@ class EmbeddingSpec:
         self.hot_rows = hot_rows
         self.hot_bytes = hot_bytes
         self.max_rows, self.on_full, self.eviction, self.ttl = max_rows, on_full, eviction, ttl
+        self.admit_after = admit_after
 
     @property
     def vocabulary_size(self):
@@ -146,6 +148,7 @@ class EmbeddingSpec:
                             scheduler=self.scheduler, window=self.window,
                             seed=self.seed, max_rows=self.max_rows, on_full=self.on_full,
                             eviction=self.eviction, ttl=self.ttl,
+                            admit_after=self.admit_after,
                             hot_rows=self.hot_rows_of(dim), name=name)(keys)
 
     def hot_rows_of(self, dim):

@@ -298,12 +298,12 @@ def hit_rate(counters, prefix=""):
     return counters.get(prefix + "hits", 0) / max(counters.get(prefix + "unique_keys", 0), 1)
 
 
-def lookup_without_cache(table: ShardedTable, ids):
+def lookup_without_cache(table: ShardedTable, ids, training=True):
     """The no-cache read: unique ids go to the shards, rows come back."""
     ids = table.check_ids(ids)
     flat = tf.reshape(ids, [-1])
     unique, inverse = tf.unique(flat, out_idx=tf.int32)
-    rows = table.gather(unique)
+    rows = table.gather(unique, training=training)
     return rows, unique, tf.reshape(inverse, tf.shape(ids))
 
 

@@ -30,6 +30,7 @@ class Combination:
     lookahead: typing.Optional[bool] = None  # None: not asked for either way
     allocation: bool = False  # Herald's allocation moves samples between ranks
     evict: bool = False  # rows may leave the table: on_full "evict", or a ttl
+    admits: bool = False  # ids become rows after admit_after training reads
 
 
 Rule = collections.namedtuple("Rule", "settings refuses reason")
@@ -53,7 +54,7 @@ def stages(c):
     rows pass by the cache (under ParameterServerStrategy hot rows are
     pinned in it, and prefetch); a route of one's own is staged for, and
     prefetches if it is a cached one."""
-    return (c.embedding == "het" and c.cache
+    return (c.embedding == "het" and c.cache and not c.admits
             and (c.mode == "ps" or not c.hot_rows)
             and ((c.sync == "refresh" and c.scheduler is None)
                  or (c.scheduler == "herald" and c.window > 1)))
@@ -87,6 +88,9 @@ RULES = (
          "a route of one's own takes the place of the hot block's"),
     Rule(("route", "scheduler"), lambda c: c.route and c.scheduler == "herald",
          "a route of one's own takes the place of Herald's"),
+    Rule(("lookahead", "admits"), lambda c: c.lookahead and c.admits,
+         "a step counts once toward an id's admission, and the lookahead would ask for it "
+         "twice (ahead and in the step)"),
     Rule(("lookahead",), lambda c: c.lookahead and not stages(c),
          "the lookahead stages ids for HetEmbedding caches that sync by refresh, or by "
          "Herald's plan over a window, and not for a hot block's rows"),
@@ -112,6 +116,11 @@ RULES = (
     Rule(("evict", "sync"), lambda c: c.evict and c.cache and c.sync == "check",
          "a shard that drops rows keeps those workers' caches hold, and only a sync by "
          "refresh tells it which they are"),
+    Rule(("admits", "scheduler"), lambda c: c.admits and c.scheduler == "herald",
+         "Herald's plan reads its direct rows apart from the cache, and would count them "
+         "toward admission apart too"),
+    Rule(("admits", "embedding"), lambda c: c.admits and c.embedding != "het",
+         "admission decides when an id becomes a HetEmbedding row"),
     Rule(("evict", "scheduler"), lambda c: c.evict and c.scheduler == "herald",
          "Herald's plan keeps its direct rows' updates between steps, on rows a shard that "
          "drops rows would not know to keep"),
@@ -150,6 +159,7 @@ def spell_argument(setting, c):
         "lookahead": "het_tf.lookahead",
         "allocation": "the allocation",
         "evict": "on_full='evict' (or a ttl)",
+        "admits": "admit_after",
     }[setting]
 
 
@@ -169,4 +179,5 @@ def spell_flag(setting, c):
         "lookahead": "--lookahead" if c.lookahead else "--no-lookahead",
         "allocation": "--allocate-every",
         "evict": "--on-full evict (or --ttl)",
+        "admits": "--admit-after",
     }[setting]

@@ -177,6 +177,9 @@ class TableConfig:
     # Seconds after which a row no request used (and no cache holds) is
     # dropped; None: never.
     ttl: typing.Optional[int] = None
+    # Training reads an id needs before it becomes a row (row_lifetime.py);
+    # until then it reads zeros and its updates are dropped. None: the first.
+    admit_after: typing.Optional[int] = None
     # How errors name the table: table 'name' unless the caller (a layer)
     # names it its own way.
     owner: typing.Optional[str] = dataclasses.field(default=None, compare=False, repr=False)
@@ -199,7 +202,7 @@ class TableConfig:
         if not _is_int(self.seed):
             _fail(owner, f"seed must be an int, got {self.seed!r}")
         row_lifetime.check(owner, self.max_rows, self.on_full, self.eviction, self.ttl,
-                           self.fixed_vocabulary)
+                           self.admit_after, self.fixed_vocabulary)
 
     @property
     def label(self):
@@ -243,6 +246,7 @@ class TableConfig:
         return dict(table_name=self.name, dim=self.dim, vocabulary_size=self.vocabulary_size,
                     max_rows=max_rows, on_full=self.on_full, eviction=self.eviction,
                     ttl_seconds=-1 if self.ttl is None else int(self.ttl),
+                    admit_after=0 if self.admit_after is None else int(self.admit_after),
                     initializer="constant" if self.initializer == "zeros" else self.initializer,
                     initializer_a=0.0 if self.initializer == "zeros" else self.initializer_a,
                     initializer_b=self.initializer_b, seed=self.seed,

@@ -39,7 +39,7 @@ class HotBlock:
         self._ranks = ranks
         # Bounded by the hot set, not by the table's max_rows.
         config = dataclasses.replace(table.config, max_rows=None, on_full="refuse",
-                                     ttl=None)
+                                     ttl=None, admit_after=None)
         self._attrs = config.op_attrs(1)
         self.shared_name = f"het_hot/{config.name}/{instance}"
         self._ops = _op_library.load()

@@ -1,10 +1,14 @@
-"""When a dynamic table drops rows: the row limit (max_rows), split over
-the shards, and what a full shard does with a request for new rows
-(on_full), evicting by which rule (eviction); and the seconds after which
-a row no one used expires (ttl). The shards keep to it
+"""When a dynamic table makes and drops rows: the training reads an id
+needs before it becomes a row (admit_after); the row limit (max_rows),
+split over the shards, and what a full shard does with a request for new
+rows (on_full), evicting by which rule (eviction); and the seconds after
+which a row no one used expires (ttl). The shards keep to it
 (cc_ops/embedding/core/row_eviction.h); docs/keras_layer.md says it for
 users."""
 import numbers
+
+# A shard counts sightings in bytes (row_admission.h).
+MAX_ADMIT_AFTER = 255
 
 # What a table at its max_rows does with a request for new rows, and which
 # rows it evicts first.
@@ -12,8 +16,16 @@ ON_FULL = ("refuse", "evict")
 EVICTIONS = ("lru", "lfu")
 
 
-def check(owner, max_rows, on_full, eviction, ttl, fixed_vocabulary):
+def check(owner, max_rows, on_full, eviction, ttl, admit_after, fixed_vocabulary):
     """Raises ValueError, naming `owner`, for settings that cannot work."""
+    if admit_after is not None and (not isinstance(admit_after, numbers.Integral)
+                                    or isinstance(admit_after, bool)
+                                    or not 1 <= admit_after <= MAX_ADMIT_AFTER):
+        raise ValueError(f"{owner}: admit_after must be a whole number of steps from 1 to "
+                         f"{MAX_ADMIT_AFTER}, or None; got {admit_after!r}")
+    if admit_after is not None and fixed_vocabulary:
+        raise ValueError(f"{owner}: admit_after is for dynamic tables (input_dim=None): a "
+                         "fixed-vocabulary table holds every id it may see")
     if ttl is not None and (not isinstance(ttl, numbers.Integral) or isinstance(ttl, bool)
                             or ttl < 1):
         raise ValueError(f"{owner}: ttl must be a positive whole number of seconds or None, "

@@ -96,13 +96,17 @@ class ShardedTable:
                              f"got {ids.dtype.name}; pass integer ids")
         return tf.cast(ids, tf.int64)
 
-    def gather(self, keys):
-        """Rows of unique int64 `keys` (rank 1), created on first touch."""
+    def gather(self, keys, training=True):
+        """Rows of unique int64 `keys` (rank 1), created on first touch (a
+        table that admits ids creates only the admitted ids of a training
+        read, and the others read zeros)."""
         origin, rows = self._on_shards(
-            lambda s, h, k: self._ops.het_table_gather(h, k, dim=self.dim), keys)
+            lambda s, h, k: self._ops.het_table_gather(h, k, dim=self.dim, training=training),
+            keys)
         return rows[0] if origin is None else tf.dynamic_stitch(origin, rows)
 
-    def pull(self, keys, clocks, read_staleness, with_slots=False, keys_checked=False):
+    def pull(self, keys, clocks, read_staleness, with_slots=False, keys_checked=False,
+             training=None):
         """The clock-checked read: (positions, rows, clocks) of the keys
         whose cached copy is missing or staler than the read bound, shard
         after shard (the positions are distinct, not sorted). With slots,
@@ -110,12 +114,15 @@ class ShardedTable:
         slots), as a training cache needs it.
 
         keys_checked: the caller has checked every key against the
-        vocabulary (a cache's own Prepare did), so routing them need not."""
+        vocabulary (a cache's own Prepare did), so routing them need not.
+        training: whether the read counts toward admission and may create
+        rows (default: with_slots, as a training cache reads)."""
+        training = with_slots if training is None else training
         staleness = tf.cast(read_staleness, tf.int64)
         num_slots = self.config.num_slots if with_slots else 0
         origin, answers = self._on_shards(
             lambda s, h, k, c: self._ops.het_table_pull(h, k, c, staleness, dim=self.dim,
-                                                        num_slots=num_slots),
+                                                        num_slots=num_slots, training=training),
             keys, clocks, keys_checked=keys_checked)
         if origin is None:
             return tuple(answers[0])

@@ -55,11 +55,13 @@ struct CacheCounters {
   uint64_t updates_pushed = 0;
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
-  uint64_t steps = 0;            // training updates (Accumulate calls)
-  uint64_t prefetched = 0;       // rows a prefetch inserted
-  uint64_t prefetch_hits = 0;    // unique keys served by a row the last prefetch inserted
-  uint64_t rounds_resent = 0;    // rounds sent again after an answer that never came
-  uint64_t pushed_uncached = 0;  // gradients of keys not cached, for the caller to push
+  uint64_t steps = 0;              // training updates (Accumulate calls)
+  uint64_t prefetched = 0;         // rows a prefetch inserted
+  uint64_t prefetch_hits = 0;      // unique keys served by a row the last prefetch inserted
+  uint64_t rounds_resent = 0;      // rounds sent again after an answer that never came
+  uint64_t pushed_uncached = 0;    // gradients of keys not cached, for the caller to push
+  uint64_t not_admitted = 0;       // ids read as the default row (row_admission.h)
+  uint64_t gradients_dropped = 0;  // their gradients, which no shard takes
 };
 
 }  // namespace het

@@ -38,7 +38,9 @@ TableShard::TableShard(const TableConfig& config)
       num_slots_(NumSlots(config.optimizer.kind)),
       epoch_(NewEpoch()),
       sample_state_(DrawId()),
-      start_second_(config.seconds != nullptr ? config.seconds() : SteadySeconds()) {
+      start_second_(config.seconds != nullptr ? config.seconds() : SteadySeconds()),
+      sketch_(config.admit_after > 1 ? new AdmissionSketch(static_cast<int>(config.admit_after))
+                                     : nullptr) {
   size_t float_bytes = sizeof(float) * state_width();
   clock_offset_ = (float_bytes + 7) & ~size_t{7};
   // Then the clock, Adam's step count, and the key (for export): the key in
@@ -106,71 +108,32 @@ char* TableShard::FindOrCreate(Stripe& stripe, int64_t key, bool* created) {
   return p;
 }
 
-Status TableShard::ReserveNewRows(const int64_t* keys, int64_t n,
-                                  std::unique_ptr<RowReservation>* out) {
-  tick_.fetch_add(1, std::memory_order_relaxed);
-  if (!dropping() && config_.max_rows < 0) return Status::Ok();
-  std::unique_ptr<RowReservation> room(new RowReservation(&reserved_rows_));
-  if (dropping() && ExpiryDue()) {
-    room->alone = std::unique_lock<std::shared_mutex>(room_mu_);
-    Expire(keys, n);
-  } else if (dropping()) {
-    room->shared = std::shared_lock<std::shared_mutex>(room_mu_);
+char* TableShard::FindOrAdmit(Stripe& stripe, int64_t key, bool create) {
+  if (!create) {
+    const uint32_t row = stripe.index.Find(key);
+    if (row == KeyIndex::kAbsent) return nullptr;
   }
-  if (config_.max_rows < 0) {
-    *out = std::move(room);
-    return Status::Ok();
-  }
-  auto count_absent = [&] {
-    int64_t absent = 0;
-    ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
-      absent += stripe.index.Find(keys[i]) == KeyIndex::kAbsent;
-    });
-    return absent;
-  };
-  int64_t absent = count_absent();
-  // Concurrent requests reserve before creating, so together they cannot
-  // pass the limit; a key new to two of them is counted twice, which only
-  // errs on the side of refusing (or evicting).
-  const int64_t before = reserved_rows_.fetch_add(absent);
-  room->rows = absent;
-  const int64_t held = Size();
-  if (absent > 0 && held + before + absent > config_.max_rows) {
-    if (!evicting()) {
-      return Status::ResourceExhausted(
-          TableLabel(config_.name) + ": this shard holds " + std::to_string(held) +
-          " rows and its limit is " + std::to_string(config_.max_rows) +
-          "; the request would add " + std::to_string(absent) +
-          " more, so nothing was changed (raise max_rows, add PS shards, keep fewer distinct "
-          "ids, or evict with on_full=\"evict\")");
-    }
-    // Alone, no other request holds rows it found or reserved: the count is
-    // exact, and evicting takes no row from under anyone.
-    reserved_rows_.fetch_sub(absent);
-    room->rows = 0;
-    if (!room->alone.owns_lock()) {
-      room->shared.unlock();
-      room->alone = std::unique_lock<std::shared_mutex>(room_mu_);
-      absent = count_absent();
-    }
-    const int64_t need = Size() + absent - config_.max_rows;
-    if (need > 0) HET_RETURN_IF_ERROR(EvictFor(keys, n, need));
-    reserved_rows_.fetch_add(absent);
-    room->rows = absent;
-  }
-  *out = std::move(room);
-  return Status::Ok();
+  bool created;
+  return FindOrCreate(stripe, key, &created);
 }
 
-Status TableShard::Gather(const int64_t* keys, int64_t n, float* values) {
+void TableShard::DefaultState(float* state, int width) const {
+  std::fill(state, state + config_.dim, 0.0f);
+  if (width > config_.dim) InitializeSlots(config_.optimizer, config_.dim, state + config_.dim);
+}
+
+Status TableShard::Gather(const int64_t* keys, int64_t n, float* values, bool training) {
   HET_RETURN_IF_ERROR(CheckKeys(config_.name, config_.vocabulary_size, keys, n));
-  std::unique_ptr<RowReservation> reservation;
-  HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
+  std::unique_ptr<RowReservation> room;
+  HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, ReadAdmit(training), n, &room));
   const int dim = config_.dim;
   ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
-    bool created;
-    char* p = FindOrCreate(stripe, keys[i], &created);
-    std::memcpy(values + int64_t{i} * dim, Values(p), sizeof(float) * dim);
+    char* p = FindOrAdmit(stripe, keys[i], Creates(room.get(), i));
+    if (p == nullptr) {
+      DefaultState(values + int64_t{i} * dim, dim);
+    } else {
+      std::memcpy(values + int64_t{i} * dim, Values(p), sizeof(float) * dim);
+    }
   });
   keys_checked_.fetch_add(n, std::memory_order_relaxed);
   rows_sent_.fetch_add(n, std::memory_order_relaxed);
@@ -183,7 +146,7 @@ Status TableShard::Gather(const int64_t* keys, int64_t n, float* values) {
 Status TableShard::Read(const int64_t* keys, int64_t n, TableChunk* out) {
   HET_RETURN_IF_ERROR(CheckKeys(config_.name, config_.vocabulary_size, keys, n));
   std::unique_ptr<RowReservation> reservation;
-  HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
+  HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, Admit::kAll, n, &reservation));
   const int dim = config_.dim;
   const size_t slot_floats = size_t(num_slots_) * dim;
   const bool stepped = NeedsStepCount(config_.optimizer.kind);
@@ -213,10 +176,10 @@ Status TableShard::Read(const int64_t* keys, int64_t n, TableChunk* out) {
 }
 
 Status TableShard::Pull(const int64_t* keys, const int64_t* clocks, int64_t n,
-                        int64_t read_staleness, bool with_slots, PulledRows* out) {
+                        int64_t read_staleness, bool with_slots, PulledRows* out, bool training) {
   HET_RETURN_IF_ERROR(CheckKeys(config_.name, config_.vocabulary_size, keys, n));
-  std::unique_ptr<RowReservation> reservation;
-  HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
+  std::unique_ptr<RowReservation> room;
+  HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, ReadAdmit(training), n, &room));
   // Values and slots are contiguous in a row, so a state is one copy.
   const int width = with_slots ? state_width() : config_.dim;
   // Stripes are visited out of request order, so stale rows are copied by
@@ -225,8 +188,14 @@ Status TableShard::Pull(const int64_t* keys, const int64_t* clocks, int64_t n,
   std::vector<float> values_by_pos;
   std::vector<int64_t> clock_by_pos(n, 0);
   ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
-    bool created;
-    char* p = FindOrCreate(stripe, keys[i], &created);
+    char* p = FindOrAdmit(stripe, keys[i], Creates(room.get(), i));
+    if (p == nullptr) {  // not admitted: the default state, which no cache keeps
+      if (values_by_pos.empty()) values_by_pos.resize(size_t(n) * width);
+      stale[i] = 1;
+      clock_by_pos[i] = kNotAdmitted;
+      DefaultState(values_by_pos.data() + size_t(i) * width, width);
+      return;
+    }
     const int64_t server_clock = *Clock(p);
     if (clocks[i] < 0 || (read_staleness >= 0 && server_clock - clocks[i] > read_staleness)) {
       if (values_by_pos.empty()) values_by_pos.resize(size_t(n) * width);
@@ -279,6 +248,8 @@ TableCounters TableShard::Counters() const {
   c.rows_created = rows_created_.load();
   c.rows_evicted = rows_evicted_.load();
   c.rows_expired = rows_expired_.load();
+  c.ids_not_admitted = ids_not_admitted_.load();
+  c.updates_dropped = updates_dropped_.load();
   c.bytes_received = bytes_received_.load();
   c.bytes_sent = bytes_sent_.load();
   c.repeats = senders_.repeats();

@@ -1,7 +1,10 @@
 // One parameter-server shard of an embedding table.
 //
-// Rows are created on first touch from a deterministic initializer and carry
-// their optimizer slots and a clock: the number of updates applied to them.
+// Rows are created on first touch (or at an id's admit_after-th training
+// read, row_admission.h) from a deterministic initializer and carry their
+// optimizer slots and a clock: the number of updates applied to them. A
+// shard with a row limit may evict rows, and one with a ttl expire them
+// (row_eviction.h).
 // Keys are spread over lock stripes so that pulls and pushes from many
 // workers proceed in parallel; each stripe keeps its rows in a chunked arena,
 // so rows never move once created and growth never copies the table.
@@ -21,90 +24,15 @@
 #include "cc_ops/embedding/core/copy_records.h"
 #include "cc_ops/embedding/core/key_checks.h"
 #include "cc_ops/embedding/core/key_index.h"
+#include "cc_ops/embedding/core/row_admission.h"
 #include "cc_ops/embedding/core/row_eviction.h"
 #include "cc_ops/embedding/core/row_initializer.h"
 #include "cc_ops/embedding/core/sender_log.h"
 #include "cc_ops/embedding/core/sparse_optimizer.h"
+#include "cc_ops/embedding/core/table_config.h"
+#include "cc_ops/embedding/core/table_outputs.h"
 
 namespace het {
-
-struct TableConfig {
-  std::string name = "table";
-  int dim = 0;
-  // Fixed vocabulary: keys must lie in [0, vocabulary_size). -1: any int64.
-  int64_t vocabulary_size = -1;
-  // The most rows this shard may hold. -1: no limit. Past it a request that
-  // would create more either fails with ResourceExhausted, changing nothing
-  // (on_full = kRefuse), or first evicts as many rows as it needs
-  // (kEvict, row_eviction.h).
-  int64_t max_rows = -1;
-  OnFull on_full = OnFull::kRefuse;
-  EvictionPolicy eviction = EvictionPolicy::kLRU;
-  // Rows unused for longer than this many seconds are dropped, as evicted
-  // rows are (row_eviction.h). -1: never.
-  int64_t ttl_seconds = -1;
-  // The shard's clock in whole seconds; null: a steady clock (tests pass
-  // their own).
-  int64_t (*seconds)() = nullptr;
-  InitializerConfig initializer;
-  OptimizerConfig optimizer;
-};
-
-Status ValidateTableConfig(const TableConfig& config);
-
-struct TableCounters {
-  uint64_t pull_requests = 0;
-  uint64_t keys_checked = 0;    // keys received by pulls and gathers
-  uint64_t rows_sent = 0;       // rows returned to workers
-  uint64_t rows_refreshed = 0;  // of those, fresh states of copies past a read bound
-  uint64_t push_requests = 0;
-  uint64_t rows_pushed = 0;      // rows received with gradients
-  uint64_t updates_applied = 0;  // sum of pushed update counts
-  uint64_t rows_created = 0;
-  uint64_t rows_evicted = 0;  // dropped to make room (on_full = kEvict)
-  uint64_t rows_expired = 0;  // dropped unused for longer than the ttl
-  uint64_t bytes_received = 0;
-  uint64_t bytes_sent = 0;
-  // Exactly once (sender_log.h): rounds answered as repeats, merging
-  // nothing, and rounds refused before anything changed, by cause.
-  uint64_t repeats = 0;
-  uint64_t refused_epoch = 0;       // the sender saw another epoch
-  uint64_t refused_generation = 0;  // an older incarnation of the sender
-  uint64_t refused_sequence = 0;    // a round out of order
-};
-
-// Rows handed to a worker by Pull: only those that were missing or stale.
-struct PulledRows {
-  std::vector<int32_t> positions;  // into the request's key list, ascending
-  std::vector<float> values;       // positions.size() * (dim, or StateWidth with slots)
-  std::vector<int64_t> clocks;
-};
-
-// A sync's answer: the misses' states and clocks in request order, and the
-// fresh states of the sender's copies that went past its read bound.
-struct SyncedRows {
-  std::vector<float> miss_states;  // misses * StateWidth
-  std::vector<int64_t> miss_clocks;
-  std::vector<int64_t> refresh_keys;
-  std::vector<float> refresh_states;
-  std::vector<int64_t> refresh_clocks;
-};
-
-// What the shard's copy records hold, for the memory report.
-struct RecordSizes {
-  uint64_t workers = 0;
-  uint64_t copies = 0;
-  uint64_t bytes = 0;
-};
-
-// A chunk of a table for checkpoints and resharding.
-struct TableChunk {
-  std::vector<int64_t> keys;
-  std::vector<float> values;  // keys.size() * dim
-  std::vector<float> slots;   // keys.size() * num_slots * dim
-  std::vector<int64_t> clocks;
-  std::vector<int64_t> steps;
-};
 
 class TableShard {
  public:
@@ -118,9 +46,10 @@ class TableShard {
   int num_slots() const { return num_slots_; }
   int state_width() const { return StateWidth(config_.optimizer.kind, config_.dim); }
 
-  // Values of every key, creating missing rows. Every read and push of a
+  // Values of every key, creating missing rows (with admission: a training
+  // read's admitted ids; the others read zeros). Every read and push of a
   // row is a use of it, for an evicting shard's choice (row_eviction.h).
-  Status Gather(const int64_t* keys, int64_t n, float* values);
+  Status Gather(const int64_t* keys, int64_t n, float* values, bool training = true);
 
   // The clock-checked read: clocks[i] is the local clock of the worker's
   // cached copy of keys[i], or -1 when it has none. A row is returned when it
@@ -128,8 +57,10 @@ class TableShard {
   // clock by more than read_staleness (negative: never stale). With slots,
   // each row comes as its whole state (values then optimizer slots), for a
   // cache that takes the optimizer's steps locally.
+  // With admission, a miss of an id not admitted comes back as the default
+  // state (zeros, and the optimizer's initial slots) at clock kNotAdmitted.
   Status Pull(const int64_t* keys, const int64_t* clocks, int64_t n, int64_t read_staleness,
-              bool with_slots, PulledRows* out);
+              bool with_slots, PulledRows* out, bool training = true);
 
   // A training step's exchange under sync="refresh" (exchange_wire.h):
   // the pushes the request carries are merged as PushDeltas merges them;
@@ -221,13 +152,28 @@ class TableShard {
     explicit RowReservation(std::atomic<int64_t>* reserved) : reserved_(reserved) {}
     ~RowReservation() { reserved_->fetch_sub(rows); }
     int64_t rows = 0;
+    // With admission: whether the request creates the row of each of its
+    // ids (empty: every id not held).
+    std::vector<uint8_t> create;
     std::shared_lock<std::shared_mutex> shared;
     std::unique_lock<std::shared_mutex> alone;
 
    private:
     std::atomic<int64_t>* reserved_;
   };
-  Status ReserveNewRows(const int64_t* keys, int64_t n, std::unique_ptr<RowReservation>* out);
+  // How a request's reads make rows: every id not held (kAll, a table that
+  // does not admit ids, and restores and hot blocks), only the admitted ids
+  // of a training read (kTraining), or none (kNone, evaluation).
+  enum class Admit { kAll, kTraining, kNone };
+  Admit ReadAdmit(bool training) const;
+  // keys[0, reads) are read as `admit` says; the rest are pushed, and a
+  // table that admits ids makes no row for a push.
+  Status ReserveNewRows(const int64_t* keys, int64_t n, Admit admit, int64_t reads,
+                        std::unique_ptr<RowReservation>* out);
+  void DecideAdmission(const int64_t* keys, int64_t reads, Admit admit,
+                       const std::vector<uint8_t>& absent, RowReservation* room);
+  // Whether the request of `room` creates the row of its i-th id.
+  static bool Creates(const RowReservation* room, int64_t i);
   // With the room lock held alone: drops the rows unused for longer than
   // the ttl (but not `keys`, pinned rows or rows a worker holds a copy of).
   void Expire(const int64_t* keys, int64_t n);
@@ -251,6 +197,11 @@ class TableShard {
   void HintRow(const Stripe& stripe, int64_t key) const;
   // Finds or creates the row of key; the stripe's lock must be held.
   char* FindOrCreate(Stripe& stripe, int64_t key, bool* created);
+  // The row of key, created if `create`; null if it is not held and not
+  // created (the caller reads the default row).
+  char* FindOrAdmit(Stripe& stripe, int64_t key, bool create);
+  // The default row's state: zeros, and the optimizer's initial slots.
+  void DefaultState(float* state, int width) const;
   // Calls visit(stripe, i) for every request position i, grouped by stripe
   // with the stripe's lock held, so that each stripe is locked once a request.
   template <typename Visit>
@@ -266,6 +217,7 @@ class TableShard {
   bool evicting() const { return config_.on_full == OnFull::kEvict; }
   // Whether rows may leave: then the room lock and RowUse are kept.
   bool dropping() const { return evicting() || config_.ttl_seconds > 0; }
+  bool admitting() const { return config_.admit_after > 0; }
   // A free slot's clock: no row's clock is negative.
   static constexpr int64_t kFreeSlot = -1;
 
@@ -301,7 +253,8 @@ class TableShard {
   // evicted copies from the sender's record, answers its misses and queued
   // refreshes, and records them.
   void Serve(const Sender& sender, const std::vector<int64_t>& misses,
-             const std::vector<int64_t>& evicted, int64_t read_staleness, SyncedRows* out);
+             const std::vector<int64_t>& evicted, int64_t read_staleness,
+             const RowReservation* room, SyncedRows* out);
   // Queues the sender's copies of `keys`, whose refresh it never got (the
   // answer was lost): its next exchange takes them.
   void Requeue(const Sender& sender, const std::vector<int64_t>& keys);
@@ -338,6 +291,9 @@ class TableShard {
   int64_t start_second_;
   std::atomic<int64_t> next_expiry_{0};
   std::atomic<uint64_t> rows_evicted_{0}, rows_expired_{0};
+  // Admitting shards with admit_after > 1 only.
+  std::unique_ptr<AdmissionSketch> sketch_;
+  std::atomic<uint64_t> ids_not_admitted_{0}, updates_dropped_{0};
   std::atomic<uint64_t> pull_requests_{0}, keys_checked_{0}, rows_sent_{0}, rows_refreshed_{0},
       push_requests_{0}, rows_pushed_{0}, updates_applied_{0}, rows_created_{0}, bytes_received_{0},
       bytes_sent_{0}, refused_epoch_{0};

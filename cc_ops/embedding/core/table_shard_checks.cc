@@ -26,11 +26,16 @@ Status ValidateTableConfig(const TableConfig& c) {
     return Status::InvalidArgument(TableLabel(c.name) +
                                    ": ttl must be a positive number of seconds, or -1 for none");
   }
-  if ((c.on_full == OnFull::kEvict || c.ttl_seconds > 0) && c.vocabulary_size > 0) {
+  if (c.admit_after < 0 || c.admit_after > kMaxAdmitAfter) {
+    return Status::InvalidArgument(TableLabel(c.name) + ": admit_after must be between 1 and " +
+                                   std::to_string(kMaxAdmitAfter) + ", or 0 for no admission");
+  }
+  if ((c.on_full == OnFull::kEvict || c.ttl_seconds > 0 || c.admit_after > 0) &&
+      c.vocabulary_size > 0) {
     return Status::InvalidArgument(
         TableLabel(c.name) +
-        ": a fixed-vocabulary table holds every id it may see; eviction and ttl are for "
-        "dynamic tables");
+        ": a fixed-vocabulary table holds every id it may see; eviction, ttl and "
+        "admission are for dynamic tables");
   }
   Status s = ValidateOptimizer(c.optimizer);
   if (!s.ok()) return Status::InvalidArgument(TableLabel(c.name) + ": " + s.message());

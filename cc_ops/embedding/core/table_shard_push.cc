@@ -15,7 +15,7 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
                                const Sender& sender, int64_t unanswered, float* out,
                                int64_t* clocks, bool reserved, Apply apply) {
   std::unique_ptr<RowReservation> reservation;
-  if (!reserved) HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, &reservation));
+  if (!reserved) HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, Admit::kAll, 0, &reservation));
   // First each row's update on a copy of its state: one that would make a
   // value or a slot non-finite (a huge gradient squared, say) refuses the
   // whole push before anything changes. The rows then take their copies,
@@ -25,9 +25,16 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
   std::vector<float> next(size_t(n) * state);
   std::vector<int64_t> seen(n), steps(n);
   int64_t bad = -1;
+  // A table that admits ids drops the updates of ids it does not hold (not
+  // admitted, or dropped since), counted: they are not lost unseen.
+  constexpr int64_t kDropped = -2;
   ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
     float* copy = next.data() + size_t(i) * state;
     const uint32_t row = stripe.index.Find(keys[i]);
+    if (row == KeyIndex::kAbsent && admitting()) {
+      seen[i] = kDropped;
+      return;
+    }
     if (row == KeyIndex::kAbsent) {
       InitializeRow(config_.initializer, keys[i], config_.dim, copy);
       InitializeSlots(config_.optimizer, config_.dim, copy + config_.dim);
@@ -45,8 +52,15 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
     if (!AllFinite(copy, state) && (bad < 0 || i < bad)) bad = i;
   });
   if (bad >= 0) return NonFiniteUpdate(TableLabel(config_.name), keys[bad]);
-  uint64_t updates = 0;
+  uint64_t updates = 0, dropped = 0;
   ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
+    if (seen[i] == kDropped) {
+      dropped += counts[i];
+      if (i < unanswered) return;
+      if (out != nullptr) DefaultState(out + (i - unanswered) * width, width);
+      if (clocks != nullptr) clocks[i - unanswered] = kNotAdmitted;
+      return;
+    }
     bool created;
     char* p = FindOrCreate(stripe, keys[i], &created);
     if (*Clock(p) == seen[i]) {
@@ -71,6 +85,7 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
   push_requests_.fetch_add(1, std::memory_order_relaxed);
   rows_pushed_.fetch_add(n, std::memory_order_relaxed);
   updates_applied_.fetch_add(updates, std::memory_order_relaxed);
+  updates_dropped_.fetch_add(dropped, std::memory_order_relaxed);
   return Status::Ok();
 }
 

@@ -48,8 +48,9 @@ Status TableShard::Exchange(const uint8_t* request, size_t size, std::vector<uin
   std::vector<int64_t> touched(r.misses);
   touched.insert(touched.end(), r.push_keys.begin(), r.push_keys.end());
   std::unique_ptr<RowReservation> reservation;
-  HET_RETURN_IF_ERROR(
-      ReserveNewRows(touched.data(), static_cast<int64_t>(touched.size()), &reservation));
+  HET_RETURN_IF_ERROR(ReserveNewRows(touched.data(), static_cast<int64_t>(touched.size()),
+                                     ReadAdmit(/*training=*/true),
+                                     static_cast<int64_t>(r.misses.size()), &reservation));
   const int64_t answered = pushes - r.push_unanswered;
   std::vector<float> push_states(size_t(answered) * r.width);
   a.push_clocks.resize(answered);
@@ -64,7 +65,7 @@ Status TableShard::Exchange(const uint8_t* request, size_t size, std::vector<uin
   }
   SyncedRows rows;
   if (turn.repeat()) Requeue(r.sender, turn.lost_refreshes());
-  Serve(r.sender, r.misses, r.evicted, r.read_staleness, &rows);
+  Serve(r.sender, r.misses, r.evicted, r.read_staleness, reservation.get(), &rows);
   turn.Done(rows.refresh_keys);
   a.push_states = {push_states.data(), answered};
   a.miss_states = {rows.miss_states.data(), static_cast<int64_t>(rows.miss_clocks.size())};
@@ -115,7 +116,7 @@ void TableShard::Requeue(const Sender& sender, const std::vector<int64_t>& keys)
 
 void TableShard::Serve(const Sender& sender, const std::vector<int64_t>& misses,
                        const std::vector<int64_t>& evicted, int64_t read_staleness,
-                       SyncedRows* out) {
+                       const RowReservation* room, SyncedRows* out) {
   const int64_t m = static_cast<int64_t>(misses.size());
   // Each stripe's records are kept under its lock, with its rows: a copy is
   // recorded at the clock read in the same step, and a push queues copies
@@ -144,8 +145,12 @@ void TableShard::Serve(const Sender& sender, const std::vector<int64_t>& misses,
   out->miss_states.resize(size_t(m) * width);
   out->miss_clocks.resize(m);
   ForEachByStripe(misses.data(), m, [&](Stripe& stripe, int32_t i) {
-    bool created;
-    char* p = FindOrCreate(stripe, misses[i], &created);
+    char* p = FindOrAdmit(stripe, misses[i], Creates(room, i));
+    if (p == nullptr) {  // not admitted: the default state, not recorded, for no cache keeps it
+      DefaultState(out->miss_states.data() + size_t(i) * width, width);
+      out->miss_clocks[i] = kNotAdmitted;
+      return;
+    }
     std::memcpy(out->miss_states.data() + size_t(i) * width, Values(p), sizeof(float) * width);
     out->miss_clocks[i] = *Clock(p);
     // The record is the one taken above: only this request replaces it.

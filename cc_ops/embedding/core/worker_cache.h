@@ -41,6 +41,7 @@
 #include "cc_ops/embedding/core/cache_outputs.h"
 #include "cc_ops/embedding/core/copy_records.h"
 #include "cc_ops/embedding/core/key_index.h"
+#include "cc_ops/embedding/core/row_admission.h"
 #include "cc_ops/embedding/core/worker_cache_data.h"
 
 namespace het {
@@ -218,7 +219,7 @@ class WorkerCache : private WorkerCacheData {
   // prepared ones from here on.
   void RememberBatch(const int64_t* keys, int64_t n, const std::vector<int32_t>& slots);
   // The shards' clocks are never negative.
-  Status CheckReturnedClocks(const int64_t* clocks, int64_t n) const;
+  Status CheckReturnedClocks(const int64_t* clocks, int64_t n, bool misses = false) const;
   // The shards' epochs as an answer carried them (num_shards) against those
   // this cache saw first: any other marks the cache's copies as the old
   // table's (cleared at the next lookup) and fails with Aborted.

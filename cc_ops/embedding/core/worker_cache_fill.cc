@@ -88,6 +88,7 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
   }
   std::vector<bool> inserted(u, false);
   uint64_t hits = 0, misses = 0, refreshes = 0, hits_fetched_ahead = 0, passed = 0;
+  uint64_t not_admitted = 0;
   OutboxRows unsent(outbox_);
   const bool prefetched = fetched_ahead_.size() > 0;
   for (int64_t i = 0; i < u; ++i) {
@@ -103,6 +104,20 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
     if (i + kHintAhead < u) HintSlot(slots[i + kHintAhead]);
     const int64_t clock = fresh_clocks[i];
     int32_t slot = slots[i];
+    if (clock == kNotAdmitted) {
+      // Not admitted (row_admission.h): the default row for this step, in
+      // no slot, so that the id's next step asks the shard again; its
+      // gradient is dropped (Accumulate).
+      ++not_admitted;
+      ++misses;
+      if (slot >= 0) continue;  // a copy the shard no longer holds: it stays
+      std::memcpy(rows_out + size_t(i) * dim, fresh, sizeof(float) * dim);
+      if (passing_.index.Find(unique_keys[i]) != KeyIndex::kAbsent) continue;
+      passing_.index.Insert(unique_keys[i], static_cast<uint32_t>(passing_.clocks.size()));
+      passing_.states.insert(passing_.states.end(), fresh, fresh + width_);
+      passing_.clocks.push_back(kNotAdmitted);
+      continue;
+    }
     if (slot >= 0) {
       Refresh(slot, fresh, clock);
       ++refreshes;
@@ -146,6 +161,7 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
   counters_.misses += misses;
   counters_.stale_refreshes += refreshes;
   counters_.passed_through += passed;
+  counters_.not_admitted += not_admitted;
   if (prefetched) fetched_ahead_.Clear();
   RememberBatch(unique_keys, u, slots);
 }
@@ -244,7 +260,7 @@ Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_
     }
     answer[positions[r]] = static_cast<int32_t>(r);
   }
-  HET_RETURN_IF_ERROR(CheckReturnedClocks(clocks, m));
+  HET_RETURN_IF_ERROR(CheckReturnedClocks(clocks, m, /*misses=*/true));
 
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<int32_t> slots;

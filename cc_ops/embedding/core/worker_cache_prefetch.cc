@@ -115,7 +115,8 @@ Status WorkerCache::EndPrefetch(const int64_t* unique_keys, int64_t u,
   std::vector<int32_t> inserted;
   OutboxRows unsent(outbox_);
   for (int64_t i = 0; i < u; ++i) {
-    if (fresh[i] == nullptr) continue;
+    // A row not admitted stays out: the step itself asks for it again.
+    if (fresh[i] == nullptr || fresh_clocks[i] == kNotAdmitted) continue;
     const int32_t slot = TakeSlot();
     if (slot == EvictionOrder::kNone) {
       // No room beside the two batches: the next lookup fetches it. The

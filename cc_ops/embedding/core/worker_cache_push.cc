@@ -54,6 +54,10 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
   // A cached row's slot, -1 - its place among the rows passed through, or
   // kUncached.
   constexpr int64_t kUncached = INT64_MIN;
+  // A row passed through that no shard admitted.
+  auto NotAdmitted = [&](int64_t slot) {
+    return slot < 0 && slot != kUncached && passing_.clocks[-1 - slot] == kNotAdmitted;
+  };
   std::vector<int64_t> slots(n);
   std::vector<int64_t> missing;
   for (int64_t i = 0; i < n; ++i) {
@@ -79,7 +83,7 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
     if (i + kHintAhead < n && slots[i + kHintAhead] != kUncached) {
       HintSlot(static_cast<int32_t>(slots[i + kHintAhead]));
     }
-    if (slots[i] == kUncached) continue;
+    if (slots[i] == kUncached || NotAdmitted(slots[i])) continue;
     float* row = next.data() + size_t(i) * span;
     int64_t step;
     if (slots[i] >= 0) {
@@ -101,6 +105,10 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
   last_learning_rate_ = learning_rate;
   for (int64_t i = 0; i < n; ++i) {
     if (slots[i] == kUncached) continue;
+    if (NotAdmitted(slots[i])) {
+      ++counters_.gradients_dropped;  // no shard holds the row to take it
+      continue;
+    }
     const float* row = next.data() + size_t(i) * span;
     if (slots[i] < 0) {
       // A row passed through takes its one step and joins the outbox,

@@ -105,7 +105,8 @@ Status WorkerCache::TakeAnswers(const int64_t* keys, int64_t u, const std::vecto
     a[s].width = width_;
     HET_RETURN_IF_ERROR(wire::DecodeAnswer(config_.table_name, answers[s], sizes[s], &a[s]));
     HET_RETURN_IF_ERROR(CheckReturnedClocks(a[s].push_clocks.data(), a[s].push_clocks.size()));
-    HET_RETURN_IF_ERROR(CheckReturnedClocks(a[s].miss_clocks.data(), a[s].miss_clocks.size()));
+    HET_RETURN_IF_ERROR(CheckReturnedClocks(a[s].miss_clocks.data(), a[s].miss_clocks.size(),
+                                            /*misses=*/true));
     HET_RETURN_IF_ERROR(
         CheckReturnedClocks(a[s].refresh_clocks.data(), a[s].refresh_clocks.size()));
   }

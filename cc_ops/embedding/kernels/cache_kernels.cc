@@ -163,6 +163,8 @@ class HetCacheStatsOp : public CacheKernel {
                                              {"prefetch_hits", int64_t(c.prefetch_hits)},
                                              {"rounds_resent", int64_t(c.rounds_resent)},
                                              {"pushed_uncached", int64_t(c.pushed_uncached)},
+                                             {"not_admitted", int64_t(c.not_admitted)},
+                                             {"gradients_dropped", int64_t(c.gradients_dropped)},
                                              {"pinned_keys", cache.pinned_keys()},
                                          }));
   }

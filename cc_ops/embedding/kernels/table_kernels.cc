@@ -32,6 +32,7 @@ tensorflow::Status ParseTableConfig(OpKernelConstruction* ctx, TableConfig* c) {
   TF_RETURN_IF_ERROR(ctx->GetAttr("on_full", &on_full));
   TF_RETURN_IF_ERROR(ctx->GetAttr("eviction", &eviction));
   TF_RETURN_IF_ERROR(ctx->GetAttr("ttl_seconds", &c->ttl_seconds));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("admit_after", &c->admit_after));
   TF_RETURN_IF_ERROR(ctx->GetAttr("initializer", &initializer));
   TF_RETURN_IF_ERROR(ctx->GetAttr("initializer_a", &c->initializer.a));
   TF_RETURN_IF_ERROR(ctx->GetAttr("initializer_b", &c->initializer.b));
@@ -69,22 +70,28 @@ class HetTableShardOp : public CoreResourceOp<TableShard, TableConfig> {
 
 class HetTableGatherOp : public TableKernel {
  public:
-  using TableKernel::TableKernel;
+  explicit HetTableGatherOp(OpKernelConstruction* ctx) : TableKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("training", &training_));
+  }
   void Run(OpKernelContext* ctx, TableShard& table) override {
     const Tensor& keys = ctx->input(1);
     const int64_t n = keys.NumElements();
     OP_REQUIRES_OK(ctx, CheckVector(table.config().name, "keys", keys));
     Tensor* values = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, dim_}), &values));
-    OP_REQUIRES_OK(
-        ctx, ToTf(table.Gather(keys.flat<int64_t>().data(), n, values->flat<float>().data())));
+    OP_REQUIRES_OK(ctx, ToTf(table.Gather(keys.flat<int64_t>().data(), n,
+                                          values->flat<float>().data(), training_)));
   }
+
+ private:
+  bool training_ = true;
 };
 
 class HetTablePullOp : public TableKernel {
  public:
   explicit HetTablePullOp(OpKernelConstruction* ctx) : TableKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("num_slots", &num_slots_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("training", &training_));
   }
   void Run(OpKernelContext* ctx, TableShard& table) override {
     const Tensor& keys = ctx->input(1);
@@ -98,7 +105,7 @@ class HetTablePullOp : public TableKernel {
     PulledRows pulled;
     OP_REQUIRES_OK(
         ctx, ToTf(table.Pull(keys.flat<int64_t>().data(), ctx->input(2).flat<int64_t>().data(), n,
-                             read_staleness, num_slots_ > 0, &pulled)));
+                             read_staleness, num_slots_ > 0, &pulled, training_)));
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 0, pulled.positions));
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 1, pulled.values, dim_ * (1 + num_slots_)));
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 2, pulled.clocks));
@@ -106,6 +113,7 @@ class HetTablePullOp : public TableKernel {
 
  private:
   int64_t num_slots_ = 0;
+  bool training_ = true;
 };
 
 class HetTableExchangeOp : public TableKernel {
@@ -151,6 +159,8 @@ class HetTableStatsOp : public TableKernel {
                                              {"rows_created", int64_t(c.rows_created)},
                                              {"rows_evicted", int64_t(c.rows_evicted)},
                                              {"rows_expired", int64_t(c.rows_expired)},
+                                             {"ids_not_admitted", int64_t(c.ids_not_admitted)},
+                                             {"updates_dropped", int64_t(c.updates_dropped)},
                                              {"bytes_received", int64_t(c.bytes_received)},
                                              {"bytes_sent", int64_t(c.bytes_sent)},
                                              {"repeats", int64_t(c.repeats)},

@@ -47,6 +47,7 @@ REGISTER_OP("HetTableShard")
     .Attr("on_full: {'refuse', 'evict'} = 'refuse'")
     .Attr("eviction: {'lru', 'lfu'} = 'lru'")
     .Attr("ttl_seconds: int = -1")
+    .Attr("admit_after: int = 0")
     .Attr("initializer: string = 'uniform'")
     .Attr("initializer_a: float = -0.05")
     .Attr("initializer_b: float = 0.05")
@@ -61,7 +62,9 @@ request that would take the shard past max_rows rows fails with
 ResourceExhausted and changes nothing (on_full='refuse'), or first evicts the
 least recently (eviction='lru') or least often ('lfu') used rows that no
 worker's cache holds (on_full='evict'). With ttl_seconds > 0, rows no
-request used for longer than that (and no cache holds) are dropped.
+request used for longer than that (and no cache holds) are dropped. With
+admit_after = K > 0, an id becomes a row at its K-th training read; until
+then reads give zeros and pushes of it are dropped.
 )doc");
 
 REGISTER_OP("HetTableGather")
@@ -69,8 +72,12 @@ REGISTER_OP("HetTableGather")
     .Input("keys: int64")
     .Output("values: float")
     .Attr("dim: int >= 1")
+    .Attr("training: bool = true")
     .SetShapeFn(RowPerKeyShape)
-    .Doc("Rows of `keys`, created on first touch: the no-cache read.");
+    .Doc(R"doc(
+Rows of `keys`, created on first touch: the no-cache read. A table that admits
+ids creates only the admitted ids of a training read; other ids read zeros.
+)doc");
 
 REGISTER_OP("HetTablePull")
     .Input("table: resource")
@@ -82,6 +89,7 @@ REGISTER_OP("HetTablePull")
     .Output("row_clocks: int64")
     .Attr("dim: int >= 1")
     .Attr("num_slots: int >= 0 = 0")
+    .Attr("training: bool = true")
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle unused;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &unused));

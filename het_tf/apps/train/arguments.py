@@ -129,6 +129,10 @@ def add_arguments(p):
     p.add_argument("--ttl", type=_positive, default=None,
                    help="seconds after which an embedding row no step used (and no cache "
                    "holds) is dropped (default: never)")
+    p.add_argument("--admit-after", type=_positive, default=None,
+                   help="training steps that must look an id up before it becomes an "
+                   "embedding row; until then it reads zeros and its gradients are dropped "
+                   "(default: the first; the lookahead is then off by default)")
     p.add_argument("--samples", type=_positive, default=1_000_000,
                    help="training samples, all workers together")
     p.add_argument("--eval-samples", type=int, default=100_000,
@@ -235,11 +239,13 @@ def _check_combination(args):
         sync=args.sync, scheduler=args.scheduler, staleness=args.staleness != "auto",
         window=args.window,
         hot_rows=args.hot, lookahead=args.lookahead, allocation=bool(args.allocate_every),
-        evict=args.on_full == "evict" or args.ttl is not None)
+        evict=args.on_full == "evict" or args.ttl is not None,
+        admits=args.admit_after is not None)
     combinations.check(combination, combinations.spell_flag, "")
     if args.on_full == "evict" and args.max_rows is None:
         raise ValueError("--on-full evict needs --max-rows, the limit eviction keeps to")
-    for flag, value in (("--max-rows", args.max_rows), ("--ttl", args.ttl)):
+    for flag, value in (("--max-rows", args.max_rows), ("--ttl", args.ttl),
+                        ("--admit-after", args.admit_after)):
         if value is not None and args.embedding != "het":
             raise ValueError(f"{flag} with --embedding {args.embedding}: it is "
                              "HetEmbedding's")

@@ -75,7 +75,7 @@ def embedding_figures(model, ranks=1):
     if not layers:
         return {}
     totals = {"hits": 0, "unique_keys": 0, "table_rows": 0, "prefetch_hits": 0,
-              "table_rows_evicted": 0, "table_rows_expired": 0}
+              "table_rows_evicted": 0, "table_rows_expired": 0, "table_ids_not_admitted": 0}
     traffic, per_sample = 0, 0.0
     # Per sample, where a layer has them: FAE's exchange between the ranks
     # and Herald's ids shared between them (both in embedding_bytes), and
@@ -92,7 +92,7 @@ def embedding_figures(model, ranks=1):
         for counter in ("hits", "unique_keys", "prefetch_hits"):
             totals[counter] += stats.get(f"cache_{counter}", 0)
         totals["table_rows"] += stats["table_rows"]
-        for counter in ("table_rows_evicted", "table_rows_expired"):
+        for counter in ("table_rows_evicted", "table_rows_expired", "table_ids_not_admitted"):
             totals[counter] += stats.get(counter, 0)
         samples = max(stats["samples"], 1) * (1 if "cache_hits" in stats else ranks)
         if "cache_hits" in stats:
@@ -106,6 +106,7 @@ def embedding_figures(model, ranks=1):
                     "table_rows_per_task": rows_per_task(layers),
                     "rows_evicted": int(totals["table_rows_evicted"]),
                     "rows_expired": int(totals["table_rows_expired"]),
+                    "ids_not_admitted": int(totals["table_ids_not_admitted"]),
                     "embedding_bytes_per_sample": per_sample})
     allocation = het_allocation(model)
     if allocation is not None:  # Herald's: summaries, scores and the samples moved

@@ -50,7 +50,8 @@ def _build_and_compile(args, inputs, mode):
                              args.learning_rate, args.seed, args.sync, hot_rows=args.hot_rows,
                              hot_bytes=args.hot_bytes, window=args.window,
                              scheduler=args.scheduler, max_rows=args.max_rows,
-                             on_full=args.on_full, eviction=args.eviction, ttl=args.ttl)
+                             on_full=args.on_full, eviction=args.eviction, ttl=args.ttl,
+                             admit_after=args.admit_after)
         model = build_model(args.model, spec, dim=args.dim)
         mode.distribute(model)
         optimizer = tf_keras.optimizers.get({

@@ -113,7 +113,7 @@ class LocalCluster {
       het::PulledRows pulled;
       HET_RETURN_IF_ERROR(ShardOfKey(plan->unique_keys[i])
                               .Pull(&plan->unique_keys[i], &plan->clocks[i], 1,
-                                    plan->read_staleness, training, &pulled));
+                                    plan->read_staleness, training, &pulled, training));
       if (!pulled.positions.empty()) {
         positions.push_back(static_cast<int32_t>(i));
         rows.insert(rows.end(), pulled.values.begin(), pulled.values.end());

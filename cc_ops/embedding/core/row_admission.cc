@@ -1,0 +1,58 @@
+#include "cc_ops/embedding/core/row_admission.h"
+
+#include <algorithm>
+
+#include "cc_ops/common/hashing.h"
+
+namespace het {
+namespace {
+
+// One odd constant a sketch row: four independent-enough hashes of a key.
+constexpr uint64_t kRowSalt[kSketchDepth] = {0x9e3779b97f4a7c15ULL, 0xc2b2ae3d27d4eb4fULL,
+                                             0x165667b19e3779f9ULL, 0xd6e8feb86659fd93ULL};
+
+}  // namespace
+
+AdmissionSketch::AdmissionSketch(int threshold)
+    : threshold_(threshold), counters_(new std::atomic<uint8_t>[kSketchDepth * kSketchWidth]) {
+  for (size_t i = 0; i < kSketchDepth * kSketchWidth; ++i) counters_[i].store(0);
+}
+
+size_t AdmissionSketch::Cell(int row, int64_t key) const {
+  const uint64_t h = Mix64(static_cast<uint64_t>(key) ^ kRowSalt[row]);
+  return row * kSketchWidth + (h & (kSketchWidth - 1));
+}
+
+int AdmissionSketch::Count(int64_t key) const {
+  int count = 255;
+  for (int r = 0; r < kSketchDepth; ++r) {
+    count = std::min<int>(count, counters_[Cell(r, key)].load(std::memory_order_relaxed));
+  }
+  return count;
+}
+
+bool AdmissionSketch::Sighted(int64_t key) {
+  // Conservative update: only the counters at the minimum move, so an id
+  // that shares a cell with a busier one does not push it further.
+  const int next = std::min(Count(key) + 1, 255);
+  for (int r = 0; r < kSketchDepth; ++r) {
+    std::atomic<uint8_t>& c = counters_[Cell(r, key)];
+    uint8_t have = c.load(std::memory_order_relaxed);
+    while (have < next && !c.compare_exchange_weak(have, static_cast<uint8_t>(next))) {
+    }
+  }
+  if (sightings_.fetch_add(1, std::memory_order_relaxed) + 1 == kSketchWidth / 2) {
+    sightings_.store(0);
+    Halve();
+  }
+  return next >= threshold_;
+}
+
+void AdmissionSketch::Halve() {
+  for (size_t i = 0; i < kSketchDepth * kSketchWidth; ++i) {
+    counters_[i].store(counters_[i].load(std::memory_order_relaxed) >> 1,
+                       std::memory_order_relaxed);
+  }
+}
+
+}  // namespace het

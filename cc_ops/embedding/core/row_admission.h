@@ -1,0 +1,55 @@
+// When an id becomes a row: after `admit_after` training steps have looked
+// it up (each worker's step that asks the shard for it counts once).
+//
+// A shard counts the sightings of ids it does not hold in a count-min
+// sketch (four rows of one-byte counters, conservative update: only the
+// smallest counters of an id grow), so the memory is fixed whatever the
+// stream: kSketchWidth * kSketchDepth bytes a shard. Every kSketchWidth / 2
+// sightings all counters halve, so counts fade and an id must come back
+// within about that many sightings of new ids to be admitted. A sketch only
+// errs upward: an id may be admitted early (docs/keras_layer.md gives the
+// measured rate), never late.
+//
+// Until it is admitted an id reads the default row (zeros, as an exported
+// model reads ids it does not hold), its gradients are dropped, and no cache
+// keeps it: the shard answers it with the clock kNotAdmitted.
+#ifndef HET_TF_EMBEDDING_CORE_ROW_ADMISSION_H_
+#define HET_TF_EMBEDDING_CORE_ROW_ADMISSION_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+namespace het {
+
+// The clock a shard answers for an id it does not hold and did not admit.
+constexpr int64_t kNotAdmitted = -1;
+
+// A sketch's counters are bytes.
+constexpr int64_t kMaxAdmitAfter = 255;
+
+constexpr int kSketchDepth = 4;
+constexpr uint64_t kSketchWidth = uint64_t{1} << 20;
+
+class AdmissionSketch {
+ public:
+  // Ids are admitted at their `threshold`-th sighting (2..255).
+  explicit AdmissionSketch(int threshold);
+  // Counts one sighting of key; true once it reaches the threshold.
+  bool Sighted(int64_t key);
+  // The sightings counted for key so far (an upper bound).
+  int Count(int64_t key) const;
+  static size_t MemoryBytes() { return kSketchDepth * kSketchWidth; }
+
+ private:
+  size_t Cell(int row, int64_t key) const;
+  void Halve();
+
+  int threshold_;
+  std::unique_ptr<std::atomic<uint8_t>[]> counters_;  // kSketchDepth rows of kSketchWidth
+  std::atomic<uint64_t> sightings_{0};
+};
+
+}  // namespace het
+
+#endif  // HET_TF_EMBEDDING_CORE_ROW_ADMISSION_H_
