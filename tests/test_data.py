@@ -12,10 +12,12 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from het_tf import _op_library
 from het_tf.apps.train.figures import roc_auc
 from het_tf.data import (
     CATEGORICAL_FIELDS,
     DENSE_FIELDS,
+    KAGGLE_CARDINALITIES,
     SyntheticCriteo,
     criteo_key,
     criteo_parquet_dataset,
@@ -133,6 +135,94 @@ def test_synthetic_labels_follow_the_hidden_model():
 def test_synthetic_rejects_bad_settings(kwargs):
     with pytest.raises(ValueError, match="synthetic criteo"):
         SyntheticCriteo(**kwargs)
+
+
+# ----- a drifting synthetic stream -----
+
+# Rows of SyntheticCriteo(seed=0, scale=0.01) made before it had a drift:
+# (stream, row) -> C1..C26's ids, "-" for empty.
+ROWS_BEFORE_DRIFT = {
+    (0, 0): "42 10 3 3 2 4 8 58 1 13 2 7006 3 3 11 8 4 7 - - 24 - 1 60 6 6",
+    (0, 1): "2 2 14 5 54 6 30 1 0 10 6 68 1 7 1 569 2 0 - - 1095 - 4 287 46 -",
+    (3, 1000): "1 5 133 6611 6 17 25 34 1 0 11 1665 1 13 5 15 2 53 0 0 9 - 0 379 3 7",
+    (HELD_OUT_STREAM, 7): "3 4 20 2 63 7 35 4 1 43 4 588 4 0 3 105 0 38 - 0 4 15 11 7 - -",
+}
+
+
+def field_ids(features, field=2):
+    """A field's ids (C3's by default, 101312 of them at scale 0.01) in the
+    rows that hold one."""
+    _, value, missing = split_key(features["categorical"].numpy())
+    return value[:, field][~missing[:, field]]
+
+
+def most_drawn(ids, top=100):
+    values, counts = np.unique(ids, return_counts=True)
+    return set(values[np.argsort(-counts, kind="stable")[:top]].tolist())
+
+
+def test_a_still_stream_keeps_the_rows_of_before_drift():
+    for data in (SyntheticCriteo(seed=0, scale=0.01), SyntheticCriteo(seed=0, scale=0.01, drift=0)):
+        for (stream, row), ids in ROWS_BEFORE_DRIFT.items():
+            expected = [int(missing_key(f)) if text == "-" else int(criteo_key(f, int(text)))
+                        for f, text in enumerate(ids.split())]
+            for position in (None, 10**9):  # without drift a position changes nothing
+                keys = data.rows(stream, row, 1, position=position)[0]["categorical"].numpy()
+                assert keys[0].tolist() == expected
+
+
+def test_drift_moves_each_large_fields_ids_by_r_per_sample():
+    """The definition against the still stream: the same draws, a large
+    field's id (rank - floor(R t)) mod n at row t, a small field's unmoved."""
+    rate, first, n = 0.25, 40_000, 500  # 0.25: the same as the op's float32
+    still = SyntheticCriteo(seed=2, scale=0.01)
+    drifting = SyntheticCriteo(seed=2, scale=0.01, drift=rate)
+    assert drifting.drift == rate and drifting.cardinalities == still.cardinalities
+    (a, _), (b, _) = still.rows(1, first, n), drifting.rows(1, first, n)
+    _, a_ids, a_missing = split_key(a["categorical"].numpy())
+    _, b_ids, b_missing = split_key(b["categorical"].numpy())
+    shift = np.floor(rate * np.arange(first, first + n))[:, None].astype(np.int64)
+    large = np.array(KAGGLE_CARDINALITIES) > 64
+    expected = np.where(large, (a_ids - shift) % np.array(drifting.cardinalities), a_ids)
+    np.testing.assert_array_equal(b_missing, a_missing)
+    np.testing.assert_array_equal(b_ids[~b_missing], expected[~a_missing])
+    np.testing.assert_array_equal(b["dense"], a["dense"])
+    assert (b_ids != a_ids)[:, large].mean() > 0.9
+
+
+def test_held_out_rows_follow_the_stream_where_training_ended():
+    """At 0.01 ids a sample the ranking has moved 10000 ids by row 1M: the
+    held-out rows drawn at 1M share the last training rows' hot ids, and
+    none with held-out rows drawn as at the stream's start."""
+    trained = 1_000_000
+    data = SyntheticCriteo(seed=1, scale=0.01, drift=0.01)
+    recent = most_drawn(field_ids(data.rows(0, trained - 5000, 5000)[0]))
+    at_end = field_ids(next(iter(data.held_out(5000, 5000, position=trained)))[0])
+    from_start = field_ids(next(iter(data.held_out(5000, 5000)))[0])
+    assert len(most_drawn(at_end) & recent) > 50
+    assert np.isin(at_end, list(recent)).mean() > 0.3
+    assert not most_drawn(from_start) & recent
+    assert np.isin(from_start, list(recent)).mean() < 0.01
+    # Every row of a held-out part is drawn at the same position.
+    part = read_all(data.held_out(700, 1400, position=trained, part=1))
+    np.testing.assert_array_equal(
+        part[1], data.rows(HELD_OUT_STREAM + 1, 0, 1400, position=trained)[0]["categorical"])
+
+
+@pytest.mark.parametrize("drift", [-0.1, float("nan"), float("inf"), 2e6, "0.1", True, None])
+def test_synthetic_refuses_a_bad_drift(drift):
+    with pytest.raises(ValueError, match=r"synthetic criteo: drift must be a rate in \[0, 1e\+06\]"):
+        SyntheticCriteo(drift=drift)
+
+
+def test_the_ops_refuse_a_bad_drift_or_position_too():
+    ops = _op_library.load()
+    with pytest.raises(tf.errors.InvalidArgumentError, match="drift must be a rate"):
+        ops.het_synthetic_criteo(0, 0, 1, drift=-1.0)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="position must be >= 0"):
+        ops.het_synthetic_criteo_lines(0, 0, 1, position=-2)
+    with pytest.raises(ValueError, match="position must be an int >= 0"):
+        SyntheticCriteo(drift=0.1).rows(0, 0, 1, position=-1)
 
 
 def test_roc_auc_matches_pairwise_definition():

@@ -258,6 +258,9 @@ def test_a_first_run_on_a_small_criteo_file_just_works_and_is_quiet(tmp_path):
     (["--admit-after", "2", "--lookahead"], "--lookahead with --admit-after: a step counts once"),
     (["--admit-after", "2", "--embedding", "keras"], "--admit-after with --embedding keras"),
     (["--admit-after", "0"], "--admit-after"),
+    (["--drift", "-0.5"], "--drift must be a rate in [0, 1e+06] ids per sample, got -0.5"),
+    (["--drift", "nan"], "--drift must be a rate in [0, 1e+06] ids per sample, got nan"),
+    (["--drift", "0.1", "--data", __file__], "--drift with --data"),
 ])
 def test_train_rejects_bad_arguments(tmp_path, capsys, args, message):
     """In this process, as `het-tf train` parses and checks (the environment

@@ -7,14 +7,18 @@ import numpy as np
 import pytest
 from criteo_sample import write_sample
 
+from het_tf.apps.train import figures
 from het_tf.apps.train.arguments import add_arguments
 from het_tf.apps.train.inputs import HOLD_OUT_EVERY, Inputs
+from het_tf.data import SyntheticCriteo
+from het_tf.data.synthetic import HELD_OUT_STREAM
 
 
-def inputs(*argv, pipelines=1):
+def inputs(*argv, pipelines=1, trained_per_worker=0):
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    return Inputs(parser.parse_args(list(argv)), pipelines=pipelines)
+    return Inputs(parser.parse_args(list(argv)), pipelines=pipelines,
+                  trained_per_worker=trained_per_worker)
 
 
 def rows_of(batches):
@@ -100,3 +104,19 @@ def test_ps_mode_takes_parquet_only_where_workers_can_read_it(tmp_path, monkeypa
                 arguments.check(args)
         else:
             arguments.check(args)
+
+
+def test_drifting_synthetic_data_is_evaluated_where_training_ends():
+    """Every held-out input of a run (the final evaluation, the workers'
+    held-out parts, the best reachable AUC) is drawn as the streams stand
+    after the samples each worker trains."""
+    trained = 300_000
+    source = inputs("--drift", "0.02", "--seed", "3", "--batch-size", "256",
+                    "--eval-samples", "600", pipelines=2, trained_per_worker=trained)
+    data = SyntheticCriteo(3, source.args.scale, source.args.zipf, 0.02)
+    assert rows_of(source.evaluation()) == rows_of(data.held_out(256, 600, position=trained))
+    assert rows_of(source.held_out(1, 2).take(2)) == rows_of(
+        data.held_out(256, 512, position=trained, part=1))
+    assert rows_of(source.evaluation()) != rows_of(data.held_out(256, 600))
+    _, labels, logits = data.rows(HELD_OUT_STREAM, 0, 2000, with_logits=True, position=trained)
+    assert figures.best_auc(source, 2000) == figures.roc_auc(labels.numpy(), logits.numpy())

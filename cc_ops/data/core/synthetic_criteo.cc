@@ -25,6 +25,13 @@ constexpr double kCountMissingRate[kCriteoDenseFields] = {0.45, 0,    0.21, 0.22
 // carry signal in a reduced data set.
 constexpr int64_t kMinScaledCardinality = 64;
 
+// The id of Zipf rank `rank` once a field's popularity has moved `shift`
+// ids: (rank - shift) mod n, so the ranks slide up the ids and wrap around.
+int64_t Drifted(int64_t rank, double shift, int64_t n) {
+  const auto moved = static_cast<int64_t>(std::fmod(shift, static_cast<double>(n)));
+  return (rank - moved + n) % n;
+}
+
 // A counter-based generator: each draw hashes (key, counter).
 class Draws {
  public:
@@ -53,6 +60,8 @@ SyntheticCriteo::SyntheticCriteo(const SyntheticCriteoSpec& spec) : spec_(spec) 
     zipf_span_[f] = std::fabs(spec.exponent - 1.0) < 1e-9
                         ? std::log(n + 1.0)
                         : std::pow(n + 1.0, 1.0 - spec.exponent) - 1.0;
+    // Criteo's small fields (a device type, say) keep their popularity.
+    drifts_[f] = spec.drift > 0 && full > kMinScaledCardinality;
   }
   Draws model(Mix64(spec.seed ^ 0x243f6a8885a308d3ULL));
   for (int d = 0; d < kCriteoDenseFields; ++d) {
@@ -88,13 +97,21 @@ Status SyntheticCriteo::Create(const SyntheticCriteoSpec& spec,
     return Status::InvalidArgument("synthetic criteo: zipf exponent must be in (0, 10], got " +
                                    std::to_string(spec.exponent));
   }
+  if (!(spec.drift >= 0 && spec.drift <= kMaxDrift)) {  // NaN fails both
+    return Status::InvalidArgument("synthetic criteo: drift must be a rate in [0, 1e6], got " +
+                                   std::to_string(spec.drift));
+  }
   out->reset(new SyntheticCriteo(spec));
   return Status::Ok();
 }
 
-void SyntheticCriteo::Row(uint64_t stream, uint64_t row, SyntheticCriteoRow* out) const {
+void SyntheticCriteo::RowAt(uint64_t stream, uint64_t row, uint64_t position,
+                            SyntheticCriteoRow* out) const {
   Draws draws(Mix64(spec_.seed) ^ Mix64(Mix64(stream) + row));
   const double a = spec_.exponent;
+  // Ids the popularity has moved by this position (R finite and bounded, so
+  // R t is finite for any t).
+  const double shift = std::floor(spec_.drift * static_cast<double>(position));
   double logit = bias_;
   for (int d = 0; d < kCriteoDenseFields; ++d) {
     out->count_missing[d] = draws.Uniform() < kCountMissingRate[d];
@@ -114,15 +131,16 @@ void SyntheticCriteo::Row(uint64_t stream, uint64_t row, SyntheticCriteoRow* out
       out->ids[f] = 0;
       effect = missing_effect_[f];
     } else {
-      // Inverse CDF of a power law on [1, n + 1): id k has weight ~ (k + 1)^-a.
+      // Inverse CDF of a power law on [1, n + 1): rank k has weight ~ (k + 1)^-a.
       double x;
       if (std::fabs(a - 1.0) < 1e-9) {
         x = std::exp(u * zipf_span_[f]);
       } else {
         x = std::pow(u * zipf_span_[f] + 1.0, 1.0 / (1.0 - a));
       }
-      const int64_t id = std::min<int64_t>(cardinalities_[f] - 1,
-                                           std::max<int64_t>(0, static_cast<int64_t>(x) - 1));
+      const int64_t rank = std::min<int64_t>(cardinalities_[f] - 1,
+                                             std::max<int64_t>(0, static_cast<int64_t>(x) - 1));
+      const int64_t id = drifts_[f] ? Drifted(rank, shift, cardinalities_[f]) : rank;
       out->ids[f] = static_cast<uint32_t>(id);
       effect = id < kCommonIds ? common_effects_[size_t(f) * kCommonIds + size_t(id)]
                                : Effect(static_cast<uint64_t>(CriteoKey(f, out->ids[f])));

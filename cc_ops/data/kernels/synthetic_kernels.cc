@@ -17,13 +17,15 @@ class SyntheticKernel : public tensorflow::OpKernel {
   explicit SyntheticKernel(OpKernelConstruction* ctx) : OpKernel(ctx) {
     SyntheticCriteoSpec spec;
     int64_t seed = 0;
-    float scale = 1, exponent = 1.1f;
+    float scale = 1, exponent = 1.1f, drift = 0;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("scale", &scale));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("zipf_exponent", &exponent));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("drift", &drift));
     spec.seed = static_cast<uint64_t>(seed);
     spec.scale = scale;
     spec.exponent = exponent;
+    spec.drift = drift;
     OP_REQUIRES_OK(ctx, ToTf(SyntheticCriteo::Create(spec, &data_)));
   }
 
@@ -59,9 +61,30 @@ class SyntheticKernel : public tensorflow::OpKernel {
   std::unique_ptr<SyntheticCriteo> data_;
 };
 
-class HetSyntheticCriteoOp : public SyntheticKernel {
+// The row ops' kernels: rows of a range, each as at its own position in the
+// stream, or all as at the `position` attr when it is >= 0.
+class SyntheticRowsKernel : public SyntheticKernel {
  public:
-  using SyntheticKernel::SyntheticKernel;
+  explicit SyntheticRowsKernel(OpKernelConstruction* ctx) : SyntheticKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("position", &position_));
+    OP_REQUIRES(
+        ctx, position_ >= -1,
+        tensorflow::errors::InvalidArgument(
+            "synthetic criteo: position must be >= 0, or -1 for each row's own, got ", position_));
+  }
+
+ protected:
+  void MakeRow(uint64_t stream, uint64_t row, SyntheticCriteoRow* out) const {
+    data_->RowAt(stream, row, position_ < 0 ? row : static_cast<uint64_t>(position_), out);
+  }
+
+ private:
+  int64_t position_ = -1;
+};
+
+class HetSyntheticCriteoOp : public SyntheticRowsKernel {
+ public:
+  using SyntheticRowsKernel::SyntheticRowsKernel;
 
   void Compute(OpKernelContext* ctx) override {
     RowRange range;
@@ -75,7 +98,7 @@ class HetSyntheticCriteoOp : public SyntheticKernel {
       SyntheticCriteoRow row;
       CriteoRecord record;
       for (int64_t i = begin; i < end; ++i) {
-        data_->Row(range.stream, range.first + i, &row);
+        MakeRow(range.stream, range.first + i, &row);
         SyntheticCriteo::ToRecord(row, &record);
         outputs.Write(i, record);
         logit_out[i] = static_cast<float>(row.logit);
@@ -84,9 +107,9 @@ class HetSyntheticCriteoOp : public SyntheticKernel {
   }
 };
 
-class HetSyntheticCriteoLinesOp : public SyntheticKernel {
+class HetSyntheticCriteoLinesOp : public SyntheticRowsKernel {
  public:
-  using SyntheticKernel::SyntheticKernel;
+  using SyntheticRowsKernel::SyntheticRowsKernel;
 
   void Compute(OpKernelContext* ctx) override {
     RowRange range;
@@ -97,7 +120,7 @@ class HetSyntheticCriteoLinesOp : public SyntheticKernel {
     ForEachRow(ctx, range.n, kCostPerRow, [&](int64_t begin, int64_t end) {
       SyntheticCriteoRow row;
       for (int64_t i = begin; i < end; ++i) {
-        data_->Row(range.stream, range.first + i, &row);
+        MakeRow(range.stream, range.first + i, &row);
         out(i) = SyntheticCriteo::FormatLine(row);
       }
     });

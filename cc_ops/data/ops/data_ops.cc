@@ -60,8 +60,13 @@ REGISTER_OP("HetParseStats")
 
 namespace het {
 
-#define HET_SYNTHETIC_ATTRS \
-  Attr("seed: int = 0").Attr("scale: float = 1.0").Attr("zipf_exponent: float = 1.1")
+#define HET_SYNTHETIC_ATTRS               \
+  Attr("seed: int = 0")                   \
+      .Attr("scale: float = 1.0")         \
+      .Attr("zipf_exponent: float = 1.1") \
+      .Attr("drift: float = 0.0")
+// The row ops draw every row as at `position` when it is >= 0.
+#define HET_SYNTHETIC_ROW_ATTRS HET_SYNTHETIC_ATTRS.Attr("position: int = -1")
 
 REGISTER_OP("HetSyntheticCriteo")
     .Input("stream: int64")
@@ -71,13 +76,17 @@ REGISTER_OP("HetSyntheticCriteo")
     .Output("dense: float")
     .Output("keys: int64")
     .Output("logits: float")
-    .HET_SYNTHETIC_ATTRS
+    .HET_SYNTHETIC_ROW_ATTRS
     .SetShapeFn([](InferenceContext* c) { return CriteoBatchShape(c, c->UnknownDim()); })
     .Doc(R"doc(
 Rows first_row .. first_row + num_rows - 1 of a stream of synthetic
 Criteo-like samples, as HetParseCriteo would read them from the TSV that
 HetSyntheticCriteoLines writes. `logits` are the hidden model's, the best any
-model can score. Deterministic in (seed, scale, zipf_exponent, stream, row).
+model can score. Deterministic in (seed, scale, zipf_exponent, drift, stream,
+row, position). With drift R > 0, each large field's popularity moves R ids
+a row: at position t the id of Zipf rank k is (k - floor(R t)) mod n. A
+row's position is its index in the stream, or `position` when >= 0 (held-out
+rows drawn as the stream stands there).
 )doc");
 
 REGISTER_OP("HetSyntheticCriteoLines")
@@ -85,7 +94,7 @@ REGISTER_OP("HetSyntheticCriteoLines")
     .Input("first_row: int64")
     .Input("num_rows: int64")
     .Output("lines: string")
-    .HET_SYNTHETIC_ATTRS
+    .HET_SYNTHETIC_ROW_ATTRS
     // A comment here keeps clang-format from joining the macro to the next call.
     .SetShapeFn(VectorsShape)
     .Doc("The same rows as HetSyntheticCriteo, as Criteo TSV lines without newlines.");
@@ -99,6 +108,7 @@ REGISTER_OP("HetSyntheticCriteoCardinalities")
     })
     .Doc("Each categorical field's number of ids under these settings.");
 
+#undef HET_SYNTHETIC_ROW_ATTRS
 #undef HET_SYNTHETIC_ATTRS
 
 }  // namespace het

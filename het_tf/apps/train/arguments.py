@@ -152,6 +152,10 @@ def add_arguments(p):
     p.add_argument("--scale", type=float, default=0.01,
                    help="synthetic data: scale of Criteo's large fields (1 = 33.76M ids)")
     p.add_argument("--zipf", type=float, default=1.1, help="synthetic data: Zipf exponent")
+    p.add_argument("--drift", type=float, default=0.0,
+                   help="synthetic data: ids the popularity of each large field moves per "
+                   "sample of a worker's stream, new ids rising as old ones fade; held-out data "
+                   "is drawn as the streams stand where training ends (default 0: no drift)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--on-malformed", choices=("skip", "fail"), default="skip")
     p.add_argument("--steps-per-execution", type=_positive, default=8)
@@ -172,6 +176,7 @@ def check(args):
                          "TSV / Parquet files)")
     if args.eval_data and not _matches(args.eval_data):
         raise ValueError(f"--eval-data {args.eval_data!r}: no such file")
+    _check_drift(args)
     if args.eval_samples < 0:
         raise ValueError(f"--eval-samples must be >= 0, got {args.eval_samples}")
     if args.timeline_samples < 0:
@@ -198,6 +203,17 @@ def check(args):
                 f"{parquet[0]!r}: in ps mode the workers read Parquet with tensorflow-io, "
                 "which this TensorFlow cannot load (it supports 2.16). Use --mode local or "
                 "hybrid (their processes read Parquet with pyarrow), or TSV files")
+
+
+def _check_drift(args):
+    # The generator's own rule; imported here, as it imports TensorFlow,
+    # which --help does without.
+    from het_tf.data.synthetic import check_drift
+
+    check_drift(args.drift, "--drift")
+    if args.drift and args.data != "synthetic":
+        raise ValueError(f"--drift with --data {args.data!r}: the drift is the synthetic "
+                         "data's; files hold the ids they hold")
 
 
 def _rename_sync(args):

@@ -181,7 +181,8 @@ def evaluate_once(model, batches):
 def best_auc(inputs, num_rows):
     """AUC of the hidden model's own logits on the held-out rows: the most
     any model can reach on this data."""
-    _, labels, logits = inputs.synthetic.rows(HELD_OUT_STREAM, 0, num_rows, with_logits=True)
+    _, labels, logits = inputs.synthetic.rows(HELD_OUT_STREAM, 0, num_rows, with_logits=True,
+                                              position=inputs.held_out_position)
     return float(roc_auc(labels.numpy(), logits.numpy()))
 
 

@@ -18,7 +18,6 @@ from het_tf.data import (
     criteo_parquet_dataset,
     criteo_tsv_dataset,
 )
-from het_tf.data.synthetic import HELD_OUT_STREAM
 
 HOLD_OUT_EVERY = 20
 # The readers' counter for the rows counted before training, kept apart from
@@ -28,16 +27,20 @@ _SIZING_COUNTER = "criteo_sizing"
 
 class Inputs:
     """The training and held-out pipelines for every mode; `pipelines` is
-    how many training pipelines read --data (workers or ranks)."""
+    how many training pipelines read --data (workers or ranks), and
+    `trained_per_worker` how many samples each trains on."""
 
-    def __init__(self, args, pipelines=1):
+    def __init__(self, args, pipelines=1, trained_per_worker=0):
         self.args = args
         self.synthetic = None
         self.pipelines = pipelines
+        # Synthetic held-out rows are drawn as every worker's stream stands
+        # where its training ends: under --drift, the recent distribution.
+        self.held_out_position = trained_per_worker
         self.small_rows = None  # rows of --data when it is small (split by rows)
         self.small_held_out = 0
         if args.data == "synthetic":
-            self.synthetic = SyntheticCriteo(args.seed, args.scale, args.zipf)
+            self.synthetic = SyntheticCriteo(args.seed, args.scale, args.zipf, args.drift)
             self.cardinalities = self.synthetic.cardinalities
             return
         self.cardinalities = KAGGLE_CARDINALITIES
@@ -109,8 +112,8 @@ class Inputs:
         """Endless held-out batches of one worker, for evaluations that run
         a number of steps on the workers (the timeline, --eval-before-flush)."""
         if self.synthetic is not None:
-            return self.synthetic.dataset(self.args.batch_size,
-                                          stream=HELD_OUT_STREAM + shard_index)
+            return self.synthetic.held_out(self.args.batch_size, part=shard_index,
+                                           position=self.held_out_position)
         return self._held_out_once(num_shards, shard_index).repeat()
 
     def _held_out_once(self, num_shards, shard_index):
@@ -123,7 +126,7 @@ class Inputs:
         synthetic data its held-out stream; for --eval-data its files; else
         every pipeline's held-out batches, which no pipeline trained on."""
         if self.synthetic is not None:
-            data = self.synthetic.dataset(self.args.batch_size, stream=HELD_OUT_STREAM)
+            data = self.synthetic.held_out(self.args.batch_size, position=self.held_out_position)
         elif self.args.eval_data or self.small_rows is not None:
             data = self._held_out_once(1, 0)
         else:

@@ -67,9 +67,13 @@ def _build_and_compile(args, inputs, mode):
 def train(args, mode):
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     mode.prepare(args)  # first: it sets up TensorFlow's runtime
-    inputs = Inputs(args, pipelines=mode.num_workers)
-    os.makedirs(args.run_dir, exist_ok=True)
     epochs, steps_per_epoch = _schedule(args, mode.batches_per_step)
+    # Each worker reads its own stream from row 0 (in ps mode the workers
+    # take steps as they come: this many on average).
+    trained_per_worker = (epochs * steps_per_epoch * mode.batches_per_step * args.batch_size
+                          // mode.num_workers)
+    inputs = Inputs(args, pipelines=mode.num_workers, trained_per_worker=trained_per_worker)
+    os.makedirs(args.run_dir, exist_ok=True)
     model = _build_and_compile(args, inputs, mode)
     throughput = figures.Throughput(args.batch_size * steps_per_epoch)
     hot = _use_hot_rows(model, inputs, mode, args, epochs * steps_per_epoch) if args.hot else {}
@@ -101,6 +105,8 @@ def train(args, mode):
               "train_samples": train_samples, "train_seconds": throughput.train_seconds(),
               "samples_per_second": float(mode.sum(throughput.samples_per_second())),
               "loss": history.get("loss", []), **hot}
+    if args.drift:  # where the held-out rows were drawn
+        result["held_out_position"] = inputs.held_out_position
     if wire is not None:
         result.update(wire.figures(train_samples))
     if throughput.timeline:
