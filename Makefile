@@ -154,6 +154,7 @@ soak: build
 	$(PY) tools/fault_soak.py --out $(CURDIR)/build/soak
 	$(PY) tools/fault_soak.py --lookahead --out $(CURDIR)/build/soak/lookahead
 	$(PY) tools/exactly_once_soak.py --out $(CURDIR)/build/soak/exactly-once
+	$(PY) tools/exactly_once_soak.py --evict --out $(CURDIR)/build/soak/exactly-once-evict
 	$(PY) tools/exactly_once_soak.py --sync check --staleness 0 \
 		--out $(CURDIR)/build/soak/exactly-once-check
 

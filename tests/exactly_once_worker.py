@@ -7,6 +7,11 @@ flushes and writes what it trained.
 
 Worker 0 then waits for every other worker's record, and checks every row
 the shards hold against the sum of them: the data, not a counter.
+
+With --evict the table evicts at a limit (on_full="evict"): the 24 trained
+ids are pinned (read whole, as a hot block reads them) and every step also
+reads an id never seen before, so the shards evict those all the while the
+trained rows take their pushes, faults and all.
 """
 import argparse
 import json
@@ -41,6 +46,7 @@ def parse_args():
     p.add_argument("--sync", choices=["refresh", "check"], default="refresh")
     p.add_argument("--staleness", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--evict", action="store_true", help="a table that evicts at its limit")
     return p.parse_args()
 
 
@@ -59,8 +65,11 @@ def main():
     args = parse_args()
     ps = args.ps.split(",")
     connect(ps, args.index)
-    config = het_tf.TableConfig("exactly_once_soak", DIM, seed=SEED, max_rows=64,
-                                optimizer=het_tf.OptimizerConfig("sgd"))
+    # 30 rows a shard with --evict: the 12 or so trained ids pinned there
+    # leave too little room to evict for the refused step's 28 new rows.
+    lifetime = dict(max_rows=60, on_full="evict") if args.evict else dict(max_rows=64)
+    config = het_tf.TableConfig("exactly_once_soak", DIM, seed=SEED,
+                                optimizer=het_tf.OptimizerConfig("sgd"), **lifetime)
     table = het_tf.ShardedTable(config, [f"/job:ps/task:{s}" for s in range(len(ps))])
     cache = het_tf.WorkerCache(table, het_tf.CacheConfig(8, "lru", args.staleness,
                                                           args.staleness, sync=args.sync),
@@ -69,8 +78,12 @@ def main():
     worker = FaultyWorker(table, cache, oracle)
     rng = random.Random(args.seed * 1000 + args.index)
     names, weights = zip(*FAULTS)
+    if args.evict:
+        table.read_rows(tf.constant(list(range(24)), tf.int64))  # pinned: never evicted
     steps, deadline = 0, time.monotonic() + args.seconds
     while time.monotonic() < deadline:
+        if args.evict:  # an id no one saw before: the shards evict to make room
+            table.gather(tf.constant([10**9 * (args.index + 1) + steps], tf.int64))
         action = rng.choices(names, weights)[0]
         if action in ("train", "drop_answer"):
             # Both workers draw from the same 24 ids, so they share rows.

@@ -4,6 +4,7 @@ cluster of 2 PS tasks and 2 workers, the table never holding more than the
 limit; the rows it holds are what the data trained them to. Rows unused
 for longer than a ttl expire. Settings that cannot work are refused naming
 the layer."""
+import dataclasses
 import json
 import os
 import sys
@@ -14,8 +15,10 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
+import het_tf
 from het_tf.apps.launch import LocalCluster
 from het_tf.keras_layers import HetEmbedding
+from het_tf.runtime.checkpoint import TableCheckpoint
 from tests import stream_train as stream
 from tests.test_cluster import Log, assert_all_gone
 
@@ -89,6 +92,35 @@ def test_a_stream_trains_on_a_cluster_within_the_limit(tmp_path):
     assert result["rows_evicted"] == result["rows_created"] - len(keys)
 
 
+def test_an_evicting_table_saves_and_restores_onto_another_number_of_shards(tmp_path,
+                                                                            unique_name):
+    """A 3-shard evicting table, past its limit many times over, saves the
+    rows it holds; they restore exactly onto 2 shards (of a limit with room
+    for the rows each gets: ids hash unevenly), where training goes on
+    evicting. A checkpoint of more rows than a shard's share is refused,
+    rather than evicting restored rows."""
+    config = het_tf.TableConfig(unique_name(), 2, max_rows=90, on_full="evict", seed=3)
+    source = het_tf.ShardedTable(config, [None, None, None])
+    for b in range(20):  # 20 batches of 40 ids never seen again
+        source.gather(tf.constant(np.arange(40) + 1000 * b, tf.int64))
+    assert source.stats()["rows_evicted"] > 600
+    path = tf.train.Checkpoint(table=TableCheckpoint(source, lambda: [], lambda: [])).save(
+        str(tmp_path / "table"))
+    saved = sorted(zip(*(t.numpy().tolist() for t in source.export_all())))
+    assert 0 < len(saved) <= 90
+    target = het_tf.ShardedTable(dataclasses.replace(config, max_rows=120), [None, None],
+                                 instance="two")
+    tf.train.Checkpoint(table=TableCheckpoint(target, lambda: [], lambda: [])).restore(path)
+    assert sorted(zip(*(t.numpy().tolist() for t in target.export_all()))) == saved
+    for b in range(20, 30):
+        target.gather(tf.constant(np.arange(40) + 1000 * b, tf.int64))
+        assert target.stats()["rows"] <= 120
+    small = het_tf.ShardedTable(dataclasses.replace(config, max_rows=20), [None, None],
+                                instance="small")
+    with pytest.raises(tf.errors.ResourceExhaustedError, match="a restore evicts nothing"):
+        tf.train.Checkpoint(table=TableCheckpoint(small, lambda: [], lambda: [])).restore(path)
+
+
 def test_rows_unused_for_longer_than_the_ttl_expire():
     """ttl=2: the rows of a batch no step used for more than 2 seconds go
     at the next step's sweep; the step's own rows stay."""
@@ -122,6 +154,31 @@ def test_bad_eviction_settings_name_the_layer(kwargs, message):
     kwargs = dict(dict(input_dim=None, cache_capacity=10), **kwargs)
     with pytest.raises(ValueError, match=f"HetEmbedding 'bad'.*{message}"):
         HetEmbedding(output_dim=4, name="bad", **kwargs)
+
+
+def test_evaluation_reads_zeros_for_ids_not_held_and_evicts_nothing():
+    """On a table that evicts, evaluation and prediction of ids no step
+    trained read zeros, as the export serves them, and make no row: they
+    never evict a trained one."""
+    model, layer = stream_model(cache_capacity=8, staleness=2, max_rows=60, on_full="evict")
+    trained = stream.batch(0)
+    model.train_on_batch(trained, np.zeros((stream.BATCH, 1), np.float32))
+    layer.flush()
+    before = sorted(layer.table.export_all()[0].numpy().tolist())
+    unseen = stream.batch(7)
+    np.testing.assert_array_equal(model.predict(unseen, verbose=0), np.zeros((stream.BATCH, 1)))
+    model.evaluate(unseen, np.zeros((stream.BATCH, 1), np.float32), verbose=0)
+    assert sorted(layer.table.export_all()[0].numpy().tolist()) == before
+    assert layer.het_stats()["table_rows_evicted"] == 0
+
+
+def test_a_cache_that_syncs_by_check_is_refused_over_a_table_that_drops_rows(unique_name):
+    """The runtime's own cache asks the same table as the layer: a shard
+    that drops rows keeps only those it records a cache holding."""
+    for lifetime in (dict(max_rows=50, on_full="evict"), dict(ttl=60)):
+        table = het_tf.ShardedTable(het_tf.TableConfig(unique_name(), 4, **lifetime), [None])
+        with pytest.raises(ValueError, match="or a ttl.*sync='check'"):
+            het_tf.WorkerCache(table, het_tf.CacheConfig(8, "lru", 2, 2, sync="check"))
 
 
 def test_caches_that_could_hold_the_whole_limit_are_refused():

@@ -168,9 +168,16 @@ def build_call(draw, op, ctx):
     if op == "HetBuildInfo":
         return [], {}
     if op == "HetTableShard":
+        vocabulary_size = draw(st.sampled_from([-1, 1, 50]))
+        max_rows = draw(st.sampled_from([-1, 1, 1000]))
+        dynamic = vocabulary_size == -1
         return [], dict(table_name=ctx["name"], dim=DIM, shared_name=ctx["fresh"],
-                        vocabulary_size=draw(st.sampled_from([-1, 1, 50])),
-                        max_rows=draw(st.sampled_from([-1, 1, 1000])),
+                        vocabulary_size=vocabulary_size, max_rows=max_rows,
+                        on_full=draw(st.sampled_from(
+                            ["refuse", "evict"] if dynamic and max_rows > 0 else ["refuse"])),
+                        eviction=draw(st.sampled_from(["lru", "lfu"])),
+                        ttl_seconds=draw(st.sampled_from([-1, 1, 3600] if dynamic else [-1])),
+                        admit_after=draw(st.sampled_from([0, 1, 2, 255] if dynamic else [0])),
                         initializer=draw(st.sampled_from(["uniform", "normal",
                                                           "truncated_normal", "constant"])),
                         optimizer=draw(st.sampled_from(["sgd", "adagrad", "adam", "ftrl"])),
@@ -199,12 +206,13 @@ def build_call(draw, op, ctx):
     if op == "HetCacheFlush":
         return [ch], dict(dim=DIM)
     if op == "HetTableGather":
-        return [th, unique_keys(draw)], dict(dim=DIM)
+        return [th, unique_keys(draw)], dict(dim=DIM, training=draw(st.booleans()))
     if op == "HetTablePull":
         keys = unique_keys(draw)
         clocks = np.array([draw(st.integers(-1, 4)) for _ in keys], np.int64)
         return ([th, keys, clocks, np.int64(draw(st.integers(-1, 3)))],
-                dict(dim=DIM, num_slots=draw(st.sampled_from([0, 1]))))
+                dict(dim=DIM, num_slots=draw(st.sampled_from([0, 1])),
+                     training=draw(st.booleans())))
     if op == "HetTablePush":
         keys = unique_keys(draw)
         counts = np.array([draw(st.integers(1, 4)) for _ in keys], np.int64)
@@ -348,8 +356,17 @@ def mutated_tensor(draw, value):
     return draw(any_tensor())
 
 
-def table_and_cache(name):
-    table = het_tf.ShardedTable(het_tf.TableConfig(name, DIM, seed=1), [None])
+# How the fuzz table makes and drops rows: as usual, evicting at a limit a
+# few rows above what the cache and a call hold, expiring, or admitting ids
+# at their second training read.
+LIFETIMES = (dict(), dict(max_rows=24, on_full="evict"), dict(max_rows=24, on_full="evict",
+                                                               eviction="lfu", ttl=3600),
+             dict(admit_after=2))
+
+
+def table_and_cache(name, lifetime=None):
+    table = het_tf.ShardedTable(het_tf.TableConfig(name, DIM, seed=1, **(lifetime or {})),
+                                [None])
     cache = het_tf.WorkerCache(table, het_tf.CacheConfig(8, "lfu", 2, 2, 2))
     # Rows and pending updates, so that a wrong call has state to spoil.
     rows, unique, _ = cache.lookup(tf.constant([1, 2, 3], tf.int64), training=True)
@@ -391,7 +408,7 @@ def test_op_survives_broken_inputs_and_a_failed_call_changes_nothing(unique_name
     the table nor the cache changed."""
     op_def = OP_DEFS[op_name]
     name = unique_name("fuzz")
-    table, cache = table_and_cache(name)
+    table, cache = table_and_cache(name, data.draw(st.sampled_from(LIFETIMES), label="lifetime"))
     ctx = dict(table=table, cache=cache, name=name, fresh=unique_name("fresh"))
     inputs, attrs = build_call(data.draw, op_name, ctx)
     targets = [f"input:{i}" for i in range(len(inputs))] + \

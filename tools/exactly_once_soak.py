@@ -47,6 +47,9 @@ def parse_args():
     p.add_argument("--staleness", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--evict", action="store_true",
+                   help="the table evicts at its limit while the workers train (the trained "
+                   "rows pinned), so that eviction runs beside every fault")
     return p.parse_args()
 
 
@@ -76,6 +79,7 @@ def main():
             argv = [sys.executable, WORKER, "--ps", ps, "--index", str(index), "--out", args.out,
                     "--seconds", str(args.seconds), "--sync", args.sync,
                     "--staleness", str(args.staleness), "--seed", str(args.seed)]
+            argv += ["--evict"] if args.evict else []
             workers.append(cluster._spawn(f"soak:{index}", argv, dict(os.environ)))
             # One client connects at a time (docs/hybrid.md: TensorFlow 2.16).
             wait_for(log, f"worker {index}: connected", workers[-1], deadline)
@@ -99,9 +103,13 @@ def main():
         "repeats were answered without a merge": checked.get("table_stats", {}).get(
             "repeats", 0) > 0,
     }
+    if args.evict:
+        checks["the shards evicted rows"] = checked.get("table_stats", {}).get(
+            "rows_evicted", 0) > 0
     report = {"command": " ".join([sys.executable] + sys.argv), "exit_codes": codes,
               "seconds": round(time.monotonic() - started, 1), "sync": args.sync,
-              "staleness": args.staleness, "steps": [r["steps"] for r in records],
+              "staleness": args.staleness, "evict": args.evict,
+              "steps": [r["steps"] for r in records],
               "faults": faults, **checked}
     return write_report(args.out, report, checks,
                         f"{sum(report['steps'])} steps with faults {faults}")

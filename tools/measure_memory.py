@@ -88,6 +88,10 @@ def main():
     p.add_argument("--shards", type=int, default=1)
     p.add_argument("--max-rows", type=int, help="the table's row limit: filling past it "
                    "shows the refusal (and what the table holds then)")
+    p.add_argument("--on-full", default="refuse", choices=("refuse", "evict"),
+                   help="with 'evict' (and --max-rows) each row keeps what eviction needs")
+    p.add_argument("--ttl", type=int, help="seconds: each row keeps what expiry needs")
+    p.add_argument("--admit-after", type=int, help="the table counts sightings of new ids")
     p.add_argument("--checkpoint", help="a folder to save the table to, then restore it from")
     p.add_argument("--restore-shards", type=int, default=1)
     p.add_argument("--json", help="also write the figures here")
@@ -100,7 +104,8 @@ def main():
     from het_tf.runtime.table import ShardedTable
 
     config = TableConfig("memory", args.dim, optimizer=OptimizerConfig(args.optimizer),
-                         max_rows=args.max_rows)
+                         max_rows=args.max_rows, on_full=args.on_full, ttl=args.ttl,
+                         admit_after=args.admit_after)
     table = ShardedTable(config, [None] * args.shards, instance="measure")
     slots = config.num_slots
     values = np.zeros((args.chunk, args.dim), np.float32)
@@ -136,6 +141,7 @@ def main():
     result["ratio"] = result["resident_bytes_per_row"] / raw
     if refused is not None:
         result.update(max_rows=args.max_rows, refused=refused)
+    result.update(on_full=args.on_full, ttl=args.ttl, admit_after=args.admit_after)
     if args.checkpoint:
         result.update(measure_checkpoint(table, config, args.checkpoint, args.restore_shards,
                                          after))

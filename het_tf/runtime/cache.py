@@ -7,6 +7,7 @@ import logging
 import tensorflow as tf
 
 from het_tf import _op_library
+from het_tf.runtime import combinations
 from het_tf.runtime.config import CacheConfig, warn_renamed
 from het_tf.runtime.handles import FunctionHandles
 from het_tf.runtime.table import ShardedTable
@@ -50,6 +51,17 @@ def _worker_gone(error):
         isinstance(error, tf.errors.InvalidArgumentError) and "unknown device" in str(error))
 
 
+def check_lifetime(table_config, cache_config):
+    """Checks a cache against its table's lifetime settings, as the layer
+    does (combinations.py): a shard that drops rows keeps those it records
+    a cache holding, and only a cache that syncs by refresh is recorded."""
+    combinations.check(combinations.Combination(
+        sync=cache_config.sync, scheduler=cache_config.scheduler,
+        evict=table_config.evicting or table_config.ttl is not None,
+        admits=table_config.admit_after is not None), combinations.spell_argument,
+        f"{table_config.label}: ")
+
+
 class WorkerCache:
     """`device` None means the device the calling function runs on: under
     ParameterServerStrategy each worker then has its own cache of the same
@@ -60,6 +72,7 @@ class WorkerCache:
                  worker_devices=None):
         self.table = table
         self.config = config.validate(table.config.label)
+        check_lifetime(table.config, self.config)
         self.device = device
         self.worker_devices = list(worker_devices) if worker_devices else [device]
         # Caches are private to the process that makes them unless named.
@@ -104,6 +117,7 @@ class WorkerCache:
                     pin_threshold=c.pin_threshold, read_staleness=c.read_staleness,
                     write_staleness=c.write_staleness, staleness_ramp=c.staleness_ramp,
                     sync=c.sync, num_shards=self.table.num_shards,
+                    rows_leave=self.table.config.evicting or self.table.config.ttl is not None,
                     shared_name=self.shared_name, **self.table.config.optimizer.op_attrs())
 
         return self._handles.get(device, make)

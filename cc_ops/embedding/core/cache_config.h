@@ -43,6 +43,10 @@ struct CacheConfig {
   // of the same worker (the kernel derives it from the device and the
   // cache's shared name). 0: drawn at random.
   uint64_t worker_id = 0;
+  // The table's shards may evict or expire rows (row_eviction.h): a shard
+  // keeps a row while it records this cache's copy, so the eviction of a
+  // copy is reported only once its updates have gone out.
+  bool rows_leave = false;
 };
 
 Status ValidateCacheConfig(const CacheConfig& config);

@@ -98,7 +98,8 @@ char* TableShard::FindOrCreate(Stripe& stripe, int64_t key, bool* created) {
   // Past every clock an evicted row had: a worker's clock of an old copy
   // never passes for fresh.
   *Clock(p) = clock_floor_.load(std::memory_order_relaxed);
-  if (NeedsStepCount(config_.optimizer.kind)) *Step(p) = 0;
+  // Adam's step count is the clock, as a cache takes its local steps.
+  if (NeedsStepCount(config_.optimizer.kind)) *Step(p) = *Clock(p);
   if (dropping()) {
     *Use(p) = RowUse();
     Touch(Use(p), tick_.load(std::memory_order_relaxed), Second());
@@ -260,6 +261,9 @@ TableCounters TableShard::Counters() const {
 }
 
 void TableShard::Clear() {
+  // Alone: no eviction is choosing rows of the arenas cleared here.
+  std::unique_lock<std::shared_mutex> alone(room_mu_, std::defer_lock);
+  if (dropping()) alone.lock();
   epoch_.store(NewEpoch());
   senders_.Clear();
   for (Stripe& stripe : stripes_) {

@@ -167,9 +167,10 @@ class TableShard {
   enum class Admit { kAll, kTraining, kNone };
   Admit ReadAdmit(bool training) const;
   // keys[0, reads) are read as `admit` says; the rest are pushed, and a
-  // table that admits ids makes no row for a push.
+  // table that admits ids makes no row for a push. A restore (`may_evict`
+  // false) fails past the limit rather than evict rows it restored.
   Status ReserveNewRows(const int64_t* keys, int64_t n, Admit admit, int64_t reads,
-                        std::unique_ptr<RowReservation>* out);
+                        std::unique_ptr<RowReservation>* out, bool may_evict = true);
   void DecideAdmission(const int64_t* keys, int64_t reads, Admit admit,
                        const std::vector<uint8_t>& absent, RowReservation* room);
   // Whether the request of `room` creates the row of its i-th id.

@@ -77,7 +77,8 @@ Status TableShard::Import(const TableChunk& chunk) {
   }
   std::unique_ptr<RowReservation> reservation;
   HET_RETURN_IF_ERROR(ReserveNewRows(chunk.keys.data(), static_cast<int64_t>(n), Admit::kAll,
-                                     static_cast<int64_t>(n), &reservation));
+                                     static_cast<int64_t>(n), &reservation,
+                                     /*may_evict=*/false));
   ForEachByStripe(chunk.keys.data(), static_cast<int64_t>(n), [&](Stripe& stripe, int32_t at) {
     const size_t i = static_cast<size_t>(at);
     bool created;

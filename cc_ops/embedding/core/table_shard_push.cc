@@ -40,7 +40,7 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
       InitializeSlots(config_.optimizer, config_.dim, copy + config_.dim);
       // A new row starts at the shard's clock floor (FindOrCreate).
       seen[i] = clock_floor_.load(std::memory_order_relaxed);
-      steps[i] = 0;
+      steps[i] = seen[i];
     } else {
       char* p = RowAt(stripe, row);
       std::memcpy(copy, Values(p), sizeof(float) * state);

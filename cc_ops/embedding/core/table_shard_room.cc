@@ -8,8 +8,11 @@
 namespace het {
 
 TableShard::Admit TableShard::ReadAdmit(bool training) const {
-  if (!admitting()) return Admit::kAll;
-  return training ? Admit::kTraining : Admit::kNone;
+  if (training) return admitting() ? Admit::kTraining : Admit::kAll;
+  // Evaluation reads what the table holds and zeros for the rest, as an
+  // export serves: on a table that admits or drops rows it makes none, so it
+  // never evicts a trained row to make room for an id no one trains.
+  return admitting() || dropping() ? Admit::kNone : Admit::kAll;
 }
 
 bool TableShard::Creates(const RowReservation* room, int64_t i) {
@@ -23,10 +26,6 @@ void TableShard::DecideAdmission(const int64_t* keys, int64_t reads, Admit admit
   uint64_t refused = 0;
   for (int64_t i = 0; i < reads; ++i) {
     if (!absent[i] || admit == Admit::kNone) continue;
-    if (admit == Admit::kAll) {
-      room->create[i] = 1;
-      continue;
-    }
     const bool admitted = sketch_ == nullptr || sketch_->Sighted(keys[i]);
     room->create[i] = admitted;
     refused += !admitted;
@@ -35,11 +34,11 @@ void TableShard::DecideAdmission(const int64_t* keys, int64_t reads, Admit admit
 }
 
 Status TableShard::ReserveNewRows(const int64_t* keys, int64_t n, Admit admit, int64_t reads,
-                                  std::unique_ptr<RowReservation>* out) {
+                                  std::unique_ptr<RowReservation>* out, bool may_evict) {
   tick_.fetch_add(1, std::memory_order_relaxed);
   // Nothing to limit, drop or decide: every id not held becomes a row (or,
   // pushed to a table that admits ids, none does).
-  if (!dropping() && config_.max_rows < 0 && (!admitting() || reads == 0 || admit == Admit::kAll)) {
+  if (!dropping() && config_.max_rows < 0 && (reads == 0 || admit == Admit::kAll)) {
     return Status::Ok();
   }
   std::unique_ptr<RowReservation> room(new RowReservation(&reserved_rows_));
@@ -57,11 +56,17 @@ Status TableShard::ReserveNewRows(const int64_t* keys, int64_t n, Admit admit, i
     ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
       absent[i] = stripe.index.Find(keys[i]) == KeyIndex::kAbsent;
     });
-    if (admitting() && room->create.empty())
+    if (admit != Admit::kAll && room->create.empty()) {
       DecideAdmission(keys, reads, admit, absent, room.get());
+    }
     int64_t created = 0;
     for (int64_t i = 0; i < n; ++i) {
-      created += absent[i] && (!admitting() || (i < reads && room->create[i]));
+      if (!absent[i]) continue;
+      if (i < reads) {
+        created += admit == Admit::kAll || room->create[i];
+      } else {
+        created += !admitting();
+      }
     }
     return created;
   };
@@ -77,13 +82,14 @@ Status TableShard::ReserveNewRows(const int64_t* keys, int64_t n, Admit admit, i
   room->rows = created;
   const int64_t held = Size();
   if (created > 0 && held + before + created > config_.max_rows) {
-    if (!evicting()) {
+    if (!evicting() || !may_evict) {
       return Status::ResourceExhausted(
           TableLabel(config_.name) + ": this shard holds " + std::to_string(held) +
           " rows and its limit is " + std::to_string(config_.max_rows) +
           "; the request would add " + std::to_string(created) +
-          " more, so nothing was changed (raise max_rows, add PS shards, keep fewer distinct "
-          "ids, or evict with on_full=\"evict\")");
+          " more, so nothing was changed (raise max_rows, add PS shards, keep fewer distinct " +
+          (evicting() ? "ids; a restore evicts nothing)"
+                      : "ids, or evict with on_full=\"evict\")"));
     }
     // Alone, no other request holds rows it found or reserved: the count is
     // exact, and evicting takes no row from under anyone.

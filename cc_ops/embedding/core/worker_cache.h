@@ -264,6 +264,9 @@ class WorkerCache : private WorkerCacheData {
                    std::vector<int32_t>* inverse, std::vector<int32_t>* slots);
   // The requests of an exchange: the pushes due and the evictions if
   // carry_updates, and the keys with no slot.
+  // How many of the unreported evictions, moved to the front, this
+  // exchange reports (config rows_leave).
+  size_t ReportableEvictions(const std::vector<int64_t>& keys, const std::vector<int32_t>& slots);
   Status WriteRequests(const std::vector<int64_t>& keys, const std::vector<int32_t>& slots,
                        bool carry_updates, ExchangePlan* plan);
   // What every exchange's answers do, for the keys it asked about (slots:

@@ -13,6 +13,27 @@
 
 namespace het {
 
+size_t WorkerCache::ReportableEvictions(const std::vector<int64_t>& keys,
+                                        const std::vector<int32_t>& slots) {
+  // A shard that drops rows keeps one while it records this cache's copy:
+  // the copy's eviction waits while an update of it is still to go (a row
+  // passed through, whose update the step's Accumulate makes, or an outbox
+  // row). The report of a key fetched again goes now, before the fetch is
+  // recorded: a later one would drop the new record.
+  KeyIndex unsent, fetched;
+  for (int64_t key : outbox_.keys) unsent.Insert(key, 0);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (slots[i] < 0) fetched.Insert(keys[i], 0);
+  }
+  const auto reported = std::stable_partition(
+      unreported_evictions_.begin(), unreported_evictions_.end(), [&](int64_t key) {
+        return fetched.Find(key) != KeyIndex::kAbsent ||
+               (unsent.Find(key) == KeyIndex::kAbsent &&
+                passing_.index.Find(key) == KeyIndex::kAbsent);
+      });
+  return static_cast<size_t>(reported - unreported_evictions_.begin());
+}
+
 Status WorkerCache::WriteRequests(const std::vector<int64_t>& keys,
                                   const std::vector<int32_t>& slots, bool carry_updates,
                                   ExchangePlan* plan) {
@@ -21,7 +42,8 @@ Status WorkerCache::WriteRequests(const std::vector<int64_t>& keys,
   // goes again as it was, and a shard that merged it answers it again.
   if (carry_updates) {
     if (StartRound(nullptr, &due_keys_, /*all=*/false, /*always=*/true)) due_keys_.clear();
-    evictions_in_flight_ = unreported_evictions_.size();
+    evictions_in_flight_ =
+        config_.rows_leave ? ReportableEvictions(keys, slots) : unreported_evictions_.size();
   } else {
     // Even so, what concerns a missing key goes first: its evicted or
     // passed-through updates, or the shard would answer with a row that

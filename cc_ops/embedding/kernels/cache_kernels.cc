@@ -51,6 +51,7 @@ class HetCacheOp : public CoreResourceOp<WorkerCache, CacheConfig> {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("write_staleness", &config_.write_staleness));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("staleness_ramp", &config_.staleness_ramp));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("num_shards", &config_.num_shards));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("rows_leave", &config_.rows_leave));
     OP_REQUIRES_OK(ctx, ParseOptimizerAttrs(ctx, config_.table_name, &config_.optimizer));
     std::string sync, shared_name;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("sync", &sync));

@@ -63,6 +63,7 @@ REGISTER_OP("HetCache")
     .Attr("staleness_ramp: int = 0")
     .Attr("sync: string = 'refresh'")
     .Attr("num_shards: int >= 1 = 1")
+    .Attr("rows_leave: bool = false")
     .HET_OPTIMIZER_ATTRS()
     .HET_SHARED_RESOURCE()
     .Doc(R"doc(
@@ -75,7 +76,9 @@ training lookups sync, 'refresh' (HetCacheBeginExchange, HetTableExchange and
 HetCacheEndExchange, one request to each shard a step that also carries the
 pushes; hits cost no bytes) or 'check' (HetCachePrepare, HetTablePull and
 HetCacheComplete; every key goes with its clock, as in HET).
-`num_shards` is the table's.
+`num_shards` is the table's. `rows_leave`: the table's shards may evict or
+expire rows, and the cache reports a copy's eviction only once its updates
+have gone out.
 )doc");
 
 REGISTER_OP("HetCachePrepare")

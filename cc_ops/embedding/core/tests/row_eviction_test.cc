@@ -191,6 +191,81 @@ HET_TEST(RowsAWorkersCacheHoldsStayUntilItLetsThemGo) {
   EXPECT_EQ(full.shard(0).Size(), int64_t{3});
 }
 
+HET_TEST(ARestoreEvictsNothing) {
+  auto t = Make(Evicting(4, het::EvictionPolicy::kLRU));
+  std::vector<float> rows(2);
+  for (int64_t key = 1; key <= 4; ++key) EXPECT_OK(t->Gather(&key, 1, rows.data()));
+  het::TableChunk chunk;
+  chunk.keys = {8, 9};
+  chunk.values = {1, 1, 1, 1};
+  chunk.clocks = {3, 3};
+  chunk.steps = {0, 0};
+  het::Status s = t->Import(chunk);
+  EXPECT_TRUE(s.code() == het::StatusCode::kResourceExhausted);
+  EXPECT_INVALID(het::Status::InvalidArgument(s.message()), "a restore evicts nothing");
+  EXPECT_TRUE(Held(*t) == (std::set<int64_t>{1, 2, 3, 4}));
+  chunk.keys = {3, 4};  // rows it holds take the restored states
+  EXPECT_OK(t->Import(chunk));
+}
+
+HET_TEST(ARowPassingThroughStaysUntilItsUpdateIsOut) {
+  // A cache of 2 rows looks up 4 (2 pass through), and the lookahead's
+  // prefetch goes out before the step's update: it must not report the
+  // rows passing through as let go, for their update is still to come;
+  // another worker's stream of new ids meanwhile evicts what it can. After
+  // the update and a flush every row is its two steps, none made again.
+  const int dim = 2;
+  het::TableConfig table = Evicting(10, het::EvictionPolicy::kLRU);
+  het_test::LocalCluster cluster(table, 1);
+  std::unique_ptr<het::WorkerCache> cache;
+  het::CacheConfig c = het_test::RefreshCache(dim, 4, 0, 0, 1)->config();
+  c.rows_leave = true;
+  c.worker_id = 7;  // one worker: its next incarnation's record replaces this one's
+  EXPECT_OK(het::WorkerCache::Create(c, &cache));
+  const std::vector<int64_t> ids = {1, 2, 3, 4};
+  het::LookupPlan plan;
+  std::vector<float> rows;
+  EXPECT_OK(cluster.Lookup(*cache, ids, true, &plan, &rows));
+  EXPECT_OK(cluster.Update(*cache, plan.unique_keys, std::vector<float>(8, 1.0f), 0.5f));
+  EXPECT_OK(cluster.Flush(*cache, 0.5f));
+  c.capacity = 2;
+  EXPECT_OK(het::WorkerCache::Create(c, &cache));  // a new incarnation, of 2 rows
+  // A lookahead step: the step's exchange, then the next batch's prefetch,
+  // which carries the updates due, before the step's own update.
+  const std::vector<int64_t> next = {9};
+  EXPECT_OK(cache->Stage(ids.data(), ids.size()));
+  EXPECT_OK(cache->Stage(next.data(), next.size()));
+  het::ExchangePlan step, ahead;
+  EXPECT_OK(cluster.Exchange(*cache, ids, &step, &rows, /*carry_updates=*/false));
+  EXPECT_OK(cluster.Prefetch(*cache, ids, &ahead));
+  for (int64_t key = 100; key < 130; ++key) EXPECT_OK(cluster.GatherRows({key}, &rows));
+  EXPECT_OK(cluster.Update(*cache, step.unique_keys, std::vector<float>(8, 1.0f), 0.5f));
+  EXPECT_OK(cluster.Flush(*cache, 0.5f));
+  std::map<int64_t, int64_t> clocks;
+  const auto contents = cluster.Contents(&clocks);
+  for (int64_t key : ids) {
+    std::vector<float> expected(2);
+    het::InitializeRow(table.initializer, key, 2, expected.data());
+    EXPECT_TRUE(contents.count(key) == 1 && clocks[key] == 2);
+    EXPECT_TRUE(contents.count(key) == 1 && contents.at(key)[0] == expected[0] - 1.0f);
+  }
+}
+
+HET_TEST(AnAdamRowMadeAgainCountsItsStepsFromItsClock) {
+  het::TableConfig c = Evicting(1, het::EvictionPolicy::kLRU);
+  c.optimizer.kind = het::OptimizerKind::kAdam;
+  auto t = Make(c);
+  const std::vector<int64_t> key = {5}, other = {6};
+  const std::vector<float> grad = {1.0f, -1.0f};
+  const std::vector<int64_t> count = {3};
+  EXPECT_OK(t->Push(key.data(), grad.data(), count.data(), 1, 0.01f, nullptr, nullptr));
+  std::vector<float> row(2);
+  EXPECT_OK(t->Gather(other.data(), 1, row.data()));  // evicts 5, at clock 3
+  het::TableChunk read;
+  EXPECT_OK(t->Read(key.data(), 1, &read));  // made again
+  EXPECT_TRUE(read.clocks[0] == 3 && read.steps[0] == 3);
+}
+
 HET_TEST(TheLimitHoldsUnderConcurrentRequests) {
   auto t = Make(Evicting(64, het::EvictionPolicy::kLFU));
   std::vector<std::thread> workers;
