@@ -131,12 +131,20 @@ def _write_everywhere(layer, write):
     rank 0 writes, and then all ranks empty their caches and reload their
     hot rows. If rank 0's write fails, every rank raises."""
     hybrid = horovod.num_ps() is not None
+
+    def written():
+        write()
+        # Eager ops on a PS task are streamed to it and run in order there:
+        # a read of every shard returns only once the write has run, so the
+        # barrier after it means the rows are in.
+        layer.table.stats()
+
     with tf.init_scope():
         layer.flush()
         if hybrid:
             horovod.barrier()  # every rank's pending updates are in
             # No rank reads before the rows are written.
-            horovod.on_rank_zero(write, f"{layer._owner}: writing the table")
+            horovod.on_rank_zero(written, f"{layer._owner}: writing the table")
         else:
             write()
         layer.clear_cache()

@@ -14,9 +14,7 @@ constexpr uint64_t kRowSalt[kSketchDepth] = {0x9e3779b97f4a7c15ULL, 0xc2b2ae3d27
 }  // namespace
 
 AdmissionSketch::AdmissionSketch(int threshold)
-    : threshold_(threshold), counters_(new std::atomic<uint8_t>[kSketchDepth * kSketchWidth]) {
-  for (size_t i = 0; i < kSketchDepth * kSketchWidth; ++i) counters_[i].store(0);
-}
+    : threshold_(threshold), counters_(kSketchDepth * kSketchWidth) {}
 
 size_t AdmissionSketch::Cell(int row, int64_t key) const {
   const uint64_t h = Mix64(static_cast<uint64_t>(key) ^ kRowSalt[row]);
@@ -26,7 +24,7 @@ size_t AdmissionSketch::Cell(int row, int64_t key) const {
 int AdmissionSketch::Count(int64_t key) const {
   int count = 255;
   for (int r = 0; r < kSketchDepth; ++r) {
-    count = std::min<int>(count, counters_[Cell(r, key)].load(std::memory_order_relaxed));
+    count = std::min<int>(count, __atomic_load_n(&counters_[Cell(r, key)], __ATOMIC_RELAXED));
   }
   return count;
 }
@@ -36,9 +34,10 @@ bool AdmissionSketch::Sighted(int64_t key) {
   // that shares a cell with a busier one does not push it further.
   const int next = std::min(Count(key) + 1, 255);
   for (int r = 0; r < kSketchDepth; ++r) {
-    std::atomic<uint8_t>& c = counters_[Cell(r, key)];
-    uint8_t have = c.load(std::memory_order_relaxed);
-    while (have < next && !c.compare_exchange_weak(have, static_cast<uint8_t>(next))) {
+    uint8_t* c = &counters_[Cell(r, key)];
+    uint8_t have = __atomic_load_n(c, __ATOMIC_RELAXED);
+    while (have < next && !__atomic_compare_exchange_n(c, &have, static_cast<uint8_t>(next), true,
+                                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
     }
   }
   if (sightings_.fetch_add(1, std::memory_order_relaxed) + 1 == kSketchWidth / 2) {
@@ -50,8 +49,10 @@ bool AdmissionSketch::Sighted(int64_t key) {
 
 void AdmissionSketch::Halve() {
   for (size_t i = 0; i < kSketchDepth * kSketchWidth; ++i) {
-    counters_[i].store(counters_[i].load(std::memory_order_relaxed) >> 1,
-                       std::memory_order_relaxed);
+    // Zero counters are left alone: their pages stay unwritten.
+    const uint8_t have = __atomic_load_n(&counters_[i], __ATOMIC_RELAXED);
+    if (have != 0)
+      __atomic_store_n(&counters_[i], static_cast<uint8_t>(have >> 1), __ATOMIC_RELAXED);
   }
 }
 

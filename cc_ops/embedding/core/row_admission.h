@@ -18,7 +18,8 @@
 
 #include <atomic>
 #include <cstdint>
-#include <memory>
+
+#include "cc_ops/embedding/core/zeroed_array.h"
 
 namespace het {
 
@@ -46,7 +47,9 @@ class AdmissionSketch {
   void Halve();
 
   int threshold_;
-  std::unique_ptr<std::atomic<uint8_t>[]> counters_;  // kSketchDepth rows of kSketchWidth
+  // kSketchDepth rows of kSketchWidth, used through atomic builtins; mapped
+  // zero, so a shard's sketch takes memory only where sightings land.
+  ZeroedArray<uint8_t> counters_;
   std::atomic<uint64_t> sightings_{0};
 };
 

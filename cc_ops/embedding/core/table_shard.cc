@@ -268,13 +268,15 @@ void TableShard::Clear() {
   senders_.Clear();
   for (Stripe& stripe : stripes_) {
     std::lock_guard<std::mutex> lock(stripe.mu);
+    // Stripe by stripe, as rows are counted: another client's rows made in
+    // a stripe already cleared stay counted.
+    rows_.fetch_sub(stripe.rows());
     stripe.index = KeyIndex();
     stripe.blocks.clear();
     stripe.slots = 0;
     stripe.free.clear();
     stripe.records.Clear();
   }
-  rows_.store(0);
   // The new epoch tells every cache its copies are of an old table.
   clock_floor_.store(0);
 }

@@ -362,3 +362,31 @@ HET_TEST(RowLimitRefusesNewRowsAndChangesNothing) {
   std::unique_ptr<het::TableShard> bad;
   EXPECT_INVALID(het::TableShard::Create(config, &bad), "max_rows");
 }
+
+HET_TEST(RowsCountedStayTheRowsHeldWhenAClearMeetsAnotherClientsImport) {
+  // Two Horovod ranks load the same file into a table they share: each
+  // clears it and imports every row. However the two interleave, the count
+  // of rows (which chunked reads page by) is the rows the stripes hold.
+  auto config = Config(het::OptimizerKind::kSGD, 2);
+  auto t = Make(config);
+  het::TableChunk chunk;
+  for (int64_t key = 0; key < 2000; ++key) {
+    chunk.keys.push_back(key * 7919);
+    chunk.values.insert(chunk.values.end(), {1.0f, 2.0f});
+    chunk.clocks.push_back(1);
+    chunk.steps.push_back(0);
+  }
+  for (int round = 0; round < 20; ++round) {
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < 2; ++r) {
+      ranks.emplace_back([&] {
+        t->Clear();
+        EXPECT_OK(t->Import(chunk));
+      });
+    }
+    for (auto& r : ranks) r.join();
+    het::TableChunk all;
+    EXPECT_OK(t->Export(0, 1 << 20, &all));
+    EXPECT_EQ(t->Size(), static_cast<int64_t>(all.keys.size()));
+  }
+}
