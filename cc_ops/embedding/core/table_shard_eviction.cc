@@ -3,10 +3,10 @@
 //
 // A row a worker holds a copy of is never evicted: its pending updates and
 // its clock live on in the cache, and the shard's record of the copy is
-// how its refreshes reach it. Workers report the copies they drop with
-// their next exchange, so a row becomes evictable one step after the last
-// cache lets it go. Pinned rows (a hot block's) and the request's own rows
-// stay too.
+// how its refreshes reach it. A cache reports a copy it let go once the
+// copy's updates are out (WorkerCache::ReportableEvictions), so a row
+// becomes evictable only after its last update has landed. Pinned rows (a
+// hot block's) and the request's own rows stay too.
 #include <algorithm>
 #include <string>
 
@@ -21,6 +21,13 @@ uint64_t NextRandom(uint64_t* state) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
+}
+
+// The request's own keys, which neither eviction nor expiry may take.
+KeyIndex OwnKeys(const int64_t* keys, int64_t n) {
+  KeyIndex own(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) own.Insert(keys[i], 0);
+  return own;
 }
 
 }  // namespace
@@ -82,8 +89,7 @@ bool TableShard::ExpiryDue() {
 }
 
 void TableShard::Expire(const int64_t* keys, int64_t n) {
-  KeyIndex own(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) own.Insert(keys[i], 0);
+  const KeyIndex own = OwnKeys(keys, n);
   const int64_t now = Second();
   for (Stripe& stripe : stripes_) {
     std::lock_guard<std::mutex> lock(stripe.mu);
@@ -97,8 +103,7 @@ void TableShard::Expire(const int64_t* keys, int64_t n) {
 }
 
 Status TableShard::EvictFor(const int64_t* keys, int64_t n, int64_t need) {
-  KeyIndex own(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) own.Insert(keys[i], 0);
+  const KeyIndex own = OwnKeys(keys, n);
   std::vector<EvictionCandidate> candidates;
   FindCandidates(own, std::max(kMinSample, need * kSamplePerVictim), &candidates);
   const size_t found = ChooseVictims(config_.eviction, static_cast<size_t>(need), &candidates);

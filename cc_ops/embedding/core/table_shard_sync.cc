@@ -45,10 +45,17 @@ Status TableShard::Exchange(const uint8_t* request, size_t size, std::vector<uin
   HET_RETURN_IF_ERROR(AdmitRound(r.sender, &turn));
   // The new rows of the misses and the pushes are reserved together before
   // anything changes: once the pushes are merged, nothing can fail.
-  std::vector<int64_t> touched(r.misses);
-  touched.insert(touched.end(), r.push_keys.begin(), r.push_keys.end());
+  // The pushes' keys matter only to a shard that limits or drops rows (the
+  // room they may need, the rows eviction must leave): elsewhere the misses
+  // alone are read, with no copy on the hot path.
+  std::vector<int64_t> touched;
+  if (config_.max_rows >= 0 || dropping()) {
+    touched = r.misses;
+    touched.insert(touched.end(), r.push_keys.begin(), r.push_keys.end());
+  }
+  const std::vector<int64_t>& room_keys = touched.empty() ? r.misses : touched;
   std::unique_ptr<RowReservation> reservation;
-  HET_RETURN_IF_ERROR(ReserveNewRows(touched.data(), static_cast<int64_t>(touched.size()),
+  HET_RETURN_IF_ERROR(ReserveNewRows(room_keys.data(), static_cast<int64_t>(room_keys.size()),
                                      ReadAdmit(/*training=*/true),
                                      static_cast<int64_t>(r.misses.size()), &reservation));
   const int64_t answered = pushes - r.push_unanswered;
