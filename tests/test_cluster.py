@@ -281,6 +281,18 @@ def test_launch_returns_the_chiefs_exit_code():
     assert "[ps:0] het-tf server ps:0: serving" in run.stdout
 
 
+def test_a_task_started_after_an_interrupt_is_stopped():
+    # Ctrl-C handled while the launcher starts the chief (inside Popen, before
+    # the chief is listed) once left the chief running and the launch hanging.
+    cluster = LocalCluster(1, 1, out=io.StringIO())
+    cluster.interrupt()
+    started = time.monotonic()
+    code = cluster.run_chief([sys.executable, "-c", "import time; time.sleep(600)"], timeout=60)
+    cluster.close()
+    assert code == -signal.SIGTERM
+    assert time.monotonic() - started < 30
+
+
 def test_launch_tears_everything_down_on_ctrl_c():
     launcher = subprocess.Popen([HET_TF, "launch", "--ps", "1", "--workers", "2", "--",
                                  sys.executable, "-c", "import time; time.sleep(600)"],

@@ -90,6 +90,7 @@ class LocalCluster:
         self.out = out or sys.stdout
         self.tasks = {}  # "ps:0" -> Popen
         self._threads = []
+        self.stopping = False
 
     def task_env(self, task_type, index):
         config = {"cluster": self.cluster, "task": {"type": task_type, "index": index}}
@@ -105,6 +106,9 @@ class LocalCluster:
         thread.start()
         self._threads.append(thread)
         self.tasks[name] = process
+        if self.stopping:
+            # A signal handled while Popen ran found no process to stop.
+            os.killpg(process.pid, signal.SIGTERM)
         return process
 
     def start_task(self, task_type, index):
@@ -191,6 +195,13 @@ class LocalCluster:
             except ProcessLookupError:
                 pass
 
+    def interrupt(self):
+        """Stops every task, and any started from now on (safe in a signal
+        handler, which runs between two steps of the main thread: maybe while
+        it starts a task not yet listed)."""
+        self.stopping = True
+        self.signal_all(signal.SIGTERM)
+
     def kill_task(self, name, sig=signal.SIGKILL):
         process = self.tasks[name]
         if process.poll() is None:
@@ -274,7 +285,7 @@ def launch(num_ps, num_workers, command, evaluator=False, hybrid=False, link=Non
         # Only signal here: waiting on a Popen the main thread is waiting on
         # would deadlock. The chief's exit ends run_chief; close() reaps.
         interrupted.append(signum)
-        cluster.signal_all(signal.SIGTERM)
+        cluster.interrupt()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
