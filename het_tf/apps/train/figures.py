@@ -3,6 +3,7 @@ layers' traffic and hit rate, held-out AUC and logloss, metrics.json."""
 import json
 import os
 import sys
+import threading
 import time
 
 import numpy as np
@@ -205,16 +206,69 @@ def roc_auc(labels, scores):
 def peak_memory(own_name):
     """Peak resident bytes (VmHWM) of this process and of the local
     cluster's server tasks that het-tf launch started, by task name."""
+    return task_memory(own_name, "VmHWM")
+
+
+def task_memory(own_name, field="VmRSS"):
+    """A /proc/PID/status memory field, in bytes, of this process and of the
+    local cluster's server tasks, by task name."""
     tasks = dict(json.loads(os.environ.get(LOCAL_TASKS_ENV, "{}")), **{own_name: "self"})
-    peaks = {}
+    found = {}
     for name, pid in sorted(tasks.items()):
         try:
             with open(f"/proc/{pid}/status") as f:
-                peaks[name] = next(int(line.split()[1]) * 1024 for line in f
-                                   if line.startswith("VmHWM:"))
+                found[name] = next(int(line.split()[1]) * 1024 for line in f
+                                   if line.startswith(field + ":"))
         except (OSError, StopIteration):
             pass  # gone, or another kernel's /proc
-    return peaks
+    return found
+
+
+class Progress:
+    """How a long run's tables and memory move: at each progress chunk's end
+    the rows the tables hold and the rows evicted, expired and not admitted
+    so far; every `interval` seconds each local task's resident memory
+    (VmRSS), sampled by a thread, so that a run's memory can be seen to
+    level off (docs/scale.md)."""
+
+    def __init__(self, model, own_name, interval=2.0):
+        self.chunks = []  # {"seconds", "table_rows", "rows_evicted", ...}
+        self.memory = []  # {"seconds", "rss_bytes": {task: bytes}}
+        layers = het_embedding_layers(model)
+        outer = self
+        clock = {"start": None}
+        stop = threading.Event()
+
+        def sample():
+            while not stop.wait(interval):
+                outer.memory.append({"seconds": time.perf_counter() - clock["start"],
+                                     "rss_bytes": task_memory(own_name)})
+
+        thread = threading.Thread(target=sample, daemon=True)
+
+        class Callback(tf_keras.callbacks.Callback):
+            def on_train_begin(self, logs=None):
+                clock["start"] = time.perf_counter()
+                thread.start()
+
+            def on_epoch_end(self, epoch, logs=None):
+                totals = {"seconds": time.perf_counter() - clock["start"], "table_rows": 0,
+                          "rows_evicted": 0, "rows_expired": 0, "ids_not_admitted": 0}
+                for layer in layers:
+                    stats = layer.het_stats()
+                    totals["table_rows"] += stats["table_rows"]
+                    for name in ("rows_evicted", "rows_expired", "ids_not_admitted"):
+                        totals[name] += stats.get(f"table_{name}", 0)
+                outer.chunks.append(totals)
+
+            def on_train_end(self, logs=None):
+                stop.set()
+                thread.join()
+
+        self.callback = Callback()
+
+    def figures(self):
+        return {"progress": self.chunks, "memory_timeline": self.memory}
 
 
 def report(result, run_dir):

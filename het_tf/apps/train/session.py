@@ -76,6 +76,8 @@ def train(args, mode):
     os.makedirs(args.run_dir, exist_ok=True)
     model = _build_and_compile(args, inputs, mode)
     throughput = figures.Throughput(args.batch_size * steps_per_epoch)
+    own = {"ps": "chief:0", "hybrid": "rank:0"}.get(args.mode, "local")
+    progress = figures.Progress(model, own)
     hot = _use_hot_rows(model, inputs, mode, args, epochs * steps_per_epoch) if args.hot else {}
     train_input, eval_input, timeline_input = mode.pipelines(
         inputs, model if args.lookahead else None, model if args.hot else None)
@@ -96,7 +98,8 @@ def train(args, mode):
     # pending updates first would change the training it measures.
     with as_the_caches_stand():
         history = model.fit(train_input, epochs=epochs, steps_per_epoch=steps_per_epoch,
-                            callbacks=[throughput.callback], **timeline,
+                            callbacks=[throughput.callback] + [progress.callback] * (rank == 0),
+                            **timeline,
                             verbose=(1 if sys.stdout.isatty() else 2) if rank == 0 else 0).history
     mode.barrier()
     train_samples = epochs * steps_per_epoch * args.batch_size * mode.size
@@ -109,6 +112,8 @@ def train(args, mode):
         result["held_out_position"] = inputs.held_out_position
     if wire is not None:
         result.update(wire.figures(train_samples))
+    if rank == 0:
+        result.update(progress.figures())
     if throughput.timeline:
         result["timeline"] = [{"seconds": t, "auc": auc} for t, auc in throughput.timeline]
     if args.eval_before_flush and args.eval_samples and rank == 0:
@@ -129,7 +134,6 @@ def train(args, mode):
         _save_and_export(model, args, result, inputs, mode)
     mode.barrier()
     if rank == 0:
-        own = {"ps": "chief:0", "hybrid": "rank:0"}.get(args.mode, "local")
         result["peak_rss_bytes"] = figures.peak_memory(own)
         figures.report(result, args.run_dir)
     return 0
