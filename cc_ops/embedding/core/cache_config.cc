@@ -2,19 +2,15 @@
 // attributes any client may set, so they are checked before a cache is made.
 #include "cc_ops/embedding/core/cache_config.h"
 
+#include "cc_ops/common/named_choice.h"
 #include "cc_ops/embedding/core/memory_budget.h"
 
 namespace het {
 
 Status ParseSyncMode(const std::string& name, SyncMode* mode) {
-  if (name == "refresh") {
-    *mode = SyncMode::kRefresh;
-  } else if (name == "check") {
-    *mode = SyncMode::kCheck;
-  } else {
-    return Status::InvalidArgument("unknown sync '" + name + "'; expected refresh or check");
-  }
-  return Status::Ok();
+  static constexpr NamedChoice<SyncMode> kChoices[] = {{"refresh", SyncMode::kRefresh},
+                                                       {"check", SyncMode::kCheck}};
+  return ParseNamedChoice("sync", name, kChoices, mode);
 }
 
 Status ValidateCacheConfig(const CacheConfig& c) {

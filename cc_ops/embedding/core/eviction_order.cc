@@ -1,25 +1,13 @@
 #include "cc_ops/embedding/core/eviction_order.h"
 
-#include <algorithm>
-#include <cctype>
+#include "cc_ops/common/named_choice.h"
 
 namespace het {
 
 Status ParseCachePolicy(const std::string& name, CachePolicy* policy) {
-  std::string lower(name);
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (lower == "lru") {
-    *policy = CachePolicy::kLRU;
-  } else if (lower == "lfu") {
-    *policy = CachePolicy::kLFU;
-  } else if (lower == "lfu_opt" || lower == "lfu-opt") {
-    *policy = CachePolicy::kLFUOpt;
-  } else {
-    return Status::InvalidArgument("unknown cache policy '" + name +
-                                   "'; expected lru, lfu or lfu_opt");
-  }
-  return Status::Ok();
+  static constexpr NamedChoice<CachePolicy> kChoices[] = {
+      {"lru", CachePolicy::kLRU}, {"lfu", CachePolicy::kLFU}, {"lfu_opt", CachePolicy::kLFUOpt}};
+  return ParseNamedChoice("cache policy", name, kChoices, policy);
 }
 
 EvictionOrder::EvictionOrder(CachePolicy policy, int64_t capacity, uint64_t pin_threshold)

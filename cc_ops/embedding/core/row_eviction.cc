@@ -3,28 +3,20 @@
 #include <algorithm>
 #include <tuple>
 
+#include "cc_ops/common/named_choice.h"
+
 namespace het {
 
 Status ParseOnFull(const std::string& name, OnFull* out) {
-  if (name == "refuse") {
-    *out = OnFull::kRefuse;
-  } else if (name == "evict") {
-    *out = OnFull::kEvict;
-  } else {
-    return Status::InvalidArgument("on_full must be \"refuse\" or \"evict\", got \"" + name + "\"");
-  }
-  return Status::Ok();
+  static constexpr NamedChoice<OnFull> kChoices[] = {{"refuse", OnFull::kRefuse},
+                                                     {"evict", OnFull::kEvict}};
+  return ParseNamedChoice("on_full", name, kChoices, out);
 }
 
 Status ParseEvictionPolicy(const std::string& name, EvictionPolicy* out) {
-  if (name == "lru") {
-    *out = EvictionPolicy::kLRU;
-  } else if (name == "lfu") {
-    *out = EvictionPolicy::kLFU;
-  } else {
-    return Status::InvalidArgument("eviction must be \"lru\" or \"lfu\", got \"" + name + "\"");
-  }
-  return Status::Ok();
+  static constexpr NamedChoice<EvictionPolicy> kChoices[] = {{"lru", EvictionPolicy::kLRU},
+                                                             {"lfu", EvictionPolicy::kLFU}};
+  return ParseNamedChoice("eviction", name, kChoices, out);
 }
 
 size_t ChooseVictims(EvictionPolicy policy, size_t need, std::vector<EvictionCandidate>* c) {

@@ -1,47 +1,28 @@
 #include "cc_ops/embedding/core/sparse_optimizer.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
+
+#include "cc_ops/common/named_choice.h"
 
 namespace het {
 
 Status ParseOptimizerKind(const std::string& name, OptimizerKind* kind) {
-  std::string lower(name);
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (lower == "sgd") {
-    *kind = OptimizerKind::kSGD;
-  } else if (lower == "adagrad") {
-    *kind = OptimizerKind::kAdagrad;
-  } else if (lower == "adam") {
-    *kind = OptimizerKind::kAdam;
-  } else if (lower == "ftrl") {
-    *kind = OptimizerKind::kFtrl;
-  } else {
-    return Status::InvalidArgument("unknown optimizer '" + name +
-                                   "'; expected sgd, adagrad, adam or ftrl");
-  }
-  return Status::Ok();
+  static constexpr NamedChoice<OptimizerKind> kChoices[] = {{"sgd", OptimizerKind::kSGD},
+                                                            {"adagrad", OptimizerKind::kAdagrad},
+                                                            {"adam", OptimizerKind::kAdam},
+                                                            {"ftrl", OptimizerKind::kFtrl}};
+  return ParseNamedChoice("optimizer", name, kChoices, kind);
 }
 
 Status ParseConstraintKind(const std::string& name, ConstraintKind* kind) {
-  if (name == "none") {
-    *kind = ConstraintKind::kNone;
-  } else if (name == "non_neg") {
-    *kind = ConstraintKind::kNonNeg;
-  } else if (name == "max_norm") {
-    *kind = ConstraintKind::kMaxNorm;
-  } else if (name == "unit_norm") {
-    *kind = ConstraintKind::kUnitNorm;
-  } else if (name == "min_max_norm") {
-    *kind = ConstraintKind::kMinMaxNorm;
-  } else {
-    return Status::InvalidArgument("unknown constraint '" + name +
-                                   "'; expected none, non_neg, max_norm, unit_norm or "
-                                   "min_max_norm");
-  }
-  return Status::Ok();
+  static constexpr NamedChoice<ConstraintKind> kChoices[] = {
+      {"none", ConstraintKind::kNone},
+      {"non_neg", ConstraintKind::kNonNeg},
+      {"max_norm", ConstraintKind::kMaxNorm},
+      {"unit_norm", ConstraintKind::kUnitNorm},
+      {"min_max_norm", ConstraintKind::kMinMaxNorm}};
+  return ParseNamedChoice("constraint", name, kChoices, kind);
 }
 
 Status ValidateOptimizer(const OptimizerConfig& c) {
