@@ -259,9 +259,10 @@ class TableShard {
   // Queues the sender's copies of `keys`, whose refresh it never got (the
   // answer was lost): its next exchange takes them.
   void Requeue(const Sender& sender, const std::vector<int64_t>& keys);
-  // A repeated round's pushes: nothing is merged; the rows from
-  // `unanswered` on are answered as they are now, and the sender's record
-  // takes them.
+  // A repeated round's pushes: nothing is merged and no row is made; the
+  // rows from `unanswered` on are answered as they are now (an id not held
+  // as a dropped update is: the default row at kNotAdmitted), and the
+  // sender's record takes them.
   void AnswerRepeat(const int64_t* keys, int64_t n, const Sender& sender, int64_t unanswered,
                     float* states, int64_t* clocks);
   // Whether the sender last saw another epoch than `epoch`, the shard's as

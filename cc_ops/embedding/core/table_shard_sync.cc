@@ -103,8 +103,17 @@ void TableShard::AnswerRepeat(const int64_t* keys, int64_t n, const Sender& send
   const int width = state_width();
   ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
     if (i < unanswered) return;
-    bool created;
-    char* p = FindOrCreate(stripe, keys[i], &created);
+    // The first time merged every pushed row, made it, or dropped the update
+    // of an id a table that admits ids did not hold: a repeat makes no row
+    // (none was reserved, and one made now would pass max_rows or admit an
+    // id unseen), and answers an id not held as the drop did.
+    const uint32_t row = stripe.index.Find(keys[i]);
+    if (row == KeyIndex::kAbsent) {
+      if (states != nullptr) DefaultState(states + size_t(i - unanswered) * width, width);
+      if (clocks != nullptr) clocks[i - unanswered] = kNotAdmitted;
+      return;
+    }
+    char* p = RowAt(stripe, row);
     if (states != nullptr) {
       std::memcpy(states + size_t(i - unanswered) * width, Values(p), sizeof(float) * width);
     }

@@ -89,6 +89,39 @@ HET_TEST(UpdatesOfIdsNotHeldAreDroppedAndCounted) {
   EXPECT_TRUE(Held(*t) == (std::set<int64_t>{1, 2}));
 }
 
+HET_TEST(ARepeatedPushMakesNoRowTheFirstDropped) {
+  // A round whose answer was lost is sent again; its repeat once made the
+  // row of an id the first time dropped: admitted unseen, and on a table
+  // with max_rows a row no room was reserved for.
+  for (int64_t max_rows : {int64_t{-1}, int64_t{1}}) {
+    het::TableConfig c = Admitting(2);
+    c.max_rows = max_rows;
+    std::unique_ptr<het::TableShard> t;
+    EXPECT_OK(het::TableShard::Create(c, &t));
+    const std::vector<int64_t> keys = {4, 9};
+    const std::vector<float> deltas = {1, 1, 1, 1};
+    const std::vector<int64_t> counts = {1, 1};
+    const std::vector<int64_t> base = {0, 0};
+    het::Sender sender;
+    sender.worker = 3;
+    sender.generation = 1;
+    sender.sequence = 1;
+    std::vector<float> states(4, -1.0f);
+    std::vector<int64_t> clocks(2, -7);
+    EXPECT_OK(t->Gather(keys.data(), 1, states.data(), true));
+    EXPECT_OK(t->Gather(keys.data(), 1, states.data(), true));  // 4 admitted, 9 never read
+    for (int round = 0; round < 2; ++round) {                   // the first, then its repeat
+      EXPECT_OK(t->PushDeltas(keys.data(), deltas.data(), counts.data(), base.data(), 2, 1.0f,
+                              states.data(), clocks.data(), sender, 0));
+      EXPECT_TRUE(Held(*t) == (std::set<int64_t>{4}));
+      EXPECT_EQ(clocks[0], int64_t{1});
+      EXPECT_EQ(clocks[1], het::kNotAdmitted);
+      EXPECT_TRUE(states[2] == 0.0f && states[3] == 0.0f);
+    }
+    EXPECT_EQ(t->Counters().updates_dropped, 1u);
+  }
+}
+
 HET_TEST(ACacheKeepsNoIdTheShardDidNotAdmitAndDropsItsGradients) {
   for (het::SyncMode sync : {het::SyncMode::kRefresh, het::SyncMode::kCheck}) {
     het_test::LocalCluster cluster(Admitting(2), 2);
