@@ -38,4 +38,27 @@ size_t ChooseVictims(EvictionPolicy policy, size_t need, std::vector<EvictionCan
   return c->size();
 }
 
+void ExpiryMarks::Request(int64_t tick, int64_t second) {
+  int64_t before = last_second_.load(std::memory_order_relaxed);
+  while (second > before && !last_second_.compare_exchange_weak(before, second)) {
+  }
+  // The first request to see this second: every tick below its own was
+  // taken at `before` or earlier.
+  if (second <= before || before == INT64_MIN) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (marks_.empty() || (before - marks_.back().first >= spacing_ && tick > marks_.back().second)) {
+    marks_.emplace_back(before, tick);
+  }
+}
+
+int64_t ExpiryMarks::ExpiredBelow(int64_t second) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // The newest mark whose second is more than the ttl ago.
+  size_t newest = 0;
+  while (newest < marks_.size() && second - marks_[newest].first > ttl_) ++newest;
+  if (newest == 0) return 0;
+  marks_.erase(marks_.begin(), marks_.begin() + static_cast<std::ptrdiff_t>(newest - 1));
+  return marks_.front().second;
+}
+
 }  // namespace het

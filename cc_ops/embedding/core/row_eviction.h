@@ -2,9 +2,9 @@
 //
 // A shard with a row limit either refuses a request that would pass it
 // (kRefuse) or first evicts as many rows as the request needs (kEvict). An
-// evicting shard keeps 16 bytes of use after each row: the shard's request
-// count at the row's last use, how often it was used, and whether it is
-// pinned. The victims are the least recently (LRU) or least often (LFU)
+// evicting shard keeps 8 bytes of use after each row: the shard's request
+// count (its tick) at the row's last use, how often it was used, and
+// whether it is pinned. The victims are the least recently (LRU) or least often (LFU)
 // used of a sample of the evictable rows, every row when the shard holds
 // few: sampling keeps the cost of a step's evictions in proportion to the
 // rows it needs, as Redis' approximate LRU does, instead of a list touched
@@ -12,8 +12,13 @@
 #ifndef HET_TF_EMBEDDING_CORE_ROW_EVICTION_H_
 #define HET_TF_EMBEDDING_CORE_ROW_EVICTION_H_
 
+#include <atomic>
+#include <climits>
 #include <cstdint>
+#include <deque>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cc_ops/common/status.h"
@@ -27,21 +32,30 @@ enum class EvictionPolicy { kLRU, kLFU };
 Status ParseOnFull(const std::string& name, OnFull* out);
 Status ParseEvictionPolicy(const std::string& name, EvictionPolicy* out);
 
-// Kept after the rows of a shard that evicts or expires them.
+// Kept after the rows of a shard that evicts or expires them, in 8 bytes:
+// 40 bits of tick last a trillion requests (years at ten thousand a
+// second) and are compared modulo 2^40; 23 bits of count tell rows apart
+// until they are used 8 million times, far past any row eviction would
+// consider.
 struct RowUse {
-  static constexpr uint32_t kMaxCount = (1u << 31) - 1;
-  int64_t last = 0;     // the shard's request count at the last use
-  uint32_t count : 31;  // uses, saturating
-  uint32_t pinned : 1;  // a hot block's row (docs/fae.md): never dropped
-  uint32_t second = 0;  // the shard's second at the last use
-  RowUse() : count(0), pinned(0) {}
+  static constexpr int kTickBits = 40;
+  static constexpr uint64_t kTickMask = (uint64_t{1} << kTickBits) - 1;
+  static constexpr uint64_t kMaxCount = (uint64_t{1} << 23) - 1;
+  uint64_t last : 40;   // the shard's tick at the last use, modulo 2^40
+  uint64_t count : 23;  // uses, saturating
+  uint64_t pinned : 1;  // a hot block's row (docs/fae.md): never dropped
+  RowUse() : last(0), count(0), pinned(0) {}
 };
-static_assert(sizeof(RowUse) == 16, "RowUse is the 16 bytes a row reserves for it");
+static_assert(sizeof(RowUse) == 8, "RowUse is the 8 bytes a row reserves for it");
 
-inline void Touch(RowUse* use, int64_t now, uint32_t second) {
-  use->last = now;
-  use->second = second;
+inline void Touch(RowUse* use, int64_t tick) {
+  use->last = static_cast<uint64_t>(tick) & RowUse::kTickMask;
   if (use->count != RowUse::kMaxCount) ++use->count;
+}
+
+// The tick of a row's last use, as a full tick no later than `now`.
+inline int64_t LastTick(const RowUse& use, int64_t now) {
+  return now - static_cast<int64_t>((static_cast<uint64_t>(now) - use.last) & RowUse::kTickMask);
 }
 
 // How often a shard with a ttl looks for expired rows: a quarter of the
@@ -50,6 +64,31 @@ inline void Touch(RowUse* use, int64_t now, uint32_t second) {
 inline int64_t ExpiryInterval(int64_t ttl_seconds) {
   return ttl_seconds / 4 > 1 ? ttl_seconds / 4 : 1;
 }
+
+// When rows were last used, in seconds, for a ttl, without a second in
+// every row: a request at a second later than the requests before it
+// marks its tick with the second of the one before, so every row whose
+// last tick is below a mark's was last used at or before the mark's
+// second. Marks are kept a sixteenth of the ttl apart (at least a second),
+// so a shard keeps about 20 whatever the ttl, and a row expires at most
+// that much later than the ttl says (and a quarter for the sweep), never
+// earlier.
+class ExpiryMarks {
+ public:
+  explicit ExpiryMarks(int64_t ttl_seconds)
+      : ttl_(ttl_seconds), spacing_(ttl_seconds / 16 > 1 ? ttl_seconds / 16 : 1) {}
+  // A request whose tick is `tick` at `second`.
+  void Request(int64_t tick, int64_t second);
+  // The tick below which every row is unused for longer than the ttl at
+  // `second` (0: none known); forgets the marks older than it.
+  int64_t ExpiredBelow(int64_t second);
+
+ private:
+  const int64_t ttl_, spacing_;
+  std::atomic<int64_t> last_second_{INT64_MIN};
+  std::mutex mu_;
+  std::deque<std::pair<int64_t, int64_t>> marks_;  // (second, tick), both ascending
+};
 
 // A row that may be evicted, where it lives, and its use.
 struct EvictionCandidate {

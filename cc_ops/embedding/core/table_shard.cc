@@ -39,6 +39,7 @@ TableShard::TableShard(const TableConfig& config)
       epoch_(NewEpoch()),
       sample_state_(DrawId()),
       start_second_(config.seconds != nullptr ? config.seconds() : SteadySeconds()),
+      marks_(config.ttl_seconds > 0 ? new ExpiryMarks(config.ttl_seconds) : nullptr),
       sketch_(config.admit_after > 1 ? new AdmissionSketch(static_cast<int>(config.admit_after))
                                      : nullptr) {
   size_t float_bytes = sizeof(float) * state_width();
@@ -77,7 +78,7 @@ char* TableShard::FindOrCreate(Stripe& stripe, int64_t key, bool* created) {
   *created = row == KeyIndex::kAbsent;
   if (!*created) {
     char* p = RowAt(stripe, row);
-    if (dropping()) Touch(Use(p), tick_.load(std::memory_order_relaxed), Second());
+    if (dropping()) Touch(Use(p), tick_.load(std::memory_order_relaxed));
     return p;
   }
   if (!stripe.free.empty()) {
@@ -102,7 +103,7 @@ char* TableShard::FindOrCreate(Stripe& stripe, int64_t key, bool* created) {
   if (NeedsStepCount(config_.optimizer.kind)) *Step(p) = *Clock(p);
   if (dropping()) {
     *Use(p) = RowUse();
-    Touch(Use(p), tick_.load(std::memory_order_relaxed), Second());
+    Touch(Use(p), tick_.load(std::memory_order_relaxed));
   }
   rows_.fetch_add(1, std::memory_order_relaxed);
   rows_created_.fetch_add(1, std::memory_order_relaxed);

@@ -292,6 +292,7 @@ class TableShard {
   uint64_t sample_state_;
   int64_t start_second_;
   std::atomic<int64_t> next_expiry_{0};
+  std::unique_ptr<ExpiryMarks> marks_;  // with a ttl only
   std::atomic<uint64_t> rows_evicted_{0}, rows_expired_{0};
   // Admitting shards with admit_after > 1 only.
   std::unique_ptr<AdmissionSketch> sketch_;

@@ -41,9 +41,10 @@ bool TableShard::Evictable(const Stripe& stripe, uint32_t slot, const KeyIndex& 
 
 void TableShard::FindCandidates(const KeyIndex& own, int64_t want,
                                 std::vector<EvictionCandidate>* out) {
+  const int64_t now = tick_.load(std::memory_order_relaxed);
   auto add = [&](int s, uint32_t slot) {
     const RowUse& use = *Use(RowAt(stripes_[s], slot));
-    out->push_back({s, slot, use.last, use.count});
+    out->push_back({s, slot, LastTick(use, now), static_cast<uint32_t>(use.count)});
   };
   out->clear();
   if (want < Size()) {
@@ -89,13 +90,14 @@ bool TableShard::ExpiryDue() {
 }
 
 void TableShard::Expire(const int64_t* keys, int64_t n) {
+  const int64_t below = marks_->ExpiredBelow(Second());
+  if (below == 0) return;
   const KeyIndex own = OwnKeys(keys, n);
-  const int64_t now = Second();
+  const int64_t now = tick_.load(std::memory_order_relaxed);
   for (Stripe& stripe : stripes_) {
     std::lock_guard<std::mutex> lock(stripe.mu);
     for (uint32_t slot = 0; slot < stripe.slots; ++slot) {
-      if (Evictable(stripe, slot, own) &&
-          now - int64_t{Use(RowAt(stripe, slot))->second} > config_.ttl_seconds) {
+      if (Evictable(stripe, slot, own) && LastTick(*Use(RowAt(stripe, slot)), now) < below) {
         EvictRow(stripe, slot, &rows_expired_);
       }
     }

@@ -35,7 +35,8 @@ void TableShard::DecideAdmission(const int64_t* keys, int64_t reads, Admit admit
 
 Status TableShard::ReserveNewRows(const int64_t* keys, int64_t n, Admit admit, int64_t reads,
                                   std::unique_ptr<RowReservation>* out, bool may_evict) {
-  tick_.fetch_add(1, std::memory_order_relaxed);
+  const int64_t tick = tick_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (marks_ != nullptr) marks_->Request(tick, Second());
   // Nothing to limit, drop or decide: every id not held becomes a row (or,
   // pushed to a table that admits ids, none does).
   if (!dropping() && config_.max_rows < 0 && (reads == 0 || admit == Admit::kAll)) {

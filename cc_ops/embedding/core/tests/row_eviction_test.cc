@@ -340,6 +340,45 @@ HET_TEST(RowsUnusedForLongerThanTheTtlExpire) {
   EXPECT_TRUE(Held(cluster.shard(0)) == (std::set<int64_t>{7, 8, 9}));
 }
 
+HET_TEST(ARowsLastUseIsReadBackAcrossTheTicksWrap) {
+  het::RowUse use;
+  const int64_t wrap = int64_t{1} << het::RowUse::kTickBits;
+  het::Touch(&use, wrap - 5);
+  EXPECT_EQ(het::LastTick(use, wrap + 3), wrap - 5);
+  EXPECT_EQ(het::LastTick(use, wrap - 5), wrap - 5);
+  use.count = het::RowUse::kMaxCount;
+  het::Touch(&use, 7);
+  EXPECT_EQ(uint64_t{use.count}, het::RowUse::kMaxCount);  // saturates, never wraps
+  EXPECT_EQ(uint64_t{use.pinned}, uint64_t{0});
+}
+
+HET_TEST(ExpiryMarksNeverExpireARowEarlyAndAtMostASpacingLate) {
+  // Against the seconds of every request, kept here: a tick below the mark
+  // ExpiredBelow gives was taken more than the ttl ago, and every tick
+  // taken more than the ttl, a mark's spacing and the largest gap between
+  // requests ago is below it.
+  for (int64_t ttl : {int64_t{5}, int64_t{20}, int64_t{64}, int64_t{400}}) {
+    const int64_t spacing = std::max<int64_t>(1, ttl / 16);
+    std::mt19937_64 rng(ttl);
+    het::ExpiryMarks marks(ttl);
+    std::vector<int64_t> second_of = {0};  // second_of[tick]; ticks count from 1
+    int64_t second = 100, checked = 0;
+    for (int64_t tick = 1; tick <= 6000; ++tick) {
+      second += static_cast<int64_t>(rng() % 4 == 0 ? rng() % 4 : 0);
+      second_of.push_back(second);
+      marks.Request(tick, second);
+      if (rng() % 16 != 0) continue;
+      const int64_t below = marks.ExpiredBelow(second);
+      for (int64_t t = 1; t < tick; ++t) {
+        if (t < below) EXPECT_TRUE(second - second_of[t] > ttl);
+        if (second - second_of[t] > ttl + spacing + 3) EXPECT_TRUE(t < below);
+      }
+      ++checked;
+    }
+    EXPECT_TRUE(checked > 200);
+  }
+}
+
 HET_TEST(EvictionSettingsAreChecked) {
   het::TableConfig c = Evicting(-1, het::EvictionPolicy::kLRU);
   std::unique_ptr<het::TableShard> t;
