@@ -199,13 +199,25 @@ def test_train_reads_tsv_and_counts_malformed_lines(tmp_path):
 
 def test_train_keeps_every_table_within_max_rows_by_eviction(tmp_path):
     """A stream with far more distinct ids than --max-rows (each of WDL's
-    tables, here one) trains; the table ends within its limit, and
-    metrics.json counts the rows evicted."""
+    tables, here one) trains; the table stays within its limit at every
+    tenth of training (metrics.json's progress), and metrics.json counts
+    the rows evicted."""
     metrics, _ = train(tmp_path / "evict", "--samples", "30000", "--batch-size", "500",
                        "--eval-samples", "1000", "--cache-capacity", "2000",
                        "--max-rows", "30000", "--on-full", "evict")
     assert 0 < metrics["table_rows"] <= 30000
     assert metrics["rows_evicted"] > 0 and metrics["rows_expired"] == 0
+    progress = metrics["progress"]
+    assert len(progress) == 10 and all(0 < p["table_rows"] <= 30000 for p in progress)
+    evicted = [p["rows_evicted"] for p in progress]
+    assert evicted == sorted(evicted) and evicted[-1] == metrics["rows_evicted"]
+    seconds = [p["seconds"] for p in progress]
+    assert seconds == sorted(seconds) and seconds[0] > 0
+    # Each sample names this process by the task name peak_rss_bytes uses.
+    assert all(set(m["rss_bytes"]) == set(metrics["peak_rss_bytes"])
+               for m in metrics["memory_timeline"])
+    assert all(0 < m["rss_bytes"]["local"] <= metrics["peak_rss_bytes"]["local"]
+               for m in metrics["memory_timeline"])
 
 
 def test_a_first_run_on_a_small_criteo_file_just_works_and_is_quiet(tmp_path):
