@@ -108,7 +108,10 @@ class LocalCluster:
         self.tasks[name] = process
         if self.stopping:
             # A signal handled while Popen ran found no process to stop.
-            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                os.killpg(process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
         return process
 
     def start_task(self, task_type, index):
@@ -132,6 +135,8 @@ class LocalCluster:
             for index, address in enumerate(self.cluster[job]):
                 host, port = address.rsplit(":", 1)
                 while True:
+                    if self.stopping:
+                        return  # interrupted: the tasks are being stopped
                     process = self.tasks.get(f"{job}:{index}")
                     if process is not None and process.poll() is not None:
                         raise RuntimeError(f"task {job}:{index} exited with code "

@@ -42,12 +42,13 @@ void ExpiryMarks::Request(int64_t tick, int64_t second) {
   int64_t before = last_second_.load(std::memory_order_relaxed);
   while (second > before && !last_second_.compare_exchange_weak(before, second)) {
   }
-  // The first request to see this second: every tick below its own was
-  // taken at `before` or earlier.
-  if (second <= before || before == INT64_MIN) return;
+  // The first request to see this second marks it with its own tick: every
+  // row whose last tick is below it was touched before that tick was taken,
+  // so before `second` was read.
+  if (second <= before) return;
   std::lock_guard<std::mutex> lock(mu_);
-  if (marks_.empty() || (before - marks_.back().first >= spacing_ && tick > marks_.back().second)) {
-    marks_.emplace_back(before, tick);
+  if (marks_.empty() || (second - marks_.back().first >= spacing_ && tick > marks_.back().second)) {
+    marks_.emplace_back(second, tick);
   }
 }
 

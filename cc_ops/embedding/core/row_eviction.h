@@ -59,20 +59,20 @@ inline int64_t LastTick(const RowUse& use, int64_t now) {
 }
 
 // How often a shard with a ttl looks for expired rows: a quarter of the
-// ttl, and not more than once a second, so a row goes at most a quarter
-// late and the sweeps (each looks at every row) cost little.
+// ttl, and not more than once a second, so that the sweeps (each looks at
+// every row) cost little.
 inline int64_t ExpiryInterval(int64_t ttl_seconds) {
   return ttl_seconds / 4 > 1 ? ttl_seconds / 4 : 1;
 }
 
 // When rows were last used, in seconds, for a ttl, without a second in
-// every row: a request at a second later than the requests before it
-// marks its tick with the second of the one before, so every row whose
-// last tick is below a mark's was last used at or before the mark's
-// second. Marks are kept a sixteenth of the ttl apart (at least a second),
-// so a shard keeps about 20 whatever the ttl, and a row expires at most
-// that much later than the ttl says (and a quarter for the sweep), never
-// earlier.
+// every row: the first request to read a new second marks it with its own
+// tick (taken before the read), so every row whose last tick is below a
+// mark's was last used at or before the mark's second. Marks are kept a
+// sixteenth of the ttl apart (at least a second), so a shard keeps about
+// 20 whatever the ttl. A row expires never early; late by up to a mark's
+// spacing and the wait for the next request to mark a second, and by up
+// to a quarter of the ttl for the sweep (ExpiryInterval).
 class ExpiryMarks {
  public:
   explicit ExpiryMarks(int64_t ttl_seconds)
@@ -85,7 +85,7 @@ class ExpiryMarks {
 
  private:
   const int64_t ttl_, spacing_;
-  std::atomic<int64_t> last_second_{INT64_MIN};
+  std::atomic<int64_t> last_second_{INT64_MIN};  // the latest second a request read
   std::mutex mu_;
   std::deque<std::pair<int64_t, int64_t>> marks_;  // (second, tick), both ascending
 };

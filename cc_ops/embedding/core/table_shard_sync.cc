@@ -104,13 +104,25 @@ void TableShard::AnswerRepeat(const int64_t* keys, int64_t n, const Sender& send
   ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
     if (i < unanswered) return;
     // The first time merged every pushed row, made it, or dropped the update
-    // of an id a table that admits ids did not hold: a repeat makes no row
-    // (none was reserved, and one made now would pass max_rows or admit an
-    // id unseen), and answers an id not held as the drop did.
+    // of an id a table that admits ids did not hold. A repeat makes no row:
+    // none was reserved, and one made now would pass max_rows or admit an
+    // id unseen. An id not held is answered as the drop was (the default
+    // row at kNotAdmitted) or, on a table that does not admit ids, where
+    // only an eviction since can have taken the row, as the row a read
+    // would make again (its initializer's state at the clock floor).
     const uint32_t row = stripe.index.Find(keys[i]);
     if (row == KeyIndex::kAbsent) {
-      if (states != nullptr) DefaultState(states + size_t(i - unanswered) * width, width);
-      if (clocks != nullptr) clocks[i - unanswered] = kNotAdmitted;
+      float* state = states == nullptr ? nullptr : states + size_t(i - unanswered) * width;
+      if (admitting()) {
+        if (state != nullptr) DefaultState(state, width);
+        if (clocks != nullptr) clocks[i - unanswered] = kNotAdmitted;
+      } else {
+        if (state != nullptr) {
+          InitializeRow(config_.initializer, keys[i], config_.dim, state);
+          InitializeSlots(config_.optimizer, config_.dim, state + config_.dim);
+        }
+        if (clocks != nullptr) clocks[i - unanswered] = clock_floor_.load();
+      }
       return;
     }
     char* p = RowAt(stripe, row);

@@ -310,11 +310,18 @@ HET_TEST(RowsUnusedForLongerThanTheTtlExpire) {
   auto t = Make(c);
   std::vector<float> rows(4);
   auto gather = [&](int64_t key) { EXPECT_OK(t->Gather(&key, 1, rows.data())); };
+  // A row's last use is known to the second from the first request of a
+  // later second (row_eviction.h's ExpiryMarks): requests every few seconds.
   gather(1);
+  gather(2);
+  fake_now = 1001;
   gather(2);
   fake_now = 1006;
   gather(2);
-  fake_now = 1011;  // 1 unused for 11 s, 2 for 5
+  fake_now = 1010;  // 1 unused for 10 s: not yet
+  gather(3);
+  EXPECT_TRUE(Held(*t) == (std::set<int64_t>{1, 2, 3}));
+  fake_now = 1012;  // 1 unused for 12 s (and known to be from 1001 on), 2 for 6
   gather(3);
   EXPECT_TRUE(Held(*t) == (std::set<int64_t>{2, 3}));
   EXPECT_EQ(t->Counters().rows_expired, 1u);
@@ -322,9 +329,11 @@ HET_TEST(RowsUnusedForLongerThanTheTtlExpire) {
   const std::vector<int64_t> hot = {4};
   het::TableChunk read;
   EXPECT_OK(t->Read(hot.data(), 1, &read));  // pinned: never expires
-  fake_now = 1012;
+  fake_now = 1013;
   gather(3);  // a sweep a quarter of the ttl after the last: not due yet
   EXPECT_TRUE(Held(*t) == (std::set<int64_t>{2, 3, 4}));
+  fake_now = 1014;
+  gather(4);
   fake_now = 1040;
   gather(5);
   EXPECT_TRUE(Held(*t) == (std::set<int64_t>{4, 5}));
@@ -338,6 +347,35 @@ HET_TEST(RowsUnusedForLongerThanTheTtlExpire) {
   fake_now = 1100;
   EXPECT_OK(cluster.GatherRows({9}, &looked));
   EXPECT_TRUE(Held(cluster.shard(0)) == (std::set<int64_t>{7, 8, 9}));
+}
+
+HET_TEST(ARepeatedPushOfARowEvictedSinceMakesNoRow) {
+  // The first time made and merged key 4; another request then took its
+  // room. The repeat (its answer was lost) once made the row again with no
+  // room reserved, past max_rows; it answers the row a read would make.
+  auto t = Make(Evicting(1, het::EvictionPolicy::kLRU));
+  const int64_t key = 4, other = 5, count = 1, base = 0;
+  const std::vector<float> delta = {1, 1};
+  het::Sender sender;
+  sender.worker = 3;
+  sender.generation = 1;
+  sender.sequence = 1;
+  std::vector<float> state(2);
+  int64_t clock = -7;
+  EXPECT_OK(
+      t->PushDeltas(&key, delta.data(), &count, &base, 1, 1.0f, state.data(), &clock, sender, 0));
+  EXPECT_EQ(clock, int64_t{1});
+  std::vector<float> rows(2);
+  EXPECT_OK(t->Gather(&other, 1, rows.data(), true));  // evicts 4
+  EXPECT_TRUE(Held(*t) == (std::set<int64_t>{other}));
+  EXPECT_OK(
+      t->PushDeltas(&key, delta.data(), &count, &base, 1, 1.0f, state.data(), &clock, sender, 0));
+  EXPECT_TRUE(Held(*t) == (std::set<int64_t>{other}));
+  std::vector<float> initial(2);
+  het::InitializeRow(t->config().initializer, key, 2, initial.data());
+  EXPECT_TRUE(state == initial);
+  EXPECT_EQ(clock, int64_t{1});  // the clock floor: 4's clock when evicted
+  EXPECT_EQ(t->Counters().updates_applied, 1u);
 }
 
 HET_TEST(ARowsLastUseIsReadBackAcrossTheTicksWrap) {
