@@ -39,16 +39,16 @@ size_t ChooseVictims(EvictionPolicy policy, size_t need, std::vector<EvictionCan
 }
 
 void ExpiryMarks::Request(int64_t tick, int64_t second) {
-  int64_t before = last_second_.load(std::memory_order_relaxed);
-  while (second > before && !last_second_.compare_exchange_weak(before, second)) {
-  }
-  // The first request to see this second marks it with its own tick: every
-  // row whose last tick is below it was touched before that tick was taken,
-  // so before `second` was read.
-  if (second <= before) return;
+  // Every tick up to this one was taken before `second` was read.
   std::lock_guard<std::mutex> lock(mu_);
-  if (marks_.empty() || (second - marks_.back().first >= spacing_ && tick > marks_.back().second)) {
-    marks_.emplace_back(second, tick);
+  const size_t n = marks_.size();
+  if (n > 0 && second <= marks_.back().first) {
+    marks_.back().second = std::max(marks_.back().second, tick + 1);
+  } else if (n >= 2 && second - marks_[n - 2].first < spacing_) {
+    // The newest mark moves on until it is a spacing past the one before.
+    marks_.back() = {second, std::max(marks_.back().second, tick + 1)};
+  } else {
+    marks_.emplace_back(second, n > 0 ? std::max(marks_.back().second, tick + 1) : tick + 1);
   }
 }
 

@@ -13,7 +13,6 @@
 #define HET_TF_EMBEDDING_CORE_ROW_EVICTION_H_
 
 #include <atomic>
-#include <climits>
 #include <cstdint>
 #include <deque>
 #include <mutex>
@@ -66,18 +65,20 @@ inline int64_t ExpiryInterval(int64_t ttl_seconds) {
 }
 
 // When rows were last used, in seconds, for a ttl, without a second in
-// every row: the first request to read a new second marks it with its own
-// tick (taken before the read), so every row whose last tick is below a
-// mark's was last used at or before the mark's second. Marks are kept a
-// sixteenth of the ttl apart (at least a second), so a shard keeps about
-// 20 whatever the ttl. A row expires never early; late by up to a mark's
-// spacing and the wait for the next request to mark a second, and by up
-// to a quarter of the ttl for the sweep (ExpiryInterval).
+// every row. A row keeps the tick of its last use; a row's use is counted
+// from the moment its request took its tick. Each request, once it has
+// its tick, reads the clock and marks it: every tick up to its own was
+// taken at or before that second. The newest mark takes every request of
+// its second, and moves on until it is a sixteenth of the ttl (at least a
+// second) past the mark before it, so a shard keeps about 40 marks
+// whatever the ttl. A row expires never early; late by up to that
+// sixteenth and a second, and up to a quarter of the ttl for the sweep
+// (ExpiryInterval).
 class ExpiryMarks {
  public:
   explicit ExpiryMarks(int64_t ttl_seconds)
       : ttl_(ttl_seconds), spacing_(ttl_seconds / 16 > 1 ? ttl_seconds / 16 : 1) {}
-  // A request whose tick is `tick` at `second`.
+  // A request that took `tick` and then read `second`.
   void Request(int64_t tick, int64_t second);
   // The tick below which every row is unused for longer than the ttl at
   // `second` (0: none known); forgets the marks older than it.
@@ -85,9 +86,10 @@ class ExpiryMarks {
 
  private:
   const int64_t ttl_, spacing_;
-  std::atomic<int64_t> last_second_{INT64_MIN};  // the latest second a request read
   std::mutex mu_;
-  std::deque<std::pair<int64_t, int64_t>> marks_;  // (second, tick), both ascending
+  // (second, tick): every tick below `tick` was taken at or before
+  // `second`; both ascending.
+  std::deque<std::pair<int64_t, int64_t>> marks_;
 };
 
 // A row that may be evicted, where it lives, and its use.
