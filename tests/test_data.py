@@ -5,6 +5,7 @@ import math
 import os
 
 import numpy as np
+import project_tools
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -195,12 +196,7 @@ def test_expected_rows_counts_the_ids_a_drifting_stream_touches(drift):
     """tools/expected_rows.py's count (by FFT for a drifting stream) against
     the distinct ids two workers' streams draw: an upper bound (missing
     values are left out), within 2%."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "expected_rows", os.path.join(os.path.dirname(__file__), "..", "tools", "expected_rows.py"))
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = project_tools.load("expected_rows")
     rows = 100_000
     data = SyntheticCriteo(scale=0.01, drift=drift)
     drawn = len(np.unique(np.concatenate(

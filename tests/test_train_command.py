@@ -1,13 +1,13 @@
 """`het-tf train` end to end in real processes: local, ParameterServerStrategy
 and hybrid mode (a cluster it starts itself), TSV input with malformed lines, the run
 folder's figures, and the export served by a process without het_tf."""
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 from unittest import mock
 
+import project_tools
 import pytest
 import tensorflow as tf
 from criteo_sample import write_sample
@@ -20,14 +20,7 @@ from het_tf.data import SyntheticCriteo
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _tool(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "tools", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-expected_rows = _tool("expected_rows")
+expected_rows = project_tools.load("expected_rows")
 HET_TF = [sys.executable, "-m", "het_tf.apps.cli"]
 TIMEOUT = 420
 

@@ -33,9 +33,9 @@ def field_cardinality(full, scale):
     return max(min(full, MIN_SCALED_CARDINALITY), int(round(full * scale)))
 
 
-def rank_probabilities(n, exponent):
+def rank_probabilities(k, n, exponent):
+    """The probability of each rank in `k` (a float array) of a field of n ids."""
     span = (n + 1.0) ** (1.0 - exponent) - 1.0
-    k = np.arange(n, dtype=np.float64)
     return ((k + 2.0) ** (1.0 - exponent) - (k + 1.0) ** (1.0 - exponent)) / span
 
 
@@ -44,7 +44,7 @@ def expected_distinct_drifting(n, exponent, rows, workers, drift):
     of each of `workers` streams."""
     shifts = np.floor(drift * np.arange(rows, dtype=np.float64)).astype(np.int64) % n
     rows_at = np.bincount(shifts, minlength=n).astype(np.float64)  # rows spent at each shift
-    log_unseen = np.log1p(-rank_probabilities(n, exponent))
+    log_unseen = np.log1p(-rank_probabilities(np.arange(n, dtype=np.float64), n, exponent))
     # id i's log P(never drawn) = workers * sum_s rows_at[s] * log_unseen[(i + s) mod n]
     total = workers * np.fft.irfft(np.conj(np.fft.rfft(rows_at)) * np.fft.rfft(log_unseen), n)
     return float(np.sum(-np.expm1(np.minimum(total, 0.0))))
@@ -52,11 +52,10 @@ def expected_distinct_drifting(n, exponent, rows, workers, drift):
 
 def expected_distinct(n, exponent, samples):
     """Expected distinct ids of one field of n ids after `samples` draws."""
-    span = (n + 1.0) ** (1.0 - exponent) - 1.0
     total = 0.0
     for start in range(0, n, CHUNK):
-        k = np.arange(start, min(n, start + CHUNK), dtype=np.float64)
-        p = ((k + 2.0) ** (1.0 - exponent) - (k + 1.0) ** (1.0 - exponent)) / span
+        p = rank_probabilities(np.arange(start, min(n, start + CHUNK), dtype=np.float64), n,
+                               exponent)
         total += float(np.sum(-np.expm1(samples * np.log1p(-p))))
     return total
 

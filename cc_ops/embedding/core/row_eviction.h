@@ -12,7 +12,6 @@
 #ifndef HET_TF_EMBEDDING_CORE_ROW_EVICTION_H_
 #define HET_TF_EMBEDDING_CORE_ROW_EVICTION_H_
 
-#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <mutex>

@@ -94,11 +94,7 @@ char* TableShard::FindOrCreate(Stripe& stripe, int64_t key, bool* created) {
   stripe.index.Insert(key, row);
   char* p = RowAt(stripe, row);
   *Key(p) = key;
-  InitializeRow(config_.initializer, key, config_.dim, Values(p));
-  InitializeSlots(config_.optimizer, config_.dim, Slots(p));
-  // Past every clock an evicted row had: a worker's clock of an old copy
-  // never passes for fresh.
-  *Clock(p) = clock_floor_.load(std::memory_order_relaxed);
+  *Clock(p) = NewState(key, Values(p));
   // Adam's step count is the clock, as a cache takes its local steps.
   if (NeedsStepCount(config_.optimizer.kind)) *Step(p) = *Clock(p);
   if (dropping()) {
@@ -117,6 +113,12 @@ char* TableShard::FindOrAdmit(Stripe& stripe, int64_t key, bool create) {
   }
   bool created;
   return FindOrCreate(stripe, key, &created);
+}
+
+int64_t TableShard::NewState(int64_t key, float* state) const {
+  InitializeRow(config_.initializer, key, config_.dim, state);
+  InitializeSlots(config_.optimizer, config_.dim, state + config_.dim);
+  return clock_floor_.load(std::memory_order_relaxed);
 }
 
 void TableShard::DefaultState(float* state, int width) const {

@@ -203,6 +203,10 @@ class TableShard {
   char* FindOrAdmit(Stripe& stripe, int64_t key, bool create);
   // The default row's state: zeros, and the optimizer's initial slots.
   void DefaultState(float* state, int width) const;
+  // The state (values and fresh slots) a new row of `key` starts with, and
+  // its clock: the clock floor, past every clock an evicted row had, so a
+  // worker's clock of an old copy never passes for fresh.
+  int64_t NewState(int64_t key, float* state) const;
   // Calls visit(stripe, i) for every request position i, grouped by stripe
   // with the stripe's lock held, so that each stripe is locked once a request.
   template <typename Visit>

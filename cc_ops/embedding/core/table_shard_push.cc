@@ -36,10 +36,7 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
       return;
     }
     if (row == KeyIndex::kAbsent) {
-      InitializeRow(config_.initializer, keys[i], config_.dim, copy);
-      InitializeSlots(config_.optimizer, config_.dim, copy + config_.dim);
-      // A new row starts at the shard's clock floor (FindOrCreate).
-      seen[i] = clock_floor_.load(std::memory_order_relaxed);
+      seen[i] = NewState(keys[i], copy);  // as FindOrCreate will make it
       steps[i] = seen[i];
     } else {
       char* p = RowAt(stripe, row);

@@ -112,17 +112,17 @@ void TableShard::AnswerRepeat(const int64_t* keys, int64_t n, const Sender& send
     // would make again (its initializer's state at the clock floor).
     const uint32_t row = stripe.index.Find(keys[i]);
     if (row == KeyIndex::kAbsent) {
-      float* state = states == nullptr ? nullptr : states + size_t(i - unanswered) * width;
+      std::vector<float> state(width);
+      int64_t clock = kNotAdmitted;
       if (admitting()) {
-        if (state != nullptr) DefaultState(state, width);
-        if (clocks != nullptr) clocks[i - unanswered] = kNotAdmitted;
+        DefaultState(state.data(), width);
       } else {
-        if (state != nullptr) {
-          InitializeRow(config_.initializer, keys[i], config_.dim, state);
-          InitializeSlots(config_.optimizer, config_.dim, state + config_.dim);
-        }
-        if (clocks != nullptr) clocks[i - unanswered] = clock_floor_.load();
+        clock = NewState(keys[i], state.data());
       }
+      if (states != nullptr) {
+        std::copy(state.begin(), state.end(), states + size_t(i - unanswered) * width);
+      }
+      if (clocks != nullptr) clocks[i - unanswered] = clock;
       return;
     }
     char* p = RowAt(stripe, row);

@@ -66,6 +66,15 @@ class Throughput:
         return self.times[-1] if self.times else float("nan")
 
 
+def table_counts(stats):
+    """The rows the tables hold, and those evicted, expired and not admitted
+    so far, over the het_stats() of every layer."""
+    counts = {"table_rows": sum(int(s["table_rows"]) for s in stats)}
+    for name in ("rows_evicted", "rows_expired", "ids_not_admitted"):
+        counts[name] = sum(int(s.get(f"table_{name}", 0)) for s in stats)
+    return counts
+
+
 def embedding_figures(model, ranks=1):
     """Hit rate, embedding bytes per sample and table rows of a model's
     HetEmbedding layers, from their counters. A layer's samples are this
@@ -75,8 +84,7 @@ def embedding_figures(model, ranks=1):
     layers = het_embedding_layers(model)
     if not layers:
         return {}
-    totals = {"hits": 0, "unique_keys": 0, "table_rows": 0, "prefetch_hits": 0,
-              "table_rows_evicted": 0, "table_rows_expired": 0, "table_ids_not_admitted": 0}
+    totals = {"hits": 0, "unique_keys": 0, "prefetch_hits": 0}
     traffic, per_sample = 0, 0.0
     # Per sample, where a layer has them: FAE's exchange between the ranks
     # and Herald's ids shared between them (both in embedding_bytes), and
@@ -88,13 +96,10 @@ def embedding_figures(model, ranks=1):
     # Rows the caches fetched per sample: unlike the hit rate, comparable
     # when the ids a step looks up change, as the allocation changes them.
     misses = 0.0
-    for layer in layers:
-        stats = layer.het_stats()
+    every_stats = [layer.het_stats() for layer in layers]
+    for stats in every_stats:
         for counter in ("hits", "unique_keys", "prefetch_hits"):
             totals[counter] += stats.get(f"cache_{counter}", 0)
-        totals["table_rows"] += stats["table_rows"]
-        for counter in ("table_rows_evicted", "table_rows_expired", "table_ids_not_admitted"):
-            totals[counter] += stats.get(counter, 0)
         samples = max(stats["samples"], 1) * (1 if "cache_hits" in stats else ranks)
         if "cache_hits" in stats:
             misses += (stats["cache_unique_keys"] - stats["cache_hits"]) / samples
@@ -103,11 +108,8 @@ def embedding_figures(model, ranks=1):
         for stat, figure in shares.items():
             if stat in stats:
                 figures[figure] = figures.get(figure, 0) + stats[stat] / samples
-    figures.update({"embedding_bytes": int(traffic), "table_rows": int(totals["table_rows"]),
+    figures.update({"embedding_bytes": int(traffic), **table_counts(every_stats),
                     "table_rows_per_task": rows_per_task(layers),
-                    "rows_evicted": int(totals["table_rows_evicted"]),
-                    "rows_expired": int(totals["table_rows_expired"]),
-                    "ids_not_admitted": int(totals["table_ids_not_admitted"]),
                     "embedding_bytes_per_sample": per_sample})
     allocation = het_allocation(model)
     if allocation is not None:  # Herald's: summaries, scores and the samples moved
@@ -252,14 +254,8 @@ class Progress:
                 thread.start()
 
             def on_epoch_end(self, epoch, logs=None):
-                totals = {"seconds": time.perf_counter() - clock["start"], "table_rows": 0,
-                          "rows_evicted": 0, "rows_expired": 0, "ids_not_admitted": 0}
-                for layer in layers:
-                    stats = layer.het_stats()
-                    totals["table_rows"] += stats["table_rows"]
-                    for name in ("rows_evicted", "rows_expired", "ids_not_admitted"):
-                        totals[name] += stats.get(f"table_{name}", 0)
-                outer.chunks.append(totals)
+                outer.chunks.append({"seconds": time.perf_counter() - clock["start"],
+                                     **table_counts([layer.het_stats() for layer in layers])})
 
             def on_train_end(self, logs=None):
                 stop.set()
