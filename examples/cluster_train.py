@@ -6,7 +6,8 @@ or on real hosts with each host's TF_CONFIG (see the README). The tables are
 sharded over the PS tasks; every worker caches hot rows.
 
 With --checkpoint-dir it resumes from the latest checkpoint there and saves
-one per epoch; with --export-dir it exports a SavedModel; with --result-json
+one per epoch; with --export-dir it exports a SavedModel (with
+--export-every, numbered versions while it trains); with --result-json
 it writes losses and table figures (the tests read them). Run as an
 `evaluator` task (`het-tf launch --evaluator`), it evaluates each checkpoint
 the chief writes, with tf_keras' SidecarEvaluator and in-process tables.
@@ -27,6 +28,7 @@ from toy_model import (  # noqa: E402
     export_probe,
     serving_inputs,
     skewed_data,
+    version_exports,
 )
 
 import het_tf  # noqa: E402
@@ -122,7 +124,9 @@ def main():
             model, tf.data.Dataset.from_tensor_slices(ids).batch(args.batch_size), share=0.5)
         het_tf.use_hot_rows(model, profile)
         result["hot_keys"] = layer.hot_keys.tolist()
-    history = {}
+    history, version_scores = {}, {}
+    if args.export_every:
+        save_each_epoch += version_exports(args, model, version_scores)
     if args.epochs > 0:
         training = dataset_fn(args, model if args.lookahead else None)
         history = model.fit(tf_keras.utils.experimental.DatasetCreator(training),
@@ -159,7 +163,10 @@ def main():
         clock_sum=int(clocks.sum()),
         probe_rows=layer.table.gather(tf.range(args.probe_ids, dtype=tf.int64)).numpy().tolist(),
     )
-    if args.export_dir:
+    if args.export_every:
+        result.update(export_inputs=serving_inputs(export_probe(args)),
+                      version_scores=version_scores)
+    elif args.export_dir:
         het_tf.export_saved_model(model, args.export_dir)
         probe = export_probe(args)
         result["export_inputs"] = serving_inputs(probe)

@@ -24,6 +24,7 @@ from toy_model import (  # noqa: E402
     export_probe,
     serving_inputs,
     skewed_data,
+    version_exports,
 )
 
 import het_tf  # noqa: E402
@@ -116,6 +117,9 @@ def main():
         callbacks.append(tf_keras.callbacks.LambdaCallback(on_train_batch_begin=lose_this_rank))
     if args.result_dir:  # the weights after every step, to compare the ranks
         callbacks.append(tf_keras.callbacks.LambdaCallback(on_train_batch_end=after_step))
+    version_scores = {}
+    if args.export_every:
+        callbacks += version_exports(args, model, version_scores, hybrid.barrier, rank)
     fit_data = dict(x=ids, y=labels, batch_size=args.batch_size, shuffle=False)
     if args.window > 1:
         # Herald's window: the pipeline stages the batches ahead of each step.
@@ -153,7 +157,10 @@ def main():
         table_rows=len(keys), record_workers=stats["table_record_workers"],
         padding_clock=int(clocks[keys == 0].sum()),
         updated_rows_max_norm=float(np.linalg.norm(values[clocks > 0], axis=1).max(initial=0)))
-    if args.export_dir and rank == 0:
+    if args.export_every:
+        result.update(export_inputs=serving_inputs(export_probe(args)),
+                      version_scores=version_scores)
+    elif args.export_dir and rank == 0:
         het_tf.export_saved_model(model, args.export_dir)
         probe = export_probe(args)
         result["export_inputs"] = serving_inputs(probe)

@@ -3,10 +3,13 @@ three id fields, or with --sequence a zero-padded sequence of ids under
 mask_zero, pooled (the shape of DIN- or SASRec-style features), or with
 --ragged a ragged sequence of ids (no padding) whose ragged vectors are
 pooled, with a row-wise MaxNorm on the embeddings."""
+import threading
+
 import numpy as np
 import tensorflow as tf
 import tf_keras
 
+import het_tf
 from het_tf.keras_layers import HetEmbedding
 
 FIELDS = 3
@@ -27,6 +30,9 @@ def add_arguments(parser):
     parser.add_argument("--staleness", type=int, default=10)
     parser.add_argument("--checkpoint-dir")
     parser.add_argument("--export-dir")
+    parser.add_argument("--export-every", type=int, default=0,
+                        help="with --export-dir: a numbered SavedModel version there every N "
+                        "steps while training and one at its end (het_tf.ExportVersions)")
     parser.add_argument("--sequence", action="store_true",
                         help="a masked sequence model (mask_zero=True, average pooling)")
     parser.add_argument("--ragged", action="store_true",
@@ -48,6 +54,54 @@ def add_arguments(parser):
     parser.add_argument("--window", type=int, default=1,
                         help="--scheduler herald: the batches its plan looks ahead over (the "
                         "input pipeline stages them with het_tf.lookahead)")
+
+
+def _scores_outside_the_strategy(model, probe):
+    """The model's scores of `probe`, as predict gives them, from a thread
+    of its own: Keras calls callbacks inside ParameterServerStrategy's scope,
+    where predict cannot run (and would unset fit's coordinator)."""
+    outcome = {}
+
+    def score():
+        try:
+            outcome["scores"] = model(probe, training=False).numpy().ravel().tolist()
+        except Exception as e:  # raised again below
+            outcome["error"] = e
+
+    thread = threading.Thread(target=score)
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["scores"]
+
+
+def version_exports(args, model, scores, barrier=lambda: None, rank=0):
+    """het_tf.ExportVersions for --export-every, and after it a callback
+    that records, right after each version, the model's own scores of the
+    probe at the same cut: scores[version] (rank 0's). `barrier` holds the
+    other ranks (hybrid mode) until rank 0 has read them."""
+    exporter = het_tf.ExportVersions(args.export_dir, every_steps=args.export_every)
+
+    class ScoresAtTheCut(tf_keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self._supports_tf_logs = True  # ParameterServerStrategy's remote logs: not read
+            self.cuts = 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            if exporter.cuts == self.cuts:
+                return
+            self.cuts = exporter.cuts
+            if rank == 0:
+                version = exporter.exported[-1]["version"]
+                scores[version] = _scores_outside_the_strategy(self.model, export_probe(args))
+            barrier()
+
+        def on_train_end(self, logs=None):
+            self.on_train_batch_end(None)
+
+    return [exporter, ScoresAtTheCut()]
 
 
 def build_model(args):

@@ -16,6 +16,7 @@ __version__ = "0.1.0"
 # Public name -> (module, attribute); attribute None: the module's load().
 _PUBLIC = {
     "CacheConfig": ("het_tf.runtime.config", "CacheConfig"),
+    "ExportVersions": ("het_tf.keras_layers.export_versions", "ExportVersions"),
     "HetEmbedding": ("het_tf.keras_layers", "HetEmbedding"),
     "OpLibraryError": ("het_tf._op_library", "OpLibraryError"),
     "OptimizerConfig": ("het_tf.runtime.config", "OptimizerConfig"),
@@ -23,6 +24,7 @@ _PUBLIC = {
     "TableConfig": ("het_tf.runtime.config", "TableConfig"),
     "WorkerCache": ("het_tf.runtime.cache", "WorkerCache"),
     "export_saved_model": ("het_tf.keras_layers.export", "export_saved_model"),
+    "export_version": ("het_tf.keras_layers.export_versions", "export_version"),
     "hot_and_cold_batches": ("het_tf.pipeline.hot_rows", "hot_and_cold_batches"),
     "lookahead": ("het_tf.pipeline.lookahead", "lookahead"),
     "lookup_without_cache": ("het_tf.runtime.cache", "lookup_without_cache"),

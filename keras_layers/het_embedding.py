@@ -266,8 +266,11 @@ class HetEmbedding(tf_keras.layers.Layer):
     def set_serving_lookup(self, lookup):
         """Serve from `lookup` (a callable from int64 ids to rows made of
         stock TensorFlow state) instead of the table, or from the table
-        again with None: export_saved_model traces the model this way."""
-        self._serving_lookup = lookup
+        again with None: export_saved_model traces the model this way.
+        Set past Keras' attribute tracking, which would make the lookup's
+        variables the layer's weights, and keep them (a copy of the table)
+        after it is unset."""
+        object.__setattr__(self, "_serving_lookup", lookup)
 
     # ----- the rows outside a step (layer_state.py) and its route's -----
 

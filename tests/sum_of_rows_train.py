@@ -39,6 +39,7 @@ VOCABULARY, IDS, DIM = 48, 4, 2
 BATCH, LR, STEPS = 32, 0.25, 24
 CACHE, STALENESS = 24, 3
 SAVE_EVERY = 2
+EXPORT_EVERY = 8  # steps between SavedModel versions (het_tf.ExportVersions)
 
 
 def batch(index):
@@ -136,7 +137,7 @@ def run_ps_saving(result_path, dim, _order):
     schedules (Keras waits for the last step's logs before it saves, not for
     the one before, which may still be training on the other worker), and
     get_weights() after every step the chief schedules, without waiting for
-    it. Each save's and read's record holds the steps the optimizer had
+    it, and a SavedModel version every EXPORT_EVERY steps. Each save's and read's record holds the steps the optimizer had
     finished just before it began and just after it ended."""
     import tf_keras
 
@@ -175,7 +176,8 @@ def run_ps_saving(result_path, dim, _order):
 
     reads = []
     model.fit(data, epochs=1, steps_per_epoch=STEPS * 2, verbose=0,
-              callbacks=[Finished("before"), tf_keras.callbacks.ModelCheckpoint(
+              callbacks=[Finished("before"), versions(result_path),
+                         tf_keras.callbacks.ModelCheckpoint(
                   f"{result_path}.ckpt-{{batch}}.keras", save_freq=SAVE_EVERY),
                   tf_keras.callbacks.ModelCheckpoint(
                   f"{result_path}.ckpt-{{batch}}", save_weights_only=True,
@@ -184,6 +186,14 @@ def run_ps_saving(result_path, dim, _order):
     result = dict(rows_and_clocks(layer), batches=[0] * (STEPS * 2), saves=saves, reads=reads)
     with open(result_path, "w") as f:
         json.dump(result, f)
+
+
+def versions(result_path):
+    """A SavedModel version every EXPORT_EVERY steps, in RESULT_JSON.versions."""
+    import het_tf
+
+    return het_tf.ExportVersions(f"{result_path}.versions", every_steps=EXPORT_EVERY,
+                                 verbose=0)
 
 
 def run_hybrid(result_path, dim, order):
@@ -199,7 +209,7 @@ def run_hybrid(result_path, dim, order):
     indexes = [rank * STEPS + (0 if order == "repeated" else i) for i in range(STEPS)]
     ids = np.concatenate([batch(i) for i in indexes])
     model.fit(ids, np.zeros((len(ids), 1), np.float32), batch_size=BATCH, shuffle=False,
-              epochs=1, verbose=0)
+              epochs=1, verbose=0, callbacks=[versions(result_path)])
     refused = None
     try:  # one rank alone cannot save what the other's cache holds
         model.save(f"{result_path}.rank{rank}.keras")

@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 from processes import processes_mentioning
+from serving import assert_versions_serve_their_cuts, serve_without_het_tf
 
 from het_tf.apps.launch import LocalCluster
 
@@ -76,7 +77,8 @@ def trained(tmp_path_factory):
     code, result, log = run_training(
         tmp, "train", ps=2, evaluator=True,
         extra=["--epochs", "3", "--checkpoint-dir", str(tmp / "ckpt"),
-               "--export-dir", str(tmp / "export"), "--evaluate-steps", "8"])
+               "--export-dir", str(tmp / "export"), "--export-every", "50",
+               "--evaluate-steps", "8"])
     assert code == 0, log[-5000:]
     return tmp, result
 
@@ -142,23 +144,16 @@ def test_a_sidecar_evaluator_task_evaluates_the_checkpoints(trained):
 def assert_served_without_het_tf(export_dir, result):
     """The export's scores of the run's probe ids, in a process that never
     imports het_tf, equal the trained model's."""
-    code = (
-        "import json, sys, numpy as np, tensorflow as tf\n"
-        f"m = tf.saved_model.load({str(export_dir)!r})\n"
-        f"inputs = {{k: tf.constant(v, tf.int64) for k, v in {result['export_inputs']!r}.items()}}\n"
-        "out = m.signatures['serving_default'](**inputs)['score'].numpy().ravel()\n"
-        "print(json.dumps({'scores': out.tolist(), 'het_tf': 'het_tf' in sys.modules}))\n")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=180, cwd="/", env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-    assert run.returncode == 0, run.stderr[-3000:]
-    loaded = json.loads(run.stdout.strip().splitlines()[-1])
-    assert not loaded["het_tf"]
-    np.testing.assert_allclose(loaded["scores"], result["export_scores"], rtol=1e-6, atol=1e-7)
+    scores = serve_without_het_tf([export_dir], result["export_inputs"])[str(export_dir)]
+    np.testing.assert_allclose(scores, result["export_scores"], rtol=1e-6, atol=1e-7)
 
 
-def test_export_from_the_cluster_loads_without_het_tf(trained):
+def test_versions_exported_while_the_cluster_trains_serve_their_cuts(trained):
+    """A version every 50 of the 120 steps (at the end of the execution of
+    4 steps that reaches it), and the last: each serves, without het_tf,
+    what the model gave at its cut."""
     tmp, result = trained
-    assert_served_without_het_tf(tmp / "export", result)
+    assert_versions_serve_their_cuts(tmp / "export", result, [52, 104, 120])
 
 
 def test_a_masked_sequence_model_trains_and_its_export_masks(tmp_path):

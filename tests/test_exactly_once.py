@@ -34,6 +34,7 @@ from tests.fault_runs import (
     push_unanswered,
     train,
 )
+from tests.serving import rows_without_het_tf
 from tests.test_cluster import Log, assert_all_gone
 from tests.test_hybrid import run_ranks
 
@@ -214,6 +215,21 @@ def assert_rows_follow_the_data(result, batches):
     np.testing.assert_array_equal(result["clocks"], steps[keys])
 
 
+def assert_versions_follow_the_data(folder, batches_at):
+    """Each SavedModel version exported while training, read in a process
+    without het_tf, is a consistent cut at its number n of steps: every row
+    what the data of `batches_at(n)` (the batches of the first n steps)
+    makes of it, nothing missing, nothing from a later step."""
+    held = sorted(int(name) for name in os.listdir(folder) if name.isdigit())
+    assert held == list(range(data.EXPORT_EVERY, held[-1] + 1, data.EXPORT_EVERY)), held
+    rows = rows_without_het_tf([folder / str(n) for n in held], range(data.VOCABULARY))
+    for n in held:
+        occurrences, _ = data.trained_counts([data.batch(i) for i in batches_at(n)])
+        got = rows[str(folder / str(n))]
+        np.testing.assert_array_equal(got, np.repeat(
+            (-data.LR / data.BATCH * occurrences)[:, None], got.shape[1], axis=1), err_msg=f"version {n}")
+
+
 def keras_file_rows(path):
     """keys, values and clocks of the one table in a .keras file, read with
     h5py apart from het_tf."""
@@ -312,6 +328,9 @@ def test_checkpoints_saved_while_the_workers_train_are_consistent_cuts(tmp_path)
         steps = int(round(rows[0] / one_step[0]))
         assert read["before"] <= steps <= read["after"] + 2, (read, steps)
         np.testing.assert_array_equal(rows, steps * one_step)
+    # A version every 8 of the 48 steps, named by its step: exactly that
+    # many steps' updates in each.
+    assert_versions_follow_the_data(tmp_path / "result.json.versions", lambda n: [0] * n)
 
 
 @pytest.mark.parametrize("dim, order", [(1, "fresh"), (1, "repeated"), (8, "fresh"),
@@ -346,3 +365,7 @@ def test_hybrid_ranks_end_at_the_data(tmp_path, dim, order):
     trained = dict(zip(saved["keys"], saved["values"]))
     expected = [trained.get(k, [0.0] * dim) for k in range(data.CACHE)]
     assert [r["read_after_load"] for r in ranks] == [expected, expected]
+    # Versions exported every 8 steps: each holds both ranks' first n
+    # steps, whichever rank's cache still held them at the cut.
+    assert_versions_follow_the_data(tmp_path / "result.json.versions", lambda n: (
+        ranks[0]["batches"][:n] + ranks[1]["batches"][:n]))

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from het_tf.apps.launch import LocalCluster
+from tests.serving import assert_versions_serve_their_cuts
 from tests.test_cluster import Log, assert_all_gone, assert_served_without_het_tf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -79,6 +80,7 @@ def test_ranks_connect_to_the_ps_tasks_one_at_a_time(tmp_path):
 @pytest.mark.parametrize("ps", [2])
 def test_ranks_share_tables_and_keep_dense_weights_identical(tmp_path, ps):
     ranks = run_hybrid(tmp_path / "results", ps, ["--export-dir", str(tmp_path / "export"),
+                                                  "--export-every", "80",
                                                   "--checkpoint-dir", str(tmp_path / "ckpt")])
     for r in ranks:
         assert r["size"] == 2 and r["num_ps"] == ps
@@ -95,8 +97,9 @@ def test_ranks_share_tables_and_keep_dense_weights_identical(tmp_path, ps):
     assert ranks[0]["clock_sum"] == ranks[1]["clock_sum"]
     # Each shard keeps one record of copies for each rank's cache.
     assert ranks[0]["record_workers"] == 2 * ps
-
-    assert_served_without_het_tf(tmp_path / "export", ranks[0])
+    # A version every 80 of the 192 steps, and the last, each what the
+    # model gave at its cut, with every rank's steps until then pushed.
+    assert_versions_serve_their_cuts(tmp_path / "export", ranks[0], [80, 160, 192])
 
     if ps == 2:  # and a relaunch resumes from the checkpoint
         resumed = run_hybrid(tmp_path / "resumed", ps, ["--epochs", "1",

@@ -1,0 +1,244 @@
+"""Numbered SavedModel versions of a model that goes on training, in the
+folder layout TensorFlow Serving polls (`<folder>/<version>/saved_model.pb`).
+
+Each version is a consistent cut: every step before it, whole, and nothing
+of a later one. Under ParameterServerStrategy the chief waits for the steps
+scheduled so far and pushes every worker's pending updates (the flush that
+a checkpoint does); in hybrid mode every rank pushes its own, then rank 0
+writes while the others wait. The caches keep their copies, so training
+goes on with its hits. A version is written under a hidden temporary name
+and renamed when whole: Serving, which only loads folders named by a
+number, never sees half of one.
+"""
+import errno
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+
+import tensorflow as tf
+import tf_keras
+
+from het_tf.distribute import horovod
+from het_tf.keras_layers.export import export_saved_model
+from het_tf.keras_layers.het_embedding import het_embedding_layers
+
+_PARTIAL = re.compile(r"^\.(\d+)\.partial-(\d+)$")
+
+
+def versions(folder):
+    """The numbered versions in `folder`, ascending."""
+    if not os.path.isdir(folder):
+        return []
+    return sorted(int(name) for name in os.listdir(folder)
+                  if name.isdigit() and os.path.isdir(os.path.join(folder, name)))
+
+
+def _check(every_steps, keep_versions):
+    if every_steps is not None and (isinstance(every_steps, bool) or not isinstance(
+            every_steps, int) or every_steps < 1):
+        raise ValueError(f"ExportVersions: every_steps must be a whole number >= 1, got "
+                         f"{every_steps!r}")
+    if keep_versions is not None and (isinstance(keep_versions, bool) or not isinstance(
+            keep_versions, int) or keep_versions < 1):
+        raise ValueError(f"export: keep_versions must be None (keep all) or a whole number "
+                         f">= 1, got {keep_versions!r}")
+
+
+def _step(model):
+    """The steps the model has taken: its optimizer's iterations, which a
+    checkpoint restores, so a resumed run numbers on from where it was."""
+    optimizer = getattr(model, "optimizer", None)
+    iterations = getattr(optimizer, "iterations", None)
+    return 0 if iterations is None else int(iterations.numpy())
+
+
+def _remove_leftovers(folder):
+    """Removes the temporary folders of exports whose process is gone (one
+    killed while it wrote)."""
+    for name in os.listdir(folder):
+        match = _PARTIAL.match(name)
+        if match and not _running(int(match.group(2))):
+            shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+
+
+def _running(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _prune(folder, keep_versions):
+    """Removes all but the newest `keep_versions` versions, each renamed
+    away first, so Serving sees a version whole or not at all."""
+    for version in versions(folder)[:-keep_versions]:
+        gone = os.path.join(folder, f".{version}.removed-{os.getpid()}")
+        os.replace(os.path.join(folder, str(version)), gone)
+        shutil.rmtree(gone, ignore_errors=True)
+
+
+class _NoRetracingWarning(logging.Filter):
+    """Each export makes new variables and traces its own functions again,
+    on purpose; TensorFlow would warn of retracing from the fifth one on."""
+
+    def filter(self, record):
+        return "triggered tf.function retracing" not in record.getMessage()
+
+
+def _outside_any_strategy(action):
+    """Runs `action()` outside the distribution strategy's scope (Keras runs
+    callbacks inside it, where a new tf.Variable would be made on a PS
+    task): in a thread of its own, whose scope is the default one."""
+    if not tf.distribute.has_strategy():
+        return action()
+    outcome = {}
+
+    def run():
+        try:
+            outcome["result"] = action()
+        except BaseException as e:  # raised again in the caller's thread
+            outcome["error"] = e
+
+    thread = threading.Thread(target=run, name="het_tf-export")
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
+def _cut(model):
+    """Every step scheduled so far done (ParameterServerStrategy's), and
+    every pending update of this process's caches pushed; the caches keep
+    their copies."""
+    coordinator = getattr(model, "_cluster_coordinator", None)
+    if coordinator is not None and tf.executing_eagerly():
+        coordinator.join()
+    for layer in het_embedding_layers(model):
+        if layer.built:
+            layer.flush()
+
+
+def _write_version(model, folder, keep_versions):
+    """Rank 0's (or the only process's) half, after the cut: the next
+    version, whole or not at all; returns (version, its path, step)."""
+    os.makedirs(folder, exist_ok=True)
+    _remove_leftovers(folder)
+    step = _step(model)
+    version = max([step] + [v + 1 for v in versions(folder)[-1:]])
+    path = os.path.join(folder, str(version))
+    partial = os.path.join(folder, f".{version}.partial-{os.getpid()}")
+    quiet = _NoRetracingWarning()
+    tf.get_logger().addFilter(quiet)
+    try:
+        _outside_any_strategy(lambda: export_saved_model(model, partial))
+        os.replace(partial, path)
+    except BaseException as e:
+        shutil.rmtree(partial, ignore_errors=True)
+        if _out_of_space(e):
+            raise OSError(errno.ENOSPC, f"no space left on the device of {folder} for version "
+                          f"{version}; the versions there are kept as they were "
+                          f"({_kept(folder)})") from e
+        raise
+    finally:
+        tf.get_logger().removeFilter(quiet)
+    if keep_versions is not None:
+        _prune(folder, keep_versions)
+    return version, path, step
+
+
+def _out_of_space(error):
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    # TensorFlow's writers raise their own errors, with the system's message.
+    return isinstance(error, tf.errors.OpError) and "No space left on device" in str(error)
+
+
+def _kept(folder):
+    held = versions(folder)
+    return f"versions {held[0]} to {held[-1]}" if held else "none yet"
+
+
+def export_version(model, folder, keep_versions=None):
+    """Writes `model` as the next numbered SavedModel version in `folder`
+    (for TensorFlow Serving: the folder is the model's base path), as
+    export_saved_model does, at a consistent cut of the training; keeps only
+    the newest `keep_versions` versions if given. The version number is the
+    optimizer's step count, or one past the highest version already there
+    if that is higher. In hybrid mode call it on every rank at the same
+    step. Returns the version's path (None on ranks other than 0)."""
+    written = _export_version(model, os.fspath(folder), keep_versions)
+    return None if written is None else written[1]
+
+
+def _export_version(model, folder, keep_versions):
+    _check(None, keep_versions)
+    _cut(model)
+    if horovod.num_ps() is None:
+        return _write_version(model, folder, keep_versions)
+    # Hybrid mode: every rank has pushed its own pending updates; rank 0
+    # reads the tables while no rank trains on (on_rank_zero's barrier).
+    horovod.barrier()
+    return horovod.on_rank_zero(lambda: _write_version(model, folder, keep_versions),
+                                "export_version")
+
+
+class ExportVersions(tf_keras.callbacks.Callback):
+    """Exports the model being fit as a numbered SavedModel version in
+    `folder` every `every_steps` training steps (with steps_per_execution,
+    at the end of the execution that reaches them), and once more when
+    training ends (unless the last step was just exported), keeping the
+    newest `keep_versions` (all if None). Works in one process, under
+    ParameterServerStrategy (on the chief) and in hybrid mode (on every
+    rank). `exported` lists what it wrote: {"version", "step", "seconds"}
+    (on rank 0); `cuts` counts the exports this process took part in.
+
+        model.fit(data, callbacks=[het_tf.ExportVersions("models/ctr", every_steps=1000,
+                                                         keep_versions=5)])
+    """
+
+    def __init__(self, folder, every_steps, keep_versions=None, verbose=1):
+        super().__init__()
+        # Its batch hook takes ParameterServerStrategy's remote logs: it reads none.
+        self._supports_tf_logs = True
+        _check(every_steps, keep_versions)
+        self.folder = os.fspath(folder)
+        self.every_steps, self.keep_versions, self.verbose = every_steps, keep_versions, verbose
+        self.exported, self.cuts = [], 0
+        self._steps = self._epoch_start = self._last = 0
+
+    def on_train_begin(self, logs=None):
+        self._steps = self._epoch_start = self._last = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_start = self._steps
+
+    def on_train_batch_end(self, batch, logs=None):
+        # With steps_per_execution a call ends several steps: `batch` is
+        # the last one's index in the epoch.
+        self._steps = self._epoch_start + batch + 1
+        if self._steps - self._last >= self.every_steps:
+            self._export()
+
+    def on_train_end(self, logs=None):
+        if self._steps > self._last:
+            self._export()
+
+    def _export(self):
+        started = time.perf_counter()
+        written = _export_version(self.model, self.folder, self.keep_versions)
+        self._last = self._steps
+        self.cuts += 1
+        seconds = time.perf_counter() - started
+        if written is not None:
+            version, _, step = written
+            self.exported.append({"version": version, "step": step, "seconds": seconds})
+            if self.verbose:
+                print(f"het_tf: exported version {version} (step {step}) to {self.folder} in "
+                      f"{seconds:.1f} s", flush=True)

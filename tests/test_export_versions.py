@@ -1,0 +1,164 @@
+"""Numbered SavedModel versions exported while a model trains (het_tf.ExportVersions):
+each a consistent cut that serves, without het_tf, what the model gave at
+that cut; written whole or not at all; bounded in number."""
+import gc
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tf_keras
+from serving import serve_without_het_tf
+from test_checkpoint_export import data, make_model
+
+import het_tf
+from het_tf.keras_layers.export import ServingLookup
+from het_tf.keras_layers.export_versions import versions
+
+
+class ScoresAtTheCut(tf_keras.callbacks.Callback):
+    """The model's own predictions of `probe` right after each export."""
+
+    def __init__(self, exporter, probe):
+        super().__init__()
+        self.exporter, self.probe, self.scores = exporter, probe, {}
+
+    def on_train_batch_end(self, batch, logs=None):
+        for export in self.exporter.exported:
+            if export["version"] not in self.scores:
+                self.scores[export["version"]] = self.model.predict(self.probe,
+                                                                    verbose=0).ravel()
+
+    def on_train_end(self, logs=None):
+        self.on_train_batch_end(None)
+
+
+@pytest.mark.parametrize("input_dim", [300, None], ids=["fixed", "dynamic"])
+def test_each_version_serves_the_model_at_its_cut(tmp_path, input_dim):
+    x, y = data()
+    model = make_model(input_dim, cache_capacity=150)
+    folder = tmp_path / "models" / "items"
+    exporter = het_tf.ExportVersions(folder, every_steps=3, verbose=0)
+    probe = x[:16]
+    cut = ScoresAtTheCut(exporter, probe)
+    # Unshuffled, the probe is trained in the first step: a dynamic table
+    # holds its rows at every cut (it serves ids it does not hold as zeros).
+    model.fit(x, y, batch_size=32, epochs=2, verbose=0, shuffle=False,
+              callbacks=[exporter, cut])
+    # 20 steps: a version every 3 steps, named by the step, and the last step's.
+    assert versions(folder) == [3, 6, 9, 12, 15, 18, 20]
+    assert sorted(os.listdir(folder)) == sorted(str(v) for v in versions(folder))
+    assert [e["step"] for e in exporter.exported] == versions(folder)
+    served = serve_without_het_tf([folder / str(v) for v in versions(folder)],
+                                  {"ids": probe.tolist()})
+    for v in versions(folder):
+        np.testing.assert_allclose(served[str(folder / str(v))], cut.scores[v], rtol=1e-6,
+                                   atol=1e-7)
+    # Training moved the model between cuts: each version is its own.
+    for a, b in zip(versions(folder), versions(folder)[1:]):
+        assert np.abs(cut.scores[a] - cut.scores[b]).max() > 1e-4
+    np.testing.assert_allclose(cut.scores[20], model.predict(probe, verbose=0).ravel(),
+                               rtol=1e-6, atol=1e-7)
+
+
+def test_an_export_keeps_the_caches_copies(tmp_path):
+    x, y = data()
+    model = make_model(None, cache_capacity=150)
+    layer = model.get_layer("items")
+    model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+    held = layer.het_stats()["cache_rows"]
+    pushed = layer.het_stats()["cache_updates_pushed"]
+    het_tf.export_version(model, tmp_path / "v")
+    stats = layer.het_stats()
+    assert held > 0 and stats["cache_rows"] == held
+    assert stats["cache_updates_pushed"] > pushed  # the pending updates went into the version
+    assert versions(tmp_path / "v") == [10]
+
+
+def test_keep_versions_bounds_the_folder_and_numbers_go_on_rising(tmp_path):
+    x, y = data()
+    model = make_model(None, cache_capacity=150)
+    folder = tmp_path / "v"
+    exporter = het_tf.ExportVersions(folder, every_steps=2, keep_versions=2, verbose=0)
+    model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[exporter])
+    assert versions(folder) == [8, 10] and sorted(os.listdir(folder)) == ["10", "8"]
+    # A model whose step count is behind the folder's newest (a new run
+    # into the same folder) still writes a higher number, which Serving picks.
+    fresh = make_model(None, cache_capacity=150)
+    fresh.fit(x[:64], y[:64], batch_size=32, epochs=1, verbose=0)
+    path = het_tf.export_version(fresh, folder, keep_versions=2)
+    assert path == str(folder / "11") and versions(folder) == [10, 11]
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(every_steps=0), "every_steps must be a whole number >= 1"),
+    (dict(every_steps=2.5), "every_steps must be a whole number >= 1"),
+    (dict(every_steps=2, keep_versions=0), "keep_versions must be None"),
+])
+def test_bad_settings_are_refused(tmp_path, settings, message):
+    with pytest.raises(ValueError, match=message):
+        het_tf.ExportVersions(tmp_path, **settings)
+
+
+EXPORT_IN_A_LOOP = r"""
+import os, sys
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import numpy as np, tensorflow as tf, tf_keras, het_tf
+from het_tf.keras_layers import HetEmbedding
+inp = tf_keras.Input(shape=(1,), dtype="int64", name="ids")
+out = tf_keras.layers.Dense(1, name="score")(tf_keras.layers.Flatten()(
+    HetEmbedding(None, 32, cache_capacity=0, name="items")(inp)))
+model = tf_keras.Model(inp, out)
+model.compile("sgd", "mse")
+model.predict(np.arange(400_000, dtype=np.int64)[:, None], batch_size=100_000, verbose=0)
+print("ready", flush=True)
+while True:
+    het_tf.export_version(model, sys.argv[1])
+"""
+
+
+def test_a_killed_export_leaves_only_whole_versions(tmp_path):
+    """Kill -9 an exporting process at moments spread over its exports: every
+    numbered folder it left loads; the half-written one is hidden, and the
+    next export removes it."""
+    folder = tmp_path / "v"
+    killed_mid_write = 0
+    for delay in (0.5, 0.9, 1.3, 1.7):
+        process = subprocess.Popen([sys.executable, "-c", EXPORT_IN_A_LOOP, str(folder)],
+                                   stdout=subprocess.PIPE, text=True,
+                                   env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+        try:
+            assert process.stdout.readline().strip() == "ready"
+            time.sleep(delay)
+        finally:
+            process.send_signal(signal.SIGKILL)
+            process.wait(timeout=60)
+        killed_mid_write += any(name.startswith(".") for name in os.listdir(folder))
+    assert killed_mid_write >= 1, "no kill landed while a version was being written"
+    held = versions(folder)
+    assert held, "no version was written"
+    served = serve_without_het_tf([folder / str(v) for v in held], {"ids": [[1], [7]]})
+    assert len(served) == len(held)
+    x, y = data()
+    model = make_model(None, cache_capacity=150)
+    model.fit(x[:64], y[:64], batch_size=32, epochs=1, verbose=0)
+    het_tf.export_version(model, folder)
+    assert all(not name.startswith(".") for name in os.listdir(folder))
+
+
+def test_exports_leave_the_models_weights_and_hold_no_table_copy(tmp_path):
+    """An export used to leave its serving lookup's variables among the
+    layer's weights (get_weights grew by a table copy each time, and kept it)."""
+    x, y = data()
+    model = make_model(None, cache_capacity=150)
+    model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+    names = [w.name for w in model.weights]
+    for _ in range(3):
+        het_tf.export_version(model, tmp_path / "v")
+    assert [w.name for w in model.weights] == names
+    assert len(model.get_weights()) == len(names)
+    gc.collect()
+    assert not [o for o in gc.get_objects() if isinstance(o, ServingLookup)]
