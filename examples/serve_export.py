@@ -1,5 +1,6 @@
-"""Load a `het-tf train` run's SavedModel with stock TensorFlow alone (no
-het_tf, no custom ops, as TF Serving would) and score the held-out rows the
+"""Load the newest SavedModel version of a `het-tf train` run (the highest
+numbered folder in RUN_DIR/export, as TF Serving picks it) with stock
+TensorFlow alone (no het_tf, no custom ops) and score the held-out rows the
 run recorded, next to the scores the trained model gave them.
 
     python examples/serve_export.py RUN_DIR
@@ -17,7 +18,9 @@ import tensorflow as tf  # noqa: E402
 def main(run_dir):
     with open(os.path.join(run_dir, "examples.json")) as f:
         examples = json.load(f)
-    serve = tf.saved_model.load(os.path.join(run_dir, "export")).signatures["serving_default"]
+    export = os.path.join(run_dir, "export")
+    newest = max(int(name) for name in os.listdir(export) if name.isdigit())
+    serve = tf.saved_model.load(os.path.join(export, str(newest))).signatures["serving_default"]
     assert "het_tf" not in sys.modules, "this check must run without het_tf"
     outputs = serve(dense=tf.constant(examples["features"]["dense"], tf.float32),
                     categorical=tf.constant(examples["features"]["categorical"], tf.int64))

@@ -39,8 +39,8 @@ def versions(folder):
 def _check(every_steps, keep_versions):
     if every_steps is not None and (isinstance(every_steps, bool) or not isinstance(
             every_steps, int) or every_steps < 1):
-        raise ValueError(f"ExportVersions: every_steps must be a whole number >= 1, got "
-                         f"{every_steps!r}")
+        raise ValueError(f"ExportVersions: every_steps must be None (only when training "
+                         f"ends) or a whole number >= 1, got {every_steps!r}")
     if keep_versions is not None and (isinstance(keep_versions, bool) or not isinstance(
             keep_versions, int) or keep_versions < 1):
         raise ValueError(f"export: keep_versions must be None (keep all) or a whole number "
@@ -127,7 +127,8 @@ def _cut(model):
 
 def _write_version(model, folder, keep_versions):
     """Rank 0's (or the only process's) half, after the cut: the next
-    version, whole or not at all; returns (version, its path, step)."""
+    version, whole or not at all; returns {"version", "path", "step",
+    "bytes"}."""
     os.makedirs(folder, exist_ok=True)
     _remove_leftovers(folder)
     step = _step(model)
@@ -148,9 +149,11 @@ def _write_version(model, folder, keep_versions):
         raise
     finally:
         tf.get_logger().removeFilter(quiet)
+    size = sum(os.path.getsize(os.path.join(parent, name))
+               for parent, _, names in os.walk(path) for name in names)
     if keep_versions is not None:
         _prune(folder, keep_versions)
-    return version, path, step
+    return {"version": version, "path": path, "step": step, "bytes": size}
 
 
 def _out_of_space(error):
@@ -174,7 +177,7 @@ def export_version(model, folder, keep_versions=None):
     if that is higher. In hybrid mode call it on every rank at the same
     step. Returns the version's path (None on ranks other than 0)."""
     written = _export_version(model, os.fspath(folder), keep_versions)
-    return None if written is None else written[1]
+    return None if written is None else written["path"]
 
 
 def _export_version(model, folder, keep_versions):
@@ -192,26 +195,33 @@ def _export_version(model, folder, keep_versions):
 class ExportVersions(tf_keras.callbacks.Callback):
     """Exports the model being fit as a numbered SavedModel version in
     `folder` every `every_steps` training steps (with steps_per_execution,
-    at the end of the execution that reaches them), and once more when
-    training ends (unless the last step was just exported), keeping the
-    newest `keep_versions` (all if None). Works in one process, under
-    ParameterServerStrategy (on the chief) and in hybrid mode (on every
-    rank). `exported` lists what it wrote: {"version", "step", "seconds"}
-    (on rank 0); `cuts` counts the exports this process took part in.
+    at the end of the execution that reaches them; None: none while it
+    trains), and with `at_end` once more when training ends, unless its
+    last step was just exported. Keeps the newest `keep_versions` (all if
+    None). Works in one process, under ParameterServerStrategy (on the
+    chief) and in hybrid mode (on every rank). `exported` lists what it
+    wrote (on rank 0): {"version", "step", "bytes", "seconds"}; `cuts`
+    counts the exports this process took part in.
 
         model.fit(data, callbacks=[het_tf.ExportVersions("models/ctr", every_steps=1000,
                                                          keep_versions=5)])
     """
 
-    def __init__(self, folder, every_steps, keep_versions=None, verbose=1):
+    def __init__(self, folder, every_steps, keep_versions=None, at_end=True, verbose=1):
         super().__init__()
         # Its batch hook takes ParameterServerStrategy's remote logs: it reads none.
         self._supports_tf_logs = True
         _check(every_steps, keep_versions)
         self.folder = os.fspath(folder)
-        self.every_steps, self.keep_versions, self.verbose = every_steps, keep_versions, verbose
+        self.every_steps, self.keep_versions = every_steps, keep_versions
+        self.at_end, self.verbose = at_end, verbose
         self.exported, self.cuts = [], 0
         self._steps = self._epoch_start = self._last = 0
+
+    @property
+    def up_to_date(self):
+        """True when the last step trained is in the newest version."""
+        return self._steps == self._last
 
     def on_train_begin(self, logs=None):
         self._steps = self._epoch_start = self._last = 0
@@ -223,22 +233,25 @@ class ExportVersions(tf_keras.callbacks.Callback):
         # With steps_per_execution a call ends several steps: `batch` is
         # the last one's index in the epoch.
         self._steps = self._epoch_start + batch + 1
-        if self._steps - self._last >= self.every_steps:
-            self._export()
+        if self.every_steps and self._steps - self._last >= self.every_steps:
+            self.export()
 
     def on_train_end(self, logs=None):
-        if self._steps > self._last:
-            self._export()
+        if self.at_end and not self.up_to_date:
+            self.export()
 
-    def _export(self):
+    def export(self):
+        """Exports a version now (on every rank in hybrid mode)."""
         started = time.perf_counter()
         written = _export_version(self.model, self.folder, self.keep_versions)
         self._last = self._steps
         self.cuts += 1
-        seconds = time.perf_counter() - started
-        if written is not None:
-            version, _, step = written
-            self.exported.append({"version": version, "step": step, "seconds": seconds})
-            if self.verbose:
-                print(f"het_tf: exported version {version} (step {step}) to {self.folder} in "
-                      f"{seconds:.1f} s", flush=True)
+        if written is None:
+            return
+        record = {"version": written["version"], "step": written["step"],
+                  "bytes": written["bytes"], "seconds": time.perf_counter() - started}
+        self.exported.append(record)
+        if self.verbose:
+            print(f"het_tf: exported version {record['version']} (step {record['step']}, "
+                  f"{record['bytes'] / 1e6:.1f} MB) to {self.folder} in "
+                  f"{record['seconds']:.1f} s", flush=True)

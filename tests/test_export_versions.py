@@ -1,6 +1,7 @@
 """Numbered SavedModel versions exported while a model trains (het_tf.ExportVersions):
 each a consistent cut that serves, without het_tf, what the model gave at
 that cut; written whole or not at all; bounded in number."""
+import argparse
 import gc
 import os
 import signal
@@ -93,9 +94,12 @@ def test_keep_versions_bounds_the_folder_and_numbers_go_on_rising(tmp_path):
     assert path == str(folder / "11") and versions(folder) == [10, 11]
 
 
+STEPS_REFUSED = r"every_steps must be None \(only when training ends\) or a whole number >= 1"
+
+
 @pytest.mark.parametrize("settings, message", [
-    (dict(every_steps=0), "every_steps must be a whole number >= 1"),
-    (dict(every_steps=2.5), "every_steps must be a whole number >= 1"),
+    (dict(every_steps=0), STEPS_REFUSED),
+    (dict(every_steps=2.5), STEPS_REFUSED),
     (dict(every_steps=2, keep_versions=0), "keep_versions must be None"),
 ])
 def test_bad_settings_are_refused(tmp_path, settings, message):
@@ -162,3 +166,14 @@ def test_exports_leave_the_models_weights_and_hold_no_table_copy(tmp_path):
     assert len(model.get_weights()) == len(names)
     gc.collect()
     assert not [o for o in gc.get_objects() if isinstance(o, ServingLookup)]
+
+
+@pytest.mark.parametrize("argv", [["--export-every", "100"], ["--keep-versions", "3"]])
+def test_het_tf_train_refuses_versions_with_no_save(argv):
+    from het_tf.apps.train import arguments
+
+    parser = argparse.ArgumentParser()
+    arguments.add_arguments(parser)
+    with pytest.raises(ValueError, match="--no-save writes none"):
+        arguments.check(parser.parse_args(["--no-save", *argv]))
+    arguments.check(parser.parse_args(argv))

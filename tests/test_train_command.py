@@ -66,7 +66,8 @@ def test_train_ps_mode_starts_and_stops_its_own_cluster(tmp_path):
     run_dir = tmp_path / "ps"
     metrics, out = train(run_dir, "--mode", "ps", "--ps", "2", "--workers", "2", "--model",
                          "deepfm", "--samples", "160000", "--batch-size", "512",
-                         "--eval-samples", "16384", "--staleness", "10")
+                         "--eval-samples", "16384", "--staleness", "10",
+                         "--export-every", "100", "--keep-versions", "2")
     assert "[ps:1]" in out and "[worker:1]" in out
     assert metrics["workers"] == 2
     assert metrics["config"]["lookahead"] is True  # the default with a refresh cache
@@ -85,6 +86,15 @@ def test_train_ps_mode_starts_and_stops_its_own_cluster(tmp_path):
     expected, _ = expected_rows.expected_table_rows(0.01, 1.1, metrics["train_samples"])
     assert 0.9 * expected < metrics["table_rows"] < expected, (metrics["table_rows"], expected)
     assert metrics["checkpoint_seconds"] > 0 and metrics["export_seconds"] > 0
+    # A version at the end of the first execution of 8 steps that reaches
+    # each 100 steps, and the last step's; the newest 2 kept.
+    steps = 10 * (160000 // 512 // 10)
+    exports = metrics["exports"]
+    assert [e["version"] for e in exports] == [e["step"] for e in exports]
+    assert [e["step"] for e in exports][-1] == steps and len(exports) == 4
+    assert all(e["bytes"] > 0 and e["seconds"] > 0 for e in exports)
+    assert sorted(os.listdir(run_dir / "export")) == sorted(str(e["version"])
+                                                            for e in exports[-2:])
     check_run_folder(run_dir, metrics)
     assert processes_mentioning(str(run_dir), "cmdline") == []
 
@@ -93,8 +103,12 @@ def test_train_hybrid_mode_starts_and_stops_its_own_cluster(tmp_path):
     run_dir = tmp_path / "hybrid"
     metrics, out = train(run_dir, "--mode", "hybrid", "--ps", "2", "--workers", "2",
                          "--model", "wdl", "--samples", "160000", "--batch-size", "512",
-                         "--eval-samples", "16384")
+                         "--eval-samples", "16384", "--export-every", "60")
     assert "[ps:1]" in out and "[rank:0]" in out and "[rank:1]" in out
+    # Every rank takes part in each version: 150 steps of both ranks, a
+    # version every 60, and the last.
+    assert [e["step"] for e in metrics["exports"]] == [60, 120, 150]
+    assert sorted(os.listdir(run_dir / "export")) == ["120", "150", "60"]
     assert metrics["workers"] == 2
     # Both ranks' batches count: steps of 512 on each of the 2 ranks.
     assert metrics["train_samples"] % (2 * 512) == 0 and metrics["train_samples"] > 100000

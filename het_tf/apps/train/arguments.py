@@ -162,6 +162,12 @@ def add_arguments(p):
     p.add_argument("--run-dir", help="where to write the run (default runs/MODEL-MODE-TIME)")
     p.add_argument("--no-save", action="store_true",
                    help="write metrics.json only: no checkpoint, no export")
+    p.add_argument("--export-every", type=_positive, metavar="STEPS",
+                   help="also export a numbered SavedModel version into RUN_DIR/export every "
+                   "STEPS steps while training (a step: one worker's batch in ps mode, every "
+                   "rank's in hybrid mode), each a consistent cut that TF Serving can load")
+    p.add_argument("--keep-versions", type=_positive, metavar="N",
+                   help="keep only the newest N versions in RUN_DIR/export (default: all)")
 
 
 def run_dir(args):
@@ -191,6 +197,9 @@ def check(args):
     _rename_sync(args)
     _check_herald(args)
     _check_combination(args)
+    if args.no_save and (args.export_every or args.keep_versions):
+        raise ValueError("--export-every and --keep-versions write versions; --no-save "
+                         "writes none")
     if args.samples < args.batch_size:
         raise ValueError(f"--samples ({args.samples}) is less than one batch "
                          f"({args.batch_size})")

@@ -94,11 +94,18 @@ def train(args, mode):
     # Without HetEmbedding (TF's PS path) there are no shards to count.
     counted = (lambda: figures.shard_bytes(model)) if het_embedding_layers(model) else None
     wire = WireBytes(counted) if rank == 0 else None
+    # Versions while training (--export-every); the last is written after
+    # the evaluation, unless the last step is already in one.
+    exporter = het_tf.ExportVersions(os.path.join(args.run_dir, "export"), args.export_every,
+                                     keep_versions=args.keep_versions, at_end=False,
+                                     verbose=rank == 0)
+    exports = [exporter] * (not args.no_save)
     # The timeline reads the model as the caches hold it: pushing their
     # pending updates first would change the training it measures.
     with as_the_caches_stand():
         history = model.fit(train_input, epochs=epochs, steps_per_epoch=steps_per_epoch,
-                            callbacks=[throughput.callback] + [progress.callback] * (rank == 0),
+                            callbacks=[throughput.callback] + [progress.callback] * (rank == 0)
+                            + exports,
                             **timeline,
                             verbose=(1 if sys.stdout.isatty() else 2) if rank == 0 else 0).history
     mode.barrier()
@@ -131,7 +138,7 @@ def train(args, mode):
         if inputs.synthetic is not None:
             result["best_auc"] = figures.best_auc(inputs, result["eval_samples"])
     if not args.no_save:
-        _save_and_export(model, args, result, inputs, mode)
+        _save_and_export(model, args, result, inputs, mode, exporter)
     mode.barrier()
     if rank == 0:
         result["peak_rss_bytes"] = figures.peak_memory(own)
@@ -160,22 +167,22 @@ def _use_hot_rows(model, inputs, mode, args, steps):
                    for name, hot in profile.items()}}}
 
 
-def _save_and_export(model, args, result, inputs, mode):
+def _save_and_export(model, args, result, inputs, mode, exporter):
     checkpoint_dir = os.path.join(args.run_dir, "checkpoint")
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), checkpoint_dir,
                                          max_to_keep=1)
     started = time.perf_counter()
     result["checkpoint"] = mode.save(model, manager)
     result["checkpoint_seconds"] = time.perf_counter() - started
+    if not exporter.up_to_date:
+        exporter.export()  # every rank in hybrid mode: each pushes, rank 0 writes
     if mode.rank != 0:
         return
-    export_dir = os.path.join(args.run_dir, "export")
-    started = time.perf_counter()
-    het_tf.export_saved_model(model, export_dir)
-    result["export_seconds"] = time.perf_counter() - started
-    result["export"] = export_dir
-    # A few held-out rows with this model's scores, for checking the export
-    # in a process without het_tf (examples/serve_export.py).
+    result["export_seconds"] = exporter.exported[-1]["seconds"]
+    result["export"] = exporter.folder
+    result["exports"] = exporter.exported
+    # A few held-out rows with this model's scores, for checking the newest
+    # version in a process without het_tf (examples/serve_export.py).
     features, labels = next(iter(inputs.held_out().take(1)))
     rows = {k: v.numpy()[:8] for k, v in features.items()}
     scores = model.predict(rows, verbose=0).ravel()
