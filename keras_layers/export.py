@@ -14,6 +14,7 @@ import tensorflow as tf
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 from het_tf.keras_layers.table_weights import model_variables
 from het_tf.runtime.config import MATERIALIZE_LIMIT
+from het_tf.runtime.progress import Progress
 
 # The rows read from a shard at a time. Each chunk (its rows, then the op's
 # outputs) is freed before the next is read, so small chunks reuse the same
@@ -25,14 +26,17 @@ EXPORT_CHUNK_BYTES = 4 << 20
 class ServingLookup(tf.Module):
     """A table's rows as stock TensorFlow state."""
 
-    def __init__(self, layer, chunk_bytes=EXPORT_CHUNK_BYTES):
+    def __init__(self, layer, chunk_bytes=EXPORT_CHUNK_BYTES, progress=None):
+        """`progress` (a het_tf.runtime.progress.Progress) counts the rows read."""
         super().__init__(name=f"{layer.name}_serving")
         table, dim = layer.table, layer.output_dim
+        advance = progress.advance if progress is not None else (lambda rows: None)
         self.keys = None  # every row is held: an id is its row
         self.held_nothing = False
-        if layer.input_dim is not None and layer.input_dim * dim <= MATERIALIZE_LIMIT:
+        if _materialized(layer):
             keys = tf.range(layer.input_dim, dtype=tf.int64)
             self.values = tf.Variable(table.gather(keys), trainable=False, name="embeddings")
+            advance(layer.input_dim)
             return
         # The rows the table holds, in the shards' order, one chunk at a
         # time, and one zero row last for the ids it does not hold. The keys
@@ -58,6 +62,7 @@ class ServingLookup(tf.Module):
                     strides=[1, 1], value=values)
                 keys.append(chunk_keys)
                 first += n
+                advance(n)
         self.keys = _resizable_variable([], tf.int64, "keys")
         self.rows = _resizable_variable([], tf.int64, "rows")
 
@@ -86,6 +91,18 @@ class ServingLookup(tf.Module):
         return tf.gather(self.values, ids)
 
 
+def _materialized(layer):
+    """Whether every row of the layer's vocabulary is exported."""
+    return layer.input_dim is not None and layer.input_dim * layer.output_dim <= \
+        MATERIALIZE_LIMIT
+
+
+def _rows_to_read(layer):
+    if _materialized(layer):
+        return layer.input_dim
+    return sum(layer.table.shard_rows(s) for s in range(layer.table.num_shards))
+
+
 def _resizable_variable(row_shape, dtype, name):
     """An empty variable of rows of `row_shape`, to be assigned inside a
     tf.function: there the assigned tensor's only reference is the assign,
@@ -96,12 +113,11 @@ def _resizable_variable(row_shape, dtype, name):
 
 
 @contextlib.contextmanager
-def _serving_lookups(layers):
+def _serving_lookups(layers, progress):
     lookups = []
     try:
         for layer in layers:
-            layer.flush()
-            lookups.append(ServingLookup(layer))
+            lookups.append(ServingLookup(layer, progress=progress))
             layer.set_serving_lookup(lookups[-1])
         yield lookups
     finally:
@@ -170,10 +186,19 @@ def _input_signature(model):
 
 def export_saved_model(model, path):
     """Writes `model` to `path` as a SavedModel with a `serving_default`
-    signature of stock TensorFlow ops; returns `path`."""
+    signature of stock TensorFlow ops; returns `path`. An export that takes
+    more than a few seconds prints a line per tenth of the rows read."""
+    return write_saved_model(model, path, f"export to {path}")
+
+
+def write_saved_model(model, path, what):
+    """export_saved_model, its progress lines naming `what`."""
     specs, model_inputs = _input_signature(model)
     layers = _built_het_layers(model)
-    with _serving_lookups(layers) as lookups:
+    for layer in layers:
+        layer.flush()  # before the rows are counted: a flush may make rows
+    progress = Progress(what, sum(_rows_to_read(layer) for layer in layers))
+    with _serving_lookups(layers, progress) as lookups:
         def serve(*args):
             # model.inputs is the flattened model.input, so this rebuilds a
             # dict or list input as the model was built on.
@@ -193,5 +218,7 @@ def export_saved_model(model, path):
     root.lookups = lookups
     root.model_variables = model_variables(model)
     root.serve = concrete
+    progress.phase("rows read, writing the SavedModel")
     tf.saved_model.save(root, path, signatures={"serving_default": concrete})
+    progress.finish()
     return path

@@ -22,7 +22,7 @@ import tensorflow as tf
 import tf_keras
 
 from het_tf.distribute import horovod
-from het_tf.keras_layers.export import export_saved_model
+from het_tf.keras_layers.export import write_saved_model
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 
 _PARTIAL = re.compile(r"^\.(\d+)\.partial-(\d+)$")
@@ -138,7 +138,8 @@ def _write_version(model, folder, keep_versions):
     quiet = _NoRetracingWarning()
     tf.get_logger().addFilter(quiet)
     try:
-        _outside_any_strategy(lambda: export_saved_model(model, partial))
+        _outside_any_strategy(lambda: write_saved_model(
+            model, partial, f"version {version} in {folder}"))
         os.replace(partial, path)
     except BaseException as e:
         shutil.rmtree(partial, ignore_errors=True)
@@ -182,14 +183,20 @@ def export_version(model, folder, keep_versions=None):
 
 def _export_version(model, folder, keep_versions):
     _check(None, keep_versions)
+    started = time.perf_counter()
     _cut(model)
+    if horovod.num_ps() is not None:
+        # Hybrid mode: every rank has pushed its own pending updates; rank 0
+        # reads the tables while no rank trains on (on_rank_zero's barrier).
+        horovod.barrier()
+    cut = time.perf_counter() - started
+
+    def write():
+        return dict(_write_version(model, folder, keep_versions), cut_seconds=cut)
+
     if horovod.num_ps() is None:
-        return _write_version(model, folder, keep_versions)
-    # Hybrid mode: every rank has pushed its own pending updates; rank 0
-    # reads the tables while no rank trains on (on_rank_zero's barrier).
-    horovod.barrier()
-    return horovod.on_rank_zero(lambda: _write_version(model, folder, keep_versions),
-                                "export_version")
+        return write()
+    return horovod.on_rank_zero(write, "export_version")
 
 
 class ExportVersions(tf_keras.callbacks.Callback):
@@ -200,7 +207,8 @@ class ExportVersions(tf_keras.callbacks.Callback):
     last step was just exported. Keeps the newest `keep_versions` (all if
     None). Works in one process, under ParameterServerStrategy (on the
     chief) and in hybrid mode (on every rank). `exported` lists what it
-    wrote (on rank 0): {"version", "step", "bytes", "seconds"}; `cuts`
+    wrote (on rank 0): {"version", "step", "bytes", "seconds", "cut_seconds"
+    (of them, the wait for the steps and the flush)}; `cuts`
     counts the exports this process took part in.
 
         model.fit(data, callbacks=[het_tf.ExportVersions("models/ctr", every_steps=1000,
@@ -249,7 +257,8 @@ class ExportVersions(tf_keras.callbacks.Callback):
         if written is None:
             return
         record = {"version": written["version"], "step": written["step"],
-                  "bytes": written["bytes"], "seconds": time.perf_counter() - started}
+                  "bytes": written["bytes"], "seconds": time.perf_counter() - started,
+                  "cut_seconds": written["cut_seconds"]}
         self.exported.append(record)
         if self.verbose:
             print(f"het_tf: exported version {record['version']} (step {record['step']}, "

@@ -2,7 +2,9 @@
 each a consistent cut that serves, without het_tf, what the model gave at
 that cut; written whole or not at all; bounded in number."""
 import argparse
+import errno
 import gc
+import json
 import os
 import signal
 import subprocess
@@ -18,6 +20,8 @@ from test_checkpoint_export import data, make_model
 import het_tf
 from het_tf.keras_layers.export import ServingLookup
 from het_tf.keras_layers.export_versions import versions
+
+ROOT_TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
 class ScoresAtTheCut(tf_keras.callbacks.Callback):
@@ -177,3 +181,81 @@ def test_het_tf_train_refuses_versions_with_no_save(argv):
     with pytest.raises(ValueError, match="--no-save writes none"):
         arguments.check(parser.parse_args(["--no-save", *argv]))
     arguments.check(parser.parse_args(argv))
+
+
+FULL_DISK = r"""
+import json, os, sys
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+sys.path.insert(0, sys.argv[2])
+import het_tf
+from het_tf.keras_layers.export_versions import versions
+
+ROOT_TESTS = os.path.dirname(os.path.abspath(__file__))
+from test_checkpoint_export import data, make_model
+folder = os.path.join(sys.argv[1], "models")
+x, y = data()
+model = make_model(None, cache_capacity=150)
+model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+het_tf.export_version(model, folder)
+def files(root):
+    return {os.path.relpath(os.path.join(d, f), root): open(os.path.join(d, f), "rb").read()
+            for d, _, names in os.walk(root) for f in names}
+kept = files(folder)
+# Fill the file system but for a few kilobytes.
+with open(os.path.join(sys.argv[1], "filler"), "wb", buffering=0) as f:
+    try:
+        while True:
+            f.write(b"\0" * 4096)
+    except OSError:
+        pass
+os.truncate(os.path.join(sys.argv[1], "filler"), os.path.getsize(
+    os.path.join(sys.argv[1], "filler")) - 16384)
+model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+try:
+    het_tf.export_version(model, folder)
+    error = None
+except OSError as e:
+    error = {"errno": e.errno, "message": str(e)}
+print(json.dumps({"error": error, "listing": sorted(os.listdir(folder)),
+                  "versions": versions(folder), "kept_unchanged": files(folder) == kept}))
+"""
+
+
+def test_a_full_disk_is_a_clear_error_that_keeps_the_last_version(tmp_path):
+    """On a 4 MB file system of its own (a tmpfs in a mount namespace) the
+    first version fits; the second meets a full disk: an OSError naming
+    ENOSPC, the folder and the version kept, which is untouched, and no
+    half version left behind."""
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    (tmp_path / "full_disk.py").write_text(FULL_DISK)
+    script = (f"mount -t tmpfs -o size=4m tmpfs {mount_point} && "
+              f"exec {sys.executable} {tmp_path / 'full_disk.py'} {mount_point} {ROOT_TESTS}")
+    run = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                         capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    outcome = json.loads(run.stdout.strip().splitlines()[-1])
+    assert outcome["error"] is not None, outcome
+    assert outcome["error"]["errno"] == errno.ENOSPC
+    assert "no space left on the device of" in outcome["error"]["message"]
+    assert "versions 10 to 10" in outcome["error"]["message"]
+    assert outcome["listing"] == ["10"] and outcome["versions"] == [10]
+    assert outcome["kept_unchanged"]
+    assert os.listdir(mount_point) == []  # the tmpfs was the namespace's alone
+
+
+def test_a_long_export_says_how_far_it_is(tmp_path, monkeypatch, capsys):
+    from het_tf.runtime import progress
+
+    monkeypatch.setattr(progress, "QUIET_SECONDS", 0.0)
+    x, y = data()
+    model = make_model(None, cache_capacity=150)
+    model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+    het_tf.export_version(model, tmp_path / "v")
+    lines = [line for line in capsys.readouterr().out.splitlines()
+             if line.startswith("het_tf: version 10 in ")]
+    held = model.get_layer("items").het_stats()["table_rows"]
+    # One chunk holds every row: no tenth before the end is said.
+    assert [line.rsplit(", ", 1)[0].split(": ", 2)[2] for line in lines] == [
+        "rows read, writing the SavedModel", f"done: {held:,} rows"]
