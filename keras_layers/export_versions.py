@@ -116,13 +116,17 @@ def _outside_any_strategy(action):
 def _cut(model):
     """Every step scheduled so far done (ParameterServerStrategy's), and
     every pending update of this process's caches pushed; the caches keep
-    their copies."""
+    their copies. Returns the seconds spent waiting for the steps, which
+    train on meanwhile: not the export's own time."""
+    started = time.perf_counter()
     coordinator = getattr(model, "_cluster_coordinator", None)
     if coordinator is not None and tf.executing_eagerly():
         coordinator.join()
+    waited = time.perf_counter() - started
     for layer in het_embedding_layers(model):
         if layer.built:
             layer.flush()
+    return waited
 
 
 def _write_version(model, folder, keep_versions):
@@ -183,16 +187,16 @@ def export_version(model, folder, keep_versions=None):
 
 def _export_version(model, folder, keep_versions):
     _check(None, keep_versions)
-    started = time.perf_counter()
-    _cut(model)
+    waited = _cut(model)
     if horovod.num_ps() is not None:
         # Hybrid mode: every rank has pushed its own pending updates; rank 0
         # reads the tables while no rank trains on (on_rank_zero's barrier).
+        started = time.perf_counter()
         horovod.barrier()
-    cut = time.perf_counter() - started
+        waited += time.perf_counter() - started
 
     def write():
-        return dict(_write_version(model, folder, keep_versions), cut_seconds=cut)
+        return dict(_write_version(model, folder, keep_versions), wait_seconds=waited)
 
     if horovod.num_ps() is None:
         return write()
@@ -207,8 +211,9 @@ class ExportVersions(tf_keras.callbacks.Callback):
     last step was just exported. Keeps the newest `keep_versions` (all if
     None). Works in one process, under ParameterServerStrategy (on the
     chief) and in hybrid mode (on every rank). `exported` lists what it
-    wrote (on rank 0): {"version", "step", "bytes", "seconds", "cut_seconds"
-    (of them, the wait for the steps and the flush)}; `cuts`
+    wrote (on rank 0): {"version", "step", "bytes", "seconds", "wait_seconds"
+    (of them, the wait for steps already scheduled, or for the other ranks,
+    which train meanwhile)}; `cuts`
     counts the exports this process took part in.
 
         model.fit(data, callbacks=[het_tf.ExportVersions("models/ctr", every_steps=1000,
@@ -258,9 +263,10 @@ class ExportVersions(tf_keras.callbacks.Callback):
             return
         record = {"version": written["version"], "step": written["step"],
                   "bytes": written["bytes"], "seconds": time.perf_counter() - started,
-                  "cut_seconds": written["cut_seconds"]}
+                  "wait_seconds": written["wait_seconds"]}
         self.exported.append(record)
         if self.verbose:
             print(f"het_tf: exported version {record['version']} (step {record['step']}, "
                   f"{record['bytes'] / 1e6:.1f} MB) to {self.folder} in "
-                  f"{record['seconds']:.1f} s", flush=True)
+                  f"{record['seconds'] - record['wait_seconds']:.1f} s, after "
+                  f"{record['wait_seconds']:.1f} s for the steps scheduled before it", flush=True)
