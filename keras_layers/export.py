@@ -8,6 +8,8 @@ it holds, with their keys sorted and a binary search (tf.searchsorted) from
 key to row; ids it does not hold get a zero vector.
 """
 import contextlib
+import gc
+import os
 
 import tensorflow as tf
 
@@ -191,13 +193,16 @@ def export_saved_model(model, path):
     return write_saved_model(model, path, f"export to {path}")
 
 
-def write_saved_model(model, path, what):
-    """export_saved_model, its progress lines naming `what`."""
+def write_saved_model(model, path, what, flushed=False, verbose=True):
+    """export_saved_model, its progress lines naming `what` (none unless
+    `verbose`); `flushed`: the caller has just pushed every pending update."""
     specs, model_inputs = _input_signature(model)
     layers = _built_het_layers(model)
-    for layer in layers:
-        layer.flush()  # before the rows are counted: a flush may make rows
-    progress = Progress(what, sum(_rows_to_read(layer) for layer in layers))
+    if not flushed:
+        for layer in layers:
+            layer.flush()  # before the rows are counted: a flush may make rows
+    progress = Progress(what, sum(_rows_to_read(layer) for layer in layers),
+                        out=None if verbose else open(os.devnull, "w"))
     with _serving_lookups(layers, progress) as lookups:
         def serve(*args):
             # model.inputs is the flattened model.input, so this rebuilds a
@@ -221,4 +226,10 @@ def write_saved_model(model, path, what):
     progress.phase("rows read, writing the SavedModel")
     tf.saved_model.save(root, path, signatures={"serving_default": concrete})
     progress.finish()
+    # The export's variables (a copy of every table) sit in reference cycles
+    # of the functions traced for it: freed only by a full collection, which
+    # Python may not run for many exports (each one grew the process by its
+    # table's size).
+    del root, lookups, concrete
+    gc.collect()
     return path

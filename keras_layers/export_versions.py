@@ -12,11 +12,13 @@ number, never sees half of one.
 """
 import errno
 import logging
+import numbers
 import os
 import re
 import shutil
 import threading
 import time
+import warnings
 
 import tensorflow as tf
 import tf_keras
@@ -25,24 +27,29 @@ from het_tf.distribute import horovod
 from het_tf.keras_layers.export import write_saved_model
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 
-_PARTIAL = re.compile(r"^\.(\d+)\.partial-(\d+)$")
+# A version being written, or being removed, by the process of that id.
+_UNFINISHED = re.compile(r"^\.(\d+)\.(partial|removed)-(\d+)$")
 
 
 def versions(folder):
-    """The numbered versions in `folder`, ascending."""
+    """The numbered versions in `folder`, ascending (folders named by a
+    number as this module writes it: "007" is not one)."""
     if not os.path.isdir(folder):
         return []
     return sorted(int(name) for name in os.listdir(folder)
-                  if name.isdigit() and os.path.isdir(os.path.join(folder, name)))
+                  if name.isdigit() and str(int(name)) == name
+                  and os.path.isdir(os.path.join(folder, name)))
+
+
+def _whole(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _check(every_steps, keep_versions):
-    if every_steps is not None and (isinstance(every_steps, bool) or not isinstance(
-            every_steps, int) or every_steps < 1):
+    if every_steps is not None and (not _whole(every_steps) or every_steps < 1):
         raise ValueError(f"ExportVersions: every_steps must be None (only when training "
                          f"ends) or a whole number >= 1, got {every_steps!r}")
-    if keep_versions is not None and (isinstance(keep_versions, bool) or not isinstance(
-            keep_versions, int) or keep_versions < 1):
+    if keep_versions is not None and (not _whole(keep_versions) or keep_versions < 1):
         raise ValueError(f"export: keep_versions must be None (keep all) or a whole number "
                          f">= 1, got {keep_versions!r}")
 
@@ -56,12 +63,17 @@ def _step(model):
 
 
 def _remove_leftovers(folder):
-    """Removes the temporary folders of exports whose process is gone (one
-    killed while it wrote)."""
+    """Removes the hidden folders of exports whose process is gone (killed
+    while it wrote or removed a version), and this process's own (a process
+    restarted in a fresh container may have the id of the one killed; this
+    one writes one version at a time). One process writes a folder: the
+    chief, or rank 0."""
     for name in os.listdir(folder):
-        match = _PARTIAL.match(name)
-        if match and not _running(int(match.group(2))):
-            shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+        match = _UNFINISHED.match(name)
+        if match:
+            pid = int(match.group(3))
+            if pid == os.getpid() or not _running(pid):
+                shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
 
 
 def _running(pid):
@@ -129,7 +141,7 @@ def _cut(model):
     return waited
 
 
-def _write_version(model, folder, keep_versions):
+def _write_version(model, folder, keep_versions, verbose=True):
     """Rank 0's (or the only process's) half, after the cut: the next
     version, whole or not at all; returns {"version", "path", "step",
     "bytes"}."""
@@ -143,7 +155,7 @@ def _write_version(model, folder, keep_versions):
     tf.get_logger().addFilter(quiet)
     try:
         _outside_any_strategy(lambda: write_saved_model(
-            model, partial, f"version {version} in {folder}"))
+            model, partial, f"version {version} in {folder}", flushed=True, verbose=verbose))
         os.replace(partial, path)
     except BaseException as e:
         shutil.rmtree(partial, ignore_errors=True)
@@ -157,7 +169,11 @@ def _write_version(model, folder, keep_versions):
     size = sum(os.path.getsize(os.path.join(parent, name))
                for parent, _, names in os.walk(path) for name in names)
     if keep_versions is not None:
-        _prune(folder, keep_versions)
+        try:
+            _prune(folder, keep_versions)
+        except OSError as e:  # the version is written: say so, and go on training
+            warnings.warn(f"export: version {version} is written, but removing older versions "
+                          f"from {folder} failed: {e}", stacklevel=2)
     return {"version": version, "path": path, "step": step, "bytes": size}
 
 
@@ -165,7 +181,8 @@ def _out_of_space(error):
     if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
         return True
     # TensorFlow's writers raise their own errors, with the system's message.
-    return isinstance(error, tf.errors.OpError) and "No space left on device" in str(error)
+    return isinstance(error, tf.errors.OpError) and any(
+        text in str(error) for text in ("No space left on device", "Disk quota exceeded"))
 
 
 def _kept(folder):
@@ -185,22 +202,25 @@ def export_version(model, folder, keep_versions=None):
     return None if written is None else written["path"]
 
 
-def _export_version(model, folder, keep_versions):
+def _export_version(model, folder, keep_versions, verbose=True):
     _check(None, keep_versions)
-    waited = _cut(model)
-    if horovod.num_ps() is not None:
-        # Hybrid mode: every rank has pushed its own pending updates; rank 0
-        # reads the tables while no rank trains on (on_rank_zero's barrier).
-        started = time.perf_counter()
-        horovod.barrier()
-        waited += time.perf_counter() - started
 
-    def write():
-        return dict(_write_version(model, folder, keep_versions), wait_seconds=waited)
+    def write(waited):
+        return dict(_write_version(model, folder, keep_versions, verbose), wait_seconds=waited)
 
     if horovod.num_ps() is None:
-        return write()
-    return horovod.on_rank_zero(write, "export_version")
+        return write(_cut(model))
+    # Hybrid mode: every rank pushes its own pending updates (all raise if
+    # one fails), then rank 0 reads the tables while no rank trains on.
+    def cut():
+        started = time.perf_counter()
+        _cut(model)
+        return time.perf_counter() - started
+
+    started = time.perf_counter()
+    own = horovod.on_every_rank(cut, "export_version's flush")
+    waited = time.perf_counter() - started - own  # for the other ranks' flushes: idle
+    return horovod.on_rank_zero(lambda: write(waited), "export_version")
 
 
 class ExportVersions(tf_keras.callbacks.Callback):
@@ -212,8 +232,8 @@ class ExportVersions(tf_keras.callbacks.Callback):
     None). Works in one process, under ParameterServerStrategy (on the
     chief) and in hybrid mode (on every rank). `exported` lists what it
     wrote (on rank 0): {"version", "step", "bytes", "seconds", "wait_seconds"
-    (of them, the wait for steps already scheduled, or for the other ranks,
-    which train meanwhile)}; `cuts`
+    (of them, the wait for the steps already scheduled, which train
+    meanwhile, or in hybrid mode for the other ranks' flushes)}; `cuts`
     counts the exports this process took part in.
 
         model.fit(data, callbacks=[het_tf.ExportVersions("models/ctr", every_steps=1000,
@@ -226,7 +246,8 @@ class ExportVersions(tf_keras.callbacks.Callback):
         self._supports_tf_logs = True
         _check(every_steps, keep_versions)
         self.folder = os.fspath(folder)
-        self.every_steps, self.keep_versions = every_steps, keep_versions
+        self.every_steps = None if every_steps is None else int(every_steps)
+        self.keep_versions = None if keep_versions is None else int(keep_versions)
         self.at_end, self.verbose = at_end, verbose
         self.exported, self.cuts = [], 0
         self._steps = self._epoch_start = self._last = 0
@@ -256,7 +277,8 @@ class ExportVersions(tf_keras.callbacks.Callback):
     def export(self):
         """Exports a version now (on every rank in hybrid mode)."""
         started = time.perf_counter()
-        written = _export_version(self.model, self.folder, self.keep_versions)
+        written = _export_version(self.model, self.folder, self.keep_versions,
+                                  bool(self.verbose))
         self._last = self._steps
         self.cuts += 1
         if written is None:
@@ -268,5 +290,6 @@ class ExportVersions(tf_keras.callbacks.Callback):
         if self.verbose:
             print(f"het_tf: exported version {record['version']} (step {record['step']}, "
                   f"{record['bytes'] / 1e6:.1f} MB) to {self.folder} in "
-                  f"{record['seconds'] - record['wait_seconds']:.1f} s, after "
-                  f"{record['wait_seconds']:.1f} s for the steps scheduled before it", flush=True)
+                  f"{record['seconds'] - record['wait_seconds']:.1f} s, after waiting "
+                  f"{record['wait_seconds']:.1f} s for the steps scheduled before it (or the "
+                  "other ranks)", flush=True)

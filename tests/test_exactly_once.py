@@ -215,13 +215,13 @@ def assert_rows_follow_the_data(result, batches):
     np.testing.assert_array_equal(result["clocks"], steps[keys])
 
 
-def assert_versions_follow_the_data(folder, batches_at):
+def assert_versions_follow_the_data(folder, steps, batches_at):
     """Each SavedModel version exported while training, read in a process
     without het_tf, is a consistent cut at its number n of steps: every row
     what the data of `batches_at(n)` (the batches of the first n steps)
     makes of it, nothing missing, nothing from a later step."""
     held = sorted(int(name) for name in os.listdir(folder) if name.isdigit())
-    assert held == list(range(data.EXPORT_EVERY, held[-1] + 1, data.EXPORT_EVERY)), held
+    assert held == list(range(data.EXPORT_EVERY, steps + 1, data.EXPORT_EVERY)), held
     rows = rows_without_het_tf([folder / str(n) for n in held], range(data.VOCABULARY))
     for n in held:
         occurrences, _ = data.trained_counts([data.batch(i) for i in batches_at(n)])
@@ -330,7 +330,8 @@ def test_checkpoints_saved_while_the_workers_train_are_consistent_cuts(tmp_path)
         np.testing.assert_array_equal(rows, steps * one_step)
     # A version every 8 of the 48 steps, named by its step: exactly that
     # many steps' updates in each.
-    assert_versions_follow_the_data(tmp_path / "result.json.versions", lambda n: [0] * n)
+    assert_versions_follow_the_data(tmp_path / "result.json.versions", 2 * data.STEPS,
+                                    lambda n: [0] * n)
 
 
 @pytest.mark.parametrize("dim, order", [(1, "fresh"), (1, "repeated"), (8, "fresh"),
@@ -367,5 +368,5 @@ def test_hybrid_ranks_end_at_the_data(tmp_path, dim, order):
     assert [r["read_after_load"] for r in ranks] == [expected, expected]
     # Versions exported every 8 steps: each holds both ranks' first n
     # steps, whichever rank's cache still held them at the cut.
-    assert_versions_follow_the_data(tmp_path / "result.json.versions", lambda n: (
+    assert_versions_follow_the_data(tmp_path / "result.json.versions", data.STEPS, lambda n: (
         ranks[0]["batches"][:n] + ranks[1]["batches"][:n]))

@@ -130,19 +130,25 @@ def barrier():
     initialized().allreduce(tf.constant(0.0), name="het_tf_barrier")
 
 
-def on_rank_zero(action, what):
-    """Runs `action()` on rank 0 while the other ranks wait, and returns its
-    result there (None elsewhere). If it fails every rank raises, rank 0
-    its error and the others one naming `what`: none is left waiting at a
-    later collective for a rank that gave up."""
+def on_every_rank(action, what, where="another rank"):
+    """Runs `action()` on every rank and returns its result; if it fails on
+    any rank, every rank raises (that rank its own error, the others one
+    naming `what`) instead of waiting at a later collective for a rank that
+    gave up."""
     error = result = None
-    if rank() == 0:
-        try:
-            result = action()
-        except Exception as e:  # raised again below, on every rank
-            error = e
+    try:
+        result = action()
+    except Exception as e:  # raised again below, once every rank knows
+        error = e
     if allreduce_sum(0.0 if error is None else 1.0):  # the barrier, carrying the outcome
         if error is not None:
             raise error
-        raise RuntimeError(f"{what} failed on rank 0 (its log says why); every rank stops")
+        raise RuntimeError(f"{what} failed on {where} (its log says why); every rank stops")
     return result
+
+
+def on_rank_zero(action, what):
+    """Runs `action()` on rank 0 while the other ranks wait, and returns its
+    result there (None elsewhere); if it fails every rank raises, as
+    on_every_rank."""
+    return on_every_rank(lambda: action() if rank() == 0 else None, what, "rank 0")
