@@ -288,8 +288,9 @@ class ExportVersions(tf_keras.callbacks.Callback):
                   "wait_seconds": written["wait_seconds"]}
         self.exported.append(record)
         if self.verbose:
+            waited = record["wait_seconds"]
             print(f"het_tf: exported version {record['version']} (step {record['step']}, "
                   f"{record['bytes'] / 1e6:.1f} MB) to {self.folder} in "
-                  f"{record['seconds'] - record['wait_seconds']:.1f} s, after waiting "
-                  f"{record['wait_seconds']:.1f} s for the steps scheduled before it (or the "
-                  "other ranks)", flush=True)
+                  f"{record['seconds'] - waited:.1f} s"
+                  + (f", after waiting {waited:.1f} s for the steps scheduled before it (or "
+                     "the other ranks)" if waited >= 0.05 else ""), flush=True)
