@@ -114,17 +114,24 @@ def test_bad_settings_are_refused(tmp_path, settings, message):
         het_tf.ExportVersions(tmp_path, **settings)
 
 
+def big_table_model():
+    """A model whose dynamic table holds 400,000 rows of 32 floats (51 MB)."""
+    inp = tf_keras.Input(shape=(1,), dtype="int64", name="ids")
+    out = tf_keras.layers.Dense(1, name="score")(tf_keras.layers.Flatten()(
+        HetEmbedding(None, 32, cache_capacity=0, name="big")(inp)))
+    model = tf_keras.Model(inp, out)
+    model.compile("sgd", "mse")
+    model.predict(np.arange(400_000, dtype=np.int64)[:, None], batch_size=100_000, verbose=0)
+    return model
+
+
 EXPORT_IN_A_LOOP = r"""
 import os, sys
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
-import numpy as np, tensorflow as tf, tf_keras, het_tf
-from het_tf.keras_layers import HetEmbedding
-inp = tf_keras.Input(shape=(1,), dtype="int64", name="ids")
-out = tf_keras.layers.Dense(1, name="score")(tf_keras.layers.Flatten()(
-    HetEmbedding(None, 32, cache_capacity=0, name="items")(inp)))
-model = tf_keras.Model(inp, out)
-model.compile("sgd", "mse")
-model.predict(np.arange(400_000, dtype=np.int64)[:, None], batch_size=100_000, verbose=0)
+sys.path.insert(0, sys.argv[2])
+import het_tf
+from test_export_versions import big_table_model
+model = big_table_model()
 print("ready", flush=True)
 while True:
     het_tf.export_version(model, sys.argv[1])
@@ -138,7 +145,8 @@ def test_a_killed_export_leaves_only_whole_versions(tmp_path):
     folder = tmp_path / "v"
     killed_mid_write = 0
     for delay in (0.5, 0.9, 1.3, 1.7):
-        process = subprocess.Popen([sys.executable, "-c", EXPORT_IN_A_LOOP, str(folder)],
+        process = subprocess.Popen([sys.executable, "-c", EXPORT_IN_A_LOOP, str(folder),
+                                    ROOT_TESTS],
                                    stdout=subprocess.PIPE, text=True,
                                    env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
         try:
@@ -169,12 +177,7 @@ def test_repeated_exports_do_not_grow_the_process():
     """Each export's copy of the table sat in reference cycles that Python's
     collector did not reach for many exports: 400,000 rows of 32 floats
     (51 MB) grew the process by about that much per export."""
-    inp = tf_keras.Input(shape=(1,), dtype="int64", name="ids")
-    out = tf_keras.layers.Dense(1, name="score")(tf_keras.layers.Flatten()(
-        HetEmbedding(None, 32, cache_capacity=0, name="big")(inp)))
-    model = tf_keras.Model(inp, out)
-    model.compile("sgd", "mse")
-    model.predict(np.arange(400_000, dtype=np.int64)[:, None], batch_size=100_000, verbose=0)
+    model = big_table_model()
     folder = tempfile.mkdtemp()
     try:
         for _ in range(2):  # the allocator keeps what the second one's peak took
