@@ -3,14 +3,13 @@ three id fields, or with --sequence a zero-padded sequence of ids under
 mask_zero, pooled (the shape of DIN- or SASRec-style features), or with
 --ragged a ragged sequence of ids (no padding) whose ragged vectors are
 pooled, with a row-wise MaxNorm on the embeddings."""
-import threading
-
 import numpy as np
 import tensorflow as tf
 import tf_keras
 
 import het_tf
 from het_tf.keras_layers import HetEmbedding
+from het_tf.keras_layers.export_versions import outside_any_strategy
 
 FIELDS = 3
 SEQUENCE = 6  # --sequence: ids a sample, 0 padding the short ones; --ragged: the most
@@ -56,26 +55,6 @@ def add_arguments(parser):
                         "input pipeline stages them with het_tf.lookahead)")
 
 
-def _scores_outside_the_strategy(model, probe):
-    """The model's scores of `probe`, as predict gives them, from a thread
-    of its own: Keras calls callbacks inside ParameterServerStrategy's scope,
-    where predict cannot run (and would unset fit's coordinator)."""
-    outcome = {}
-
-    def score():
-        try:
-            outcome["scores"] = model(probe, training=False).numpy().ravel().tolist()
-        except Exception as e:  # raised again below
-            outcome["error"] = e
-
-    thread = threading.Thread(target=score)
-    thread.start()
-    thread.join()
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["scores"]
-
-
 def version_exports(args, model, scores, barrier=lambda: None, rank=0):
     """het_tf.ExportVersions for --export-every, and after it a callback
     that records, right after each version, the model's own scores of the
@@ -95,7 +74,12 @@ def version_exports(args, model, scores, barrier=lambda: None, rank=0):
             self.cuts = exporter.cuts
             if rank == 0:
                 version = exporter.exported[-1]["version"]
-                scores[version] = _scores_outside_the_strategy(self.model, export_probe(args))
+                # Keras calls callbacks inside ParameterServerStrategy's scope,
+                # where predict cannot run (and would unset fit's coordinator):
+                # the model is called as predict calls it, outside the scope.
+                probe = export_probe(args)
+                scores[version] = outside_any_strategy(
+                    lambda: self.model(probe, training=False).numpy().ravel().tolist())
             barrier()
 
         def on_train_end(self, logs=None):

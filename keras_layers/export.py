@@ -9,7 +9,6 @@ key to row; ids it does not hold get a zero vector.
 """
 import contextlib
 import gc
-import os
 
 import tensorflow as tf
 
@@ -201,8 +200,7 @@ def write_saved_model(model, path, what, flushed=False, verbose=True):
     if not flushed:
         for layer in layers:
             layer.flush()  # before the rows are counted: a flush may make rows
-    progress = Progress(what, sum(_rows_to_read(layer) for layer in layers),
-                        out=None if verbose else open(os.devnull, "w"))
+    progress = Progress(what, sum(_rows_to_read(layer) for layer in layers), verbose=verbose)
     with _serving_lookups(layers, progress) as lookups:
         def serve(*args):
             # model.inputs is the flattened model.input, so this rebuilds a

@@ -103,7 +103,7 @@ class _NoRetracingWarning(logging.Filter):
         return "triggered tf.function retracing" not in record.getMessage()
 
 
-def _outside_any_strategy(action):
+def outside_any_strategy(action):
     """Runs `action()` outside the distribution strategy's scope (Keras runs
     callbacks inside it, where a new tf.Variable would be made on a PS
     task): in a thread of its own, whose scope is the default one."""
@@ -154,7 +154,7 @@ def _write_version(model, folder, keep_versions, verbose=True):
     quiet = _NoRetracingWarning()
     tf.get_logger().addFilter(quiet)
     try:
-        _outside_any_strategy(lambda: write_saved_model(
+        outside_any_strategy(lambda: write_saved_model(
             model, partial, f"version {version} in {folder}", flushed=True, verbose=verbose))
         os.replace(partial, path)
     except BaseException as e:
@@ -198,13 +198,12 @@ def export_version(model, folder, keep_versions=None):
     optimizer's step count, or one past the highest version already there
     if that is higher. In hybrid mode call it on every rank at the same
     step. Returns the version's path (None on ranks other than 0)."""
+    _check(None, keep_versions)
     written = _export_version(model, os.fspath(folder), keep_versions)
     return None if written is None else written["path"]
 
 
 def _export_version(model, folder, keep_versions, verbose=True):
-    _check(None, keep_versions)
-
     def write(waited):
         return dict(_write_version(model, folder, keep_versions, verbose), wait_seconds=waited)
 

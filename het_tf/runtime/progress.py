@@ -11,8 +11,10 @@ class Progress:
     """Counts `total` units (rows) of `what`; from the first tenth reached
     after QUIET_SECONDS, prints a line at each tenth, and one at the end."""
 
-    def __init__(self, what, total, unit="rows", quiet_seconds=None, out=None):
+    def __init__(self, what, total, unit="rows", quiet_seconds=None, out=None, verbose=True):
+        """With verbose=False it counts and says nothing."""
         self.what, self.total, self.unit = what, max(int(total), 0), unit
+        self.verbose = verbose
         self.quiet_seconds = QUIET_SECONDS if quiet_seconds is None else quiet_seconds
         self.out = out or sys.stdout
         self.done = self._tenth = 0
@@ -42,4 +44,6 @@ class Progress:
 
     def _say(self, text):
         self.spoke = True
-        print(f"het_tf: {self.what}: {text}, {self.elapsed():.1f} s", file=self.out, flush=True)
+        if self.verbose:
+            print(f"het_tf: {self.what}: {text}, {self.elapsed():.1f} s", file=self.out,
+                  flush=True)
