@@ -56,6 +56,10 @@ class HetEmbedding(tf_keras.layers.Layer):
       admit_after: training steps that must look an id up before it becomes
         a row (dynamic tables); until then it reads zeros, its gradients are
         dropped and no cache keeps it. None: the first.
+      full_checkpoint_every: None, every checkpoint holds the whole table;
+        n > 1, the checkpoints between full ones write only the rows
+        changed, added, evicted or expired since the one before, and every
+        n-th is full (keep a CheckpointManager's max_to_keep >= n).
 
     The route a step's rows take (route_choice.py chooses it; docs/architecture.md):
       cache_capacity: rows each worker caches, a fraction of input_dim or a
@@ -88,7 +92,8 @@ class HetEmbedding(tf_keras.layers.Layer):
                  pin_threshold=100, max_rows=None, sync="refresh", hot_rows=None, mask_zero=False,
                  input_length=None, embeddings_regularizer=None, activity_regularizer=None,
                  embeddings_constraint=None, sparse=False, window=1, route=None, scheduler=None,
-                 on_full="refuse", eviction="lru", ttl=None, admit_after=None, **kwargs):
+                 on_full="refuse", eviction="lru", ttl=None, admit_after=None,
+                 full_checkpoint_every=None, **kwargs):
         kwargs.setdefault("autocast", False)  # ids must stay ints
         if "input_shape" not in kwargs and "batch_input_shape" not in kwargs:
             # As Keras' Embedding: a Sequential model may start with this
@@ -114,6 +119,8 @@ class HetEmbedding(tf_keras.layers.Layer):
         self.combiner, self.seed, self.max_rows = combiner, seed, max_rows
         self.on_full, self.eviction, self.ttl = on_full, eviction, ttl
         self.admit_after = admit_after
+        self.full_checkpoint_every = layer_settings.full_checkpoint_every(
+            full_checkpoint_every, owner)
         self.input_length = input_length
         self.embeddings_regularizer = tf_keras.regularizers.get(embeddings_regularizer)
         self.embeddings_initializer = (embeddings_initializer
@@ -162,7 +169,7 @@ class HetEmbedding(tf_keras.layers.Layer):
         self._route.lookahead = self._lookahead
         self._table_checkpoint = TableCheckpoint(
             self._table, lambda: layer_state.flush(self), self.clear_cache,
-            restored=self.reload_hot_rows)
+            restored=self.reload_hot_rows, full_every=self.full_checkpoint_every)
         if self._settings.evaluated_initializer is not None:
             table_weights.write_initial_rows(self, self._settings.evaluated_initializer)
         # get_weights()/set_weights() see the table of a fixed vocabulary as

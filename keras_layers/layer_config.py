@@ -8,7 +8,7 @@ import tf_keras
 # Arguments kept as given: numbers, names, None.
 _PLAIN = ("input_dim", "output_dim", "combiner", "cache_capacity", "cache_policy", "staleness",
           "read_staleness", "write_staleness", "seed", "pin_threshold", "max_rows", "on_full",
-          "eviction", "ttl", "admit_after", "sync",
+          "eviction", "ttl", "admit_after", "full_checkpoint_every", "sync",
           "scheduler", "window", "route", "hot_rows", "mask_zero", "input_length", "sparse")
 
 # Keras objects among the arguments: (argument, its serializer module).

@@ -46,6 +46,15 @@ def check_arguments(owner, input_dim, output_dim, combiner, seed, mask_zero, spa
                          "other)")
 
 
+def full_checkpoint_every(value, owner):
+    """None (every checkpoint of the table full), or n >= 1: every n-th full,
+    incremental ones between (het_tf.runtime.checkpoint)."""
+    if value is not None and not is_whole(value, at_least=1):
+        raise ValueError(f"{owner}: full_checkpoint_every must be None or an int >= 1, "
+                         f"got {value!r}")
+    return None if value is None else int(value)
+
+
 def initializer_from_weights(weights, input_dim, output_dim, owner):
     """weights=[matrix]: the table's initial rows, for a fixed vocabulary."""
     if not isinstance(weights, (list, tuple)) or len(weights) != 1:

@@ -16,39 +16,149 @@ save its file prefix, and merges the chunk files into the checkpoint with
 the other objects' tensors: a checkpoint is still written under temporary
 names and only then made the latest, so a save killed half way leaves the
 one before it loadable.
+
+Incremental checkpoints (`full_every` > 1): the shards track the rows
+created or written and the rows dropped since the last checkpoint's cut
+(row_changes.h). A checkpoint then writes only those, and names the
+checkpoints before it back to the last full one (its chain, as paths
+relative to its own folder and the save id each of them holds). Restoring
+applies the chain in order. Every full_every-th checkpoint is full, and so
+is one that would rewrite more than FULL_SHARE of the rows, one whose chain
+lost a link (deleted, or overwritten by another save), and the first after
+the shards were made or cleared. A checkpoint's changes are only dropped
+once it is seen kept, at the next save: the changes of a save that failed,
+or that was deleted before the next one, go again with the next one's.
 """
+import dataclasses
+import os
+import random
+import re
+import warnings
+
+import numpy as np
 import tensorflow as tf
 from tensorflow.python.ops import io_ops
 from tensorflow.python.saved_model import registration
 
+from het_tf.runtime.progress import Progress
 from het_tf.runtime.table import ROW_FIELDS
 
 _DTYPES = (tf.int64, tf.float32, tf.float32, tf.int64, tf.int64)
 # The most bytes of a table a save or restore holds at once, in one chunk.
 CHUNK_BYTES = 64 << 20
+# An incremental checkpoint that would write more than this share of the
+# table's rows is written full: restoring it then reads less.
+FULL_SHARE = 0.25
+# What TensorFlow appends to a checkpoint's prefix for this saver's files.
+_SAVER_SUFFIX = re.compile(r"-het_tf\.TableCheckpoint$")
+
+
+@dataclasses.dataclass
+class _Save:
+    prefix: str  # the checkpoint's prefix, absolute
+    save_id: int
+    chain: list  # [(prefix, save_id)] from the last full checkpoint to this one
 
 
 class TableCheckpoint(tf.__internal__.tracking.Trackable):
-    def __init__(self, table, flush, clear_caches, chunk_bytes=CHUNK_BYTES, restored=None):
+    def __init__(self, table, flush, clear_caches, chunk_bytes=CHUNK_BYTES, restored=None,
+                 full_every=None):
         """`flush()` and `clear_caches()` return the ops that push pending
         cache updates (and write hot blocks back) and that empty the caches;
         `restored()`, if given, runs once every row is restored (a hot block
-        takes its rows again)."""
+        takes its rows again). `full_every`: None or 1, every checkpoint is
+        full; n > 1, incremental ones between full ones, every n-th full
+        (its validity is the layer's to check)."""
         self._table = table
         self._flush = flush
         self._clear_caches = clear_caches
         self._restored = restored
         self.chunk_rows = table.chunk_rows(chunk_bytes)
+        self.full_every = full_every
+        self._chain = None  # [(prefix, save_id)] the next incremental checkpoint adds to
+        self._pending = None  # the last save, until it is seen kept
+        # What the last save wrote: {"kind": "full" or "incremental", "rows",
+        # "dropped", "chain"}, for tests, reports and measurements.
+        self.last_save = None
 
-    def write_chunks(self, file_prefix, name, after):
+    @property
+    def incremental(self):
+        return bool(self.full_every) and self.full_every > 1
+
+    # ----- saving -----
+
+    def write_chunks(self, file_prefix, name, after, final_prefix=None):
         """Writes the table as chunks under `file_prefix` (a string tensor),
-        the first after the ops `after`; returns (the chunks' prefixes, the
-        last write)."""
+        the first after the ops `after`; `final_prefix` is the checkpoint's
+        own prefix when it is known (None: a full checkpoint, outside any
+        chain). Returns (the chunks' prefixes, the last write)."""
         with tf.init_scope():
             # Now, whether or not TensorFlow traces the save: each worker's
             # pending updates reach the shards before any row is read.
             tf.nest.flatten(self._flush())
+            changes = self._plan(final_prefix, name)
+            if changes is None and self.incremental:
+                self._table.forget_changes()
+        save_id = random.getrandbits(62)
+        if changes is None:
+            chain = [] if final_prefix is None else [(final_prefix, save_id)]
+            prefixes, after, count = self._write_full(file_prefix, name, after)
+        else:
+            chain = self._chain + [(final_prefix, save_id)]
+            prefixes, after, count = self._write_changes(file_prefix, name, after, changes)
+        links = chain[:-1]
+        folder = None if final_prefix is None else os.path.dirname(final_prefix)
+        with tf.device("/cpu:0"), tf.control_dependencies(after):
+            prefix = tf.strings.join([file_prefix, "_chunks"])
+            after = [io_ops.save_v2(
+                prefix, [f"{name}/chunks", f"{name}/save_id", f"{name}/links",
+                         f"{name}/link_ids"], [""] * 4,
+                [tf.constant(count, tf.int64), tf.constant(save_id, tf.int64),
+                 tf.constant([os.path.relpath(p, folder) for p, _ in links], tf.string,
+                             shape=[len(links)]),
+                 tf.constant([i for _, i in links], tf.int64, shape=[len(links)])])]
+        if self.incremental:
+            self._pending = None if final_prefix is None else _Save(final_prefix, save_id, chain)
+            if final_prefix is None:
+                self._chain = None
+        return prefixes + [prefix], after
+
+    def _plan(self, final_prefix, name):
+        """The changes an incremental checkpoint writes, per shard, or None
+        when this one is full."""
+        if not self.incremental:
+            return None
+        pending, self._pending = self._pending, None
+        kept = pending is None or _holds(pending.prefix, name, pending.save_id)
+        if pending is not None:
+            self._chain = pending.chain if kept else (
+                self._chain if len(pending.chain) > 1 else None)
+        chain = self._chain
+        if final_prefix is None or chain is None or len(chain) >= self.full_every:
+            return None
+        if any(p == final_prefix for p, _ in chain):
+            return None  # this save overwrites a checkpoint of its own chain
+        lost = [p for p, i in chain if not _holds(p, name, i)]
+        if lost:
+            warnings.warn(
+                f"{self._table.config.label}: checkpoint {lost[0]}, which the next "
+                f"incremental checkpoint would build on, is gone (a CheckpointManager whose "
+                f"max_to_keep is below the table's full_every of {self.full_every} deletes "
+                f"it); writing a full checkpoint", stacklevel=2)
+            return None
+        takes = [self._table.take_changes(s, kept) for s in range(self._table.num_shards)]
+        if not all(bool(t[0]) for t in takes):
+            return None  # a shard was made or cleared since the chain's last cut
+        changed = sum(int(t[1].shape[0]) for t in takes)
+        rows = sum(self._table.shard_rows(s) for s in range(self._table.num_shards))
+        if changed > FULL_SHARE * max(rows, 1):
+            return None
+        return [(t[1].numpy(), t[2].numpy()) for t in takes]
+
+    def _write_full(self, file_prefix, name, after):
+        with tf.init_scope():
             rows = [self._table.shard_rows(s) for s in range(self._table.num_shards)]
+        progress = self._progress("checkpoint", sum(rows))
         prefixes, chunk = [], 0
         for shard, count in enumerate(rows):
             offsets = list(range(0, count, self.chunk_rows)) or [0]
@@ -57,34 +167,104 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
                 limit = self.chunk_rows if i + 1 < len(offsets) else tf.int64.max
                 with tf.control_dependencies(after):
                     fields = self._table.export_shard(shard, offset, limit)
-                with tf.device("/cpu:0"):
-                    prefix = tf.strings.join([file_prefix, f"_{chunk}"])
-                    names = [_chunk_name(name, chunk, f) for f in ROW_FIELDS]
-                    after = [io_ops.save_v2(prefix, names, [""] * len(ROW_FIELDS), fields)]
-                prefixes.append(prefix)
+                after = self._write_chunk(file_prefix, name, chunk, ROW_FIELDS, fields)
+                prefixes.append(tf.strings.join([file_prefix, f"_{chunk}"]))
+                progress.advance(min(self.chunk_rows, count - offset))
                 chunk += 1
-        with tf.device("/cpu:0"), tf.control_dependencies(after):
-            prefix = tf.strings.join([file_prefix, "_chunks"])
-            after = [io_ops.save_v2(prefix, [f"{name}/chunks"], [""],
-                                    [tf.constant(chunk, tf.int64)])]
-        return prefixes + [prefix], after
+        progress.finish()
+        self.last_save = {"kind": "full", "rows": sum(rows), "dropped": 0, "chain": 1}
+        return prefixes, after, chunk
+
+    def _write_changes(self, file_prefix, name, after, changes):
+        """Each chunk: rows read by key (those still held) and the keys of
+        rows dropped, among them the keys read and not held."""
+        drops_per_chunk = max(1, CHUNK_BYTES // 8)
+        total = sum(len(changed) for changed, _ in changes)
+        progress = self._progress("incremental checkpoint", total)
+        prefixes, chunk = [], 0
+        for shard, (changed, dropped) in enumerate(changes):
+            pieces = max(-(-len(changed) // self.chunk_rows), -(-len(dropped) // drops_per_chunk),
+                         1)
+            for i in range(pieces):
+                keys = changed[i * self.chunk_rows:(i + 1) * self.chunk_rows]
+                with tf.control_dependencies(after):
+                    held, absent, *states = self._table.read_held(shard, keys)
+                gone = tf.concat(
+                    [absent, dropped[i * drops_per_chunk:(i + 1) * drops_per_chunk]], 0)
+                after = self._write_chunk(file_prefix, name, chunk, ROW_FIELDS + ("dropped",),
+                                          [held, *states, gone])
+                prefixes.append(tf.strings.join([file_prefix, f"_{chunk}"]))
+                progress.advance(len(keys))
+                chunk += 1
+        progress.finish()
+        self.last_save = {"kind": "incremental", "rows": total,
+                          "dropped": sum(len(d) for _, d in changes),
+                          "chain": len(self._chain) + 1}
+        return prefixes, after, chunk
+
+    def _write_chunk(self, file_prefix, name, chunk, fields, tensors):
+        with tf.device("/cpu:0"):
+            prefix = tf.strings.join([file_prefix, f"_{chunk}"])
+            return [io_ops.save_v2(prefix, [_chunk_name(name, chunk, f) for f in fields],
+                                   [""] * len(fields), tensors)]
+
+    def _progress(self, what, total):
+        # Counted as the chunks are written: only an eager save writes them
+        # then (a traced one, a cluster's, writes them all when it runs).
+        return Progress(f"{self._table.config.label}: {what}", total,
+                        verbose=tf.executing_eagerly())
+
+    # ----- restoring -----
 
     def read_chunks(self, merged_prefix, name):
-        """Replaces the table's rows with the chunks saved under `name`."""
+        """Replaces the table's rows with the checkpoint saved under `name`,
+        and the chain of checkpoints it builds on, applied in order."""
         with tf.init_scope():
-            with tf.device("/cpu:0"):
-                (count,) = io_ops.restore_v2(merged_prefix, [f"{name}/chunks"], [""],
-                                             [tf.int64])
+            path = os.path.abspath(merged_prefix.numpy().decode())
+            links, save_id = _chain_of(path, name)
+            for link, link_id in links:
+                if not _holds(link, name, link_id):
+                    raise ValueError(
+                        f"{self._table.config.label}: checkpoint {path} is incremental and "
+                        f"builds on {link}, which is gone or was overwritten by another save; "
+                        f"restore a newer checkpoint, or keep every checkpoint back to the last "
+                        f"full one (CheckpointManager's max_to_keep at least the layer's "
+                        f"full_checkpoint_every)")
             after = tf.nest.flatten(self._clear_caches()) + self._table.clear()
-            for chunk in range(int(count)):
-                with tf.device("/cpu:0"), tf.control_dependencies(after):
-                    fields = io_ops.restore_v2(merged_prefix,
-                                               [_chunk_name(name, chunk, f) for f in ROW_FIELDS],
-                                               [""] * len(ROW_FIELDS), _DTYPES)
-                after = [self.restore_rows(*fields)]
+            progress = Progress(f"{self._table.config.label}: restore",
+                                len(links) + 1, unit="checkpoints")
+            for link, _ in links + [(path, save_id)]:
+                after = self._apply(link, name, after)
+                progress.advance(1)
+            progress.finish()
             if self._restored is not None:
                 with tf.control_dependencies(after):
                     self._restored()
+            # The restored checkpoint is the cut the next incremental one
+            # builds on (a checkpoint from before chains were written: none).
+            self._pending = None
+            self._chain = None if save_id is None else links + [(path, save_id)]
+            if self.incremental:
+                with tf.control_dependencies(after):
+                    self._table.forget_changes()
+
+    def _apply(self, prefix, name, after):
+        """Writes one checkpoint's chunks over the table: its rows, then the
+        rows it dropped erased."""
+        with tf.device("/cpu:0"):
+            (count,) = io_ops.restore_v2(prefix, [f"{name}/chunks"], [""], [tf.int64])
+        incremental = _has(prefix, _chunk_name(name, 0, "dropped"))
+        fields = ROW_FIELDS + (("dropped",) if incremental else ())
+        dtypes = _DTYPES + ((tf.int64,) if incremental else ())
+        for chunk in range(int(count)):
+            with tf.device("/cpu:0"), tf.control_dependencies(after):
+                tensors = io_ops.restore_v2(prefix, [_chunk_name(name, chunk, f) for f in fields],
+                                            [""] * len(fields), dtypes)
+            after = [self.restore_rows(*tensors[:5])]
+            if incremental:
+                with tf.control_dependencies(after):
+                    after = [tf.group(self._table.erase_rows(tensors[5]))]
+        return after
 
     def restore_rows(self, keys, values, slots, clocks, steps):
         """Adds rows to the table, on the shards that own them now."""
@@ -95,10 +275,58 @@ def _chunk_name(name, chunk, field):
     return f"{name}/chunk_{chunk}/{field}"
 
 
+def _reader(prefix):
+    try:
+        return tf.train.load_checkpoint(prefix) if tf.io.gfile.exists(
+            prefix + ".index") else None
+    except (tf.errors.OpError, ValueError):
+        return None
+
+
+def _has(prefix, tensor):
+    reader = _reader(prefix)
+    return reader is not None and reader.has_tensor(tensor)
+
+
+def _holds(prefix, name, save_id):
+    """Whether the checkpoint at `prefix` is there and holds the save
+    `save_id` of the table saved as `name`."""
+    reader = _reader(prefix)
+    return (reader is not None and reader.has_tensor(f"{name}/save_id")
+            and int(reader.get_tensor(f"{name}/save_id")) == save_id)
+
+
+def _chain_of(prefix, name):
+    """([(prefix, save_id)] of the checkpoints the one at `prefix` builds on,
+    its own save id): ([], None) for a checkpoint written before chains."""
+    reader = _reader(prefix)
+    if reader is None or not reader.has_tensor(f"{name}/save_id"):
+        return [], None
+    folder = os.path.dirname(prefix)
+    links = [os.path.normpath(os.path.join(folder, p.decode()))
+             for p in np.atleast_1d(reader.get_tensor(f"{name}/links"))]
+    ids = [int(i) for i in np.atleast_1d(reader.get_tensor(f"{name}/link_ids"))]
+    return list(zip(links, ids)), int(reader.get_tensor(f"{name}/save_id"))
+
+
+def _final_prefix(file_prefix):
+    """The checkpoint's own prefix, from the one TensorFlow gives this saver,
+    when it is a value (an eager save, or a cluster's traced one); else None."""
+    try:
+        path = file_prefix.numpy().decode()
+    except (AttributeError, TypeError, ValueError):
+        return None
+    if not _SAVER_SUFFIX.search(path):
+        return None
+    return os.path.abspath(_SAVER_SUFFIX.sub("", path))
+
+
 def _save_tables(trackables, file_prefix):
     prefixes, after = [], []
+    final = _final_prefix(file_prefix)
     for i, (name, table) in enumerate(sorted(trackables.items())):
-        written, after = table.write_chunks(tf.strings.join([file_prefix, f"_{i}"]), name, after)
+        written, after = table.write_chunks(tf.strings.join([file_prefix, f"_{i}"]), name, after,
+                                            final)
         prefixes += written
     # When TensorFlow traces the save (a cluster's), its merge of the files
     # must wait for the writes: it depends on the prefixes returned here.

@@ -276,6 +276,35 @@ class ShardedTable:
             lambda s, h, k, v, sl, c, st: self._ops.het_table_import(h, k, v, sl, c, st),
             keys, values, slots, clocks, steps)[1]
 
+    # ----- incremental checkpoints (het_tf.runtime.checkpoint) -----
+
+    def forget_changes(self):
+        """Starts tracking every shard's changes, or drops those tracked:
+        the cut of a full checkpoint or of a restore."""
+        ops = []
+        for s in range(self.num_shards):
+            with tf.device(self.devices[s]):
+                ops.append(self._ops.het_table_forget_changes(self.handle(s)))
+        return ops
+
+    def take_changes(self, shard, kept):
+        """(tracked, changed keys, dropped keys) of shard `shard` since the
+        last cut; `kept`: whether the last checkpoint that took changes was
+        kept (if not, its changes come again)."""
+        with tf.device(self.devices[shard]):
+            return self._ops.het_table_take_changes(self.handle(shard), kept)
+
+    def read_held(self, shard, keys):
+        """(held keys, absent keys, values, slots, clocks, steps) of those of
+        `keys` shard `shard` holds; makes no row."""
+        with tf.device(self.devices[shard]):
+            return self._ops.het_table_read_held(self.handle(shard), keys, dim=self.dim,
+                                                 num_slots=self.config.num_slots)
+
+    def erase_rows(self, keys):
+        """Drops the rows of `keys`, on whichever shard holds them now."""
+        return self._on_shards(lambda s, h, k: self._ops.het_table_erase(h, k), keys)[1]
+
     def clear(self):
         """Drops every row on every shard."""
         ops = []

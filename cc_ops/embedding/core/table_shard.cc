@@ -73,9 +73,10 @@ void TableShard::HintRow(const Stripe& stripe, int64_t key) const {
   __builtin_prefetch(p + row_bytes_ - 1);
 }
 
-char* TableShard::FindOrCreate(Stripe& stripe, int64_t key, bool* created) {
+char* TableShard::FindOrCreate(Stripe& stripe, int64_t key, bool* created, uint32_t* slot) {
   uint32_t row = stripe.index.Find(key);
   *created = row == KeyIndex::kAbsent;
+  if (slot != nullptr) *slot = row;
   if (!*created) {
     char* p = RowAt(stripe, row);
     if (dropping()) Touch(Use(p), tick_.load(std::memory_order_relaxed));
@@ -92,6 +93,8 @@ char* TableShard::FindOrCreate(Stripe& stripe, int64_t key, bool* created) {
     ++stripe.slots;
   }
   stripe.index.Insert(key, row);
+  if (slot != nullptr) *slot = row;
+  MarkChanged(stripe, row);
   char* p = RowAt(stripe, row);
   *Key(p) = key;
   *Clock(p) = NewState(key, Values(p));
@@ -235,7 +238,7 @@ size_t TableShard::MemoryBytes() const {
     std::lock_guard<std::mutex> lock(stripe.mu);
     total += stripe.blocks.size() * size_t{kRowsPerBlock} * row_bytes_ +
              stripe.index.MemoryBytes() + stripe.blocks.capacity() * sizeof(void*) +
-             stripe.free.capacity() * sizeof(uint32_t);
+             stripe.free.capacity() * sizeof(uint32_t) + stripe.changes.MemoryBytes();
   }
   return total;
 }
@@ -269,6 +272,7 @@ void TableShard::Clear() {
   if (dropping()) alone.lock();
   epoch_.store(NewEpoch());
   senders_.Clear();
+  tracking_.store(false);
   for (Stripe& stripe : stripes_) {
     std::lock_guard<std::mutex> lock(stripe.mu);
     // Stripe by stripe, as rows are counted: another client's rows made in
@@ -279,6 +283,7 @@ void TableShard::Clear() {
     stripe.slots = 0;
     stripe.free.clear();
     stripe.records.Clear();
+    stripe.changes.Forget();
   }
   // The new epoch tells every cache its copies are of an old table.
   clock_floor_.store(0);

@@ -25,6 +25,7 @@
 #include "cc_ops/embedding/core/key_checks.h"
 #include "cc_ops/embedding/core/key_index.h"
 #include "cc_ops/embedding/core/row_admission.h"
+#include "cc_ops/embedding/core/row_changes.h"
 #include "cc_ops/embedding/core/row_eviction.h"
 #include "cc_ops/embedding/core/row_initializer.h"
 #include "cc_ops/embedding/core/sender_log.h"
@@ -124,8 +125,26 @@ class TableShard {
   // Inserts or overwrites rows; all-or-nothing on validation errors.
   Status Import(const TableChunk& chunk);
   // Drops every row and copy record, as before a restore, and draws a new
-  // epoch.
+  // epoch. Changes are no longer tracked.
   void Clear();
+
+  // Incremental checkpoints (row_changes.h, table_shard_changes.cc).
+  // ForgetChanges starts tracking changes, or drops those tracked: the cut
+  // of a full checkpoint or of a restore. TakeChanges hands out the keys of
+  // the rows created or written since (and since any earlier Take whose
+  // checkpoint was not `kept`) that are held now, and of those dropped
+  // since that are not held now; it returns false, handing out nothing,
+  // when no changes are tracked (none since the shard was made or
+  // cleared): the checkpoint must then be full.
+  void ForgetChanges();
+  bool TakeChanges(bool kept, std::vector<int64_t>* changed, std::vector<int64_t>* dropped);
+  // The whole state of each key's row that the shard holds, with its key,
+  // in no particular order; the keys it does not hold go to `absent`.
+  // Creates no row.
+  Status ReadHeld(const int64_t* keys, int64_t n, TableChunk* out, std::vector<int64_t>* absent);
+  // Drops the rows of those keys the shard holds: a restored chain's
+  // dropped rows.
+  Status Erase(const int64_t* keys, int64_t n);
 
  private:
   struct Stripe {
@@ -135,6 +154,7 @@ class TableShard {
     uint32_t slots = 0;          // arena slots ever taken
     std::vector<uint32_t> free;  // evicted rows' slots, taken first
     CopyRecords records;         // the workers' copies of this stripe's rows
+    RowChanges changes;          // tracked only while tracking_
     int64_t rows() const { return int64_t{slots} - static_cast<int64_t>(free.size()); }
   };
 
@@ -189,15 +209,23 @@ class TableShard {
   // Evictable rows from every stripe, or a sample of about `want` of them.
   void FindCandidates(const KeyIndex& own, int64_t want, std::vector<EvictionCandidate>* out);
   bool Evictable(const Stripe& stripe, uint32_t slot, const KeyIndex& own) const;
-  // Drops the row in `slot`, counted in `counter` (evicted or expired).
+  // Drops the row in `slot`, counted in `counter` (evicted or expired) if
+  // not null.
   void EvictRow(Stripe& stripe, uint32_t slot, std::atomic<uint64_t>* counter);
 
   static int StripeOf(int64_t key);
   char* RowAt(const Stripe& stripe, uint32_t row) const;
   // Starts loading key's row, if the stripe has it.
   void HintRow(const Stripe& stripe, int64_t key) const;
-  // Finds or creates the row of key; the stripe's lock must be held.
-  char* FindOrCreate(Stripe& stripe, int64_t key, bool* created);
+  // Finds or creates the row of key, its arena slot in `*slot` if not
+  // null; the stripe's lock must be held.
+  char* FindOrCreate(Stripe& stripe, int64_t key, bool* created, uint32_t* slot = nullptr);
+  // Tells the stripe's changes that the row in `slot` was written.
+  void MarkChanged(Stripe& stripe, uint32_t slot) {
+    if (tracking_.load(std::memory_order_relaxed)) stripe.changes.Changed(slot);
+  }
+  // Appends the whole state of the row at p to a chunk.
+  void AppendRow(char* p, TableChunk* out) const;
   // The row of key, created if `create`; null if it is not held and not
   // created (the caller reads the default row).
   char* FindOrAdmit(Stripe& stripe, int64_t key, bool create);
@@ -283,6 +311,9 @@ class TableShard {
   std::array<Stripe, kStripes> stripes_;
   std::atomic<int64_t> epoch_;
   SenderLog senders_;
+  // Whether the stripes track their changes: from the first ForgetChanges
+  // until Clear.
+  std::atomic<bool> tracking_{false};
 
   std::atomic<int64_t> reserved_rows_{0};
   std::atomic<int64_t> rows_{0};

@@ -42,15 +42,20 @@ Status TableShard::Export(int64_t offset, int64_t limit, TableChunk* out) const 
         --skip;
         continue;
       }
-      out->keys.push_back(*Key(p));
-      out->values.insert(out->values.end(), Values(p), Values(p) + dim);
-      out->slots.insert(out->slots.end(), Slots(p), Slots(p) + slot_floats);
-      out->clocks.push_back(*Clock(p));
-      out->steps.push_back(NeedsStepCount(config_.optimizer.kind) ? *Step(p) : 0);
+      AppendRow(p, out);
     }
     seen += rows;
   }
   return Status::Ok();
+}
+
+void TableShard::AppendRow(char* p, TableChunk* out) const {
+  const size_t slot_floats = size_t(num_slots_) * config_.dim;
+  out->keys.push_back(*Key(p));
+  out->values.insert(out->values.end(), Values(p), Values(p) + config_.dim);
+  out->slots.insert(out->slots.end(), Slots(p), Slots(p) + slot_floats);
+  out->clocks.push_back(*Clock(p));
+  out->steps.push_back(NeedsStepCount(config_.optimizer.kind) ? *Step(p) : 0);
 }
 
 Status TableShard::Import(const TableChunk& chunk) {
@@ -82,7 +87,9 @@ Status TableShard::Import(const TableChunk& chunk) {
   ForEachByStripe(chunk.keys.data(), static_cast<int64_t>(n), [&](Stripe& stripe, int32_t at) {
     const size_t i = static_cast<size_t>(at);
     bool created;
-    char* p = FindOrCreate(stripe, chunk.keys[i], &created);
+    uint32_t slot;
+    char* p = FindOrCreate(stripe, chunk.keys[i], &created, &slot);
+    MarkChanged(stripe, slot);
     std::memcpy(Values(p), chunk.values.data() + i * dim, sizeof(float) * dim);
     if (slot_floats > 0) {  // SGD's rows have none, and the chunk no slot array
       std::memcpy(Slots(p), chunk.slots.data() + i * slot_floats, sizeof(float) * slot_floats);

@@ -74,10 +74,11 @@ void TableShard::EvictRow(Stripe& stripe, uint32_t slot, std::atomic<uint64_t>* 
   char* p = RowAt(stripe, slot);
   stripe.index.Erase(*Key(p));
   stripe.free.push_back(slot);
+  if (tracking_.load(std::memory_order_relaxed)) stripe.changes.Dropped(slot, *Key(p));
   if (*Clock(p) > clock_floor_.load()) clock_floor_.store(*Clock(p));
   *Clock(p) = kFreeSlot;
   rows_.fetch_sub(1);
-  counter->fetch_add(1, std::memory_order_relaxed);
+  if (counter != nullptr) counter->fetch_add(1, std::memory_order_relaxed);
 }
 
 bool TableShard::ExpiryDue() {

@@ -59,7 +59,9 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
       return;
     }
     bool created;
-    char* p = FindOrCreate(stripe, keys[i], &created);
+    uint32_t slot;
+    char* p = FindOrCreate(stripe, keys[i], &created, &slot);
+    MarkChanged(stripe, slot);
     if (*Clock(p) == seen[i]) {
       std::memcpy(Values(p), next.data() + size_t(i) * state, sizeof(float) * state);
       if (stepped) *Step(p) = steps[i];

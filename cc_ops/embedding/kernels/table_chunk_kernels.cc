@@ -1,6 +1,6 @@
 // Thin adapters from the table ops that move rows' whole states to
-// het::TableShard as TableChunks: export and import for checkpoints, and
-// the read of a replicated hot block's rows.
+// het::TableShard as TableChunks: export and import for checkpoints, the
+// changes of incremental ones, and the read of a replicated hot block's rows.
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -90,6 +90,57 @@ class HetTableReadOp : public RowStatesKernel {
   }
 };
 
+class HetTableReadHeldOp : public RowStatesKernel {
+ public:
+  using RowStatesKernel::RowStatesKernel;
+
+ protected:
+  void ReadRows(OpKernelContext* ctx, TableShard& table, TableChunk* chunk, int* first) override {
+    const Tensor& keys = ctx->input(1);
+    OP_REQUIRES_OK(ctx, CheckVector(table.config().name, "keys", keys));
+    std::vector<int64_t> absent;
+    OP_REQUIRES_OK(
+        ctx, ToTf(table.ReadHeld(keys.flat<int64_t>().data(), keys.NumElements(), chunk, &absent)));
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 0, chunk->keys));
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 1, absent));
+    *first = 2;
+  }
+};
+
+class HetTableForgetChangesOp : public TableKernel {
+ public:
+  using TableKernel::TableKernel;
+  void Run(OpKernelContext*, TableShard& table) override { table.ForgetChanges(); }
+};
+
+class HetTableTakeChangesOp : public TableKernel {
+ public:
+  using TableKernel::TableKernel;
+  void Run(OpKernelContext* ctx, TableShard& table) override {
+    const Tensor& kept = ctx->input(1);
+    OP_REQUIRES(ctx, kept.dims() == 0,
+                tensorflow::errors::InvalidArgument(TableLabel(table.config().name),
+                                                    ": kept must be a scalar"));
+    std::vector<int64_t> changed, dropped;
+    const bool tracked = table.TakeChanges(kept.scalar<bool>()(), &changed, &dropped);
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
+    out->scalar<bool>()() = tracked;
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 1, changed));
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 2, dropped));
+  }
+};
+
+class HetTableEraseOp : public TableKernel {
+ public:
+  using TableKernel::TableKernel;
+  void Run(OpKernelContext* ctx, TableShard& table) override {
+    const Tensor& keys = ctx->input(1);
+    OP_REQUIRES_OK(ctx, CheckVector(table.config().name, "erased keys", keys));
+    OP_REQUIRES_OK(ctx, ToTf(table.Erase(keys.flat<int64_t>().data(), keys.NumElements())));
+  }
+};
+
 class HetTableImportOp : public TableKernel {
  public:
   using TableKernel::TableKernel;
@@ -126,5 +177,9 @@ class HetTableImportOp : public TableKernel {
 HET_CPU_KERNEL("HetTableExport", HetTableExportOp);
 HET_CPU_KERNEL("HetTableRead", HetTableReadOp);
 HET_CPU_KERNEL("HetTableImport", HetTableImportOp);
+HET_CPU_KERNEL("HetTableReadHeld", HetTableReadHeldOp);
+HET_CPU_KERNEL("HetTableForgetChanges", HetTableForgetChangesOp);
+HET_CPU_KERNEL("HetTableTakeChanges", HetTableTakeChangesOp);
+HET_CPU_KERNEL("HetTableErase", HetTableEraseOp);
 
 }  // namespace het

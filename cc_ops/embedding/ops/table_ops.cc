@@ -247,6 +247,57 @@ REGISTER_OP("HetTableClear")
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
     .Doc("Drops every row of the shard, as before restoring a checkpoint.");
 
+REGISTER_OP("HetTableForgetChanges")
+    .Input("table: resource")
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc(R"doc(
+Starts tracking the shard's changes for incremental checkpoints, or drops
+those tracked: the cut of a full checkpoint or of a restore.
+)doc");
+
+REGISTER_OP("HetTableTakeChanges")
+    .Input("table: resource")
+    .Input("kept: bool")
+    .Output("tracked: bool")
+    .Output("changed: int64")
+    .Output("dropped: int64")
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Scalar());
+      c->set_output(1, c->Vector(c->UnknownDim()));
+      c->set_output(2, c->Vector(c->UnknownDim()));
+      return tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+The keys of the rows created or written since the last ForgetChanges or
+kept Take (those held now), and of the rows dropped since (not held now),
+for an incremental checkpoint. kept: whether the checkpoint of the last
+Take was kept; if not, its changes come again. tracked is false, and the
+keys empty, when the shard tracks no changes: the checkpoint must be full.
+)doc");
+
+REGISTER_OP("HetTableReadHeld")
+    .Input("table: resource")
+    .Input("keys: int64")
+    .Output("held: int64")
+    .Output("absent: int64")
+    .HET_ROW_STATE_OUTPUTS()
+    .SetShapeFn([](InferenceContext* c) {
+      DimensionHandle n = c->UnknownDim();
+      c->set_output(0, c->Vector(n));
+      c->set_output(1, c->Vector(c->UnknownDim()));
+      return RowStatesShape(c, 2, n);
+    })
+    .Doc(R"doc(
+The whole state of each key's row the shard holds, with its key (held), and
+the keys it does not hold (absent); creates no row.
+)doc");
+
+REGISTER_OP("HetTableErase")
+    .Input("table: resource")
+    .Input("keys: int64")
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc("Drops the rows of the keys the shard holds: a restored chain's dropped rows.");
+
 REGISTER_OP("HetTableStats")
     .Input("table: resource")
     .Output("names: string")
