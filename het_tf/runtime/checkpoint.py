@@ -29,6 +29,7 @@ the shards were made or cleared. A checkpoint's changes are only dropped
 once it is seen kept, at the next save: the changes of a save that failed,
 or that was deleted before the next one, go again with the next one's.
 """
+import contextlib
 import dataclasses
 import os
 import random
@@ -37,6 +38,7 @@ import warnings
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.checkpoint import checkpoint_management
 from tensorflow.python.ops import io_ops
 from tensorflow.python.saved_model import registration
 
@@ -51,6 +53,10 @@ CHUNK_BYTES = 64 << 20
 FULL_SHARE = 0.25
 # What TensorFlow appends to a checkpoint's prefix for this saver's files.
 _SAVER_SUFFIX = re.compile(r"-het_tf\.TableCheckpoint$")
+
+
+# Set while compact_checkpoint writes: every table's checkpoint full.
+_ALL_FULL = []
 
 
 @dataclasses.dataclass
@@ -134,7 +140,8 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
             self._chain = pending.chain if kept else (
                 self._chain if len(pending.chain) > 1 else None)
         chain = self._chain
-        if final_prefix is None or chain is None or len(chain) >= self.full_every:
+        if (final_prefix is None or chain is None or len(chain) >= self.full_every
+                or _ALL_FULL):
             return None
         if any(p == final_prefix for p, _ in chain):
             return None  # this save overwrites a checkpoint of its own chain
@@ -249,26 +256,49 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
                     self._table.forget_changes()
 
     def _apply(self, prefix, name, after):
-        """Writes one checkpoint's chunks over the table: its rows, then the
-        rows it dropped erased."""
+        """Writes one checkpoint's chunks over the table: an incremental
+        one's dropped rows erased first, so that a table at its row limit
+        has room for the rows that replaced them, then its rows."""
         with tf.device("/cpu:0"):
             (count,) = io_ops.restore_v2(prefix, [f"{name}/chunks"], [""], [tf.int64])
-        incremental = _has(prefix, _chunk_name(name, 0, "dropped"))
-        fields = ROW_FIELDS + (("dropped",) if incremental else ())
-        dtypes = _DTYPES + ((tf.int64,) if incremental else ())
+        if _has(prefix, _chunk_name(name, 0, "dropped")):
+            for chunk in range(int(count)):
+                with tf.device("/cpu:0"), tf.control_dependencies(after):
+                    (dropped,) = io_ops.restore_v2(prefix, [_chunk_name(name, chunk, "dropped")],
+                                                   [""], [tf.int64])
+                after = [tf.group(self._table.erase_rows(dropped))]
         for chunk in range(int(count)):
             with tf.device("/cpu:0"), tf.control_dependencies(after):
-                tensors = io_ops.restore_v2(prefix, [_chunk_name(name, chunk, f) for f in fields],
-                                            [""] * len(fields), dtypes)
-            after = [self.restore_rows(*tensors[:5])]
-            if incremental:
-                with tf.control_dependencies(after):
-                    after = [tf.group(self._table.erase_rows(tensors[5]))]
+                fields = io_ops.restore_v2(prefix,
+                                           [_chunk_name(name, chunk, f) for f in ROW_FIELDS],
+                                           [""] * len(ROW_FIELDS), _DTYPES)
+            after = [self.restore_rows(*fields)]
         return after
 
     def restore_rows(self, keys, values, slots, clocks, steps):
         """Adds rows to the table, on the shards that own them now."""
         return tf.group(self._table.import_rows(keys, values, slots, clocks, steps))
+
+
+def compact_checkpoint(checkpoint, path, out):
+    """Folds a chain of incremental checkpoints into one full checkpoint:
+    restores the checkpoint at `path`, and the chain it builds on, into the
+    objects of `checkpoint` (a tf.train.Checkpoint, of a model built for the
+    purpose or one whose state may be replaced), then writes them to `out`
+    with every table full. Returns the written checkpoint's path, which
+    restores without the chain."""
+    checkpoint.restore(path).expect_partial()
+    with _all_full():
+        return checkpoint.write(out)
+
+
+@contextlib.contextmanager
+def _all_full():
+    _ALL_FULL.append(True)
+    try:
+        yield
+    finally:
+        _ALL_FULL.pop()
 
 
 def _chunk_name(name, chunk, field):
@@ -319,6 +349,47 @@ def _final_prefix(file_prefix):
     if not _SAVER_SUFFIX.search(path):
         return None
     return os.path.abspath(_SAVER_SUFFIX.sub("", path))
+
+
+def _links(prefix):
+    """The prefixes of every checkpoint the one at `prefix` builds on, for
+    any of its tables."""
+    reader = _reader(prefix)
+    if reader is None:
+        return set()
+    folder = os.path.dirname(os.path.abspath(prefix))
+    return {os.path.normpath(os.path.join(folder, p.decode()))
+            for name in reader.get_variable_to_shape_map() if name.endswith("/links")
+            for p in np.atleast_1d(reader.get_tensor(name))}
+
+
+_manager_sweep = checkpoint_management.CheckpointManager._sweep
+
+
+def _sweep_keeping_chains(manager):
+    """CheckpointManager's sweep, except that a checkpoint it drops is kept
+    on disk while a checkpoint it keeps builds on it, and deleted at the
+    first sweep after none does."""
+    dropped, delete = [], checkpoint_management._delete_file_if_exists
+    checkpoint_management._delete_file_if_exists = dropped.append
+    try:
+        _manager_sweep(manager)
+    finally:
+        checkpoint_management._delete_file_if_exists = delete
+    held = getattr(manager, "_het_tf_held", [])
+    for spec in dropped:
+        prefix = spec.rsplit(".", 1)[0] if spec.endswith(".index") else None
+        if prefix is not None and prefix not in held:
+            held.append(prefix)
+    needed = set().union(*(_links(p) for p in manager._maybe_delete))
+    manager._het_tf_held = [p for p in held if os.path.abspath(p) in needed]
+    for prefix in held:
+        if os.path.abspath(prefix) not in needed:
+            delete(prefix + ".index")
+            delete(prefix + ".data-?????-of-?????")
+
+
+checkpoint_management.CheckpointManager._sweep = _sweep_keeping_chains
 
 
 def _save_tables(trackables, file_prefix):

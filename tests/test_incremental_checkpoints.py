@@ -1,0 +1,316 @@
+"""Incremental checkpoints (HetEmbedding's full_checkpoint_every): each
+checkpoint between full ones writes only the rows changed and dropped since
+the one before, and restoring one applies its chain.
+
+The oracles: the data (a model whose rows follow from the ids it trained,
+as tests/sum_of_rows_train.py's), and, where rows are evicted, the table's
+full export at each checkpoint's cut, which reads every row and no change
+record."""
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+import het_tf
+from het_tf.keras_layers import HetEmbedding
+from het_tf.runtime.checkpoint import TableCheckpoint
+from het_tf.runtime.config import TableConfig
+from het_tf.runtime.table import ShardedTable
+
+VOCAB, DIM, BATCH, LR = 4000, 2, 32, 0.25
+
+
+def sum_of_rows_model(full_every, name="items"):
+    """Its loss is the mean over the batch of the sum of the sample's rows:
+    each id's row moves by -LR/BATCH per occurrence, from zeros, and its
+    clock by one per step that looked it up."""
+    layer = HetEmbedding(VOCAB, DIM, embeddings_initializer="zeros",
+                         optimizer=tf_keras.optimizers.SGD(LR), cache_capacity=300,
+                         staleness=3, full_checkpoint_every=full_every, name=name)
+    ids = tf_keras.Input((3,), dtype="int64")
+    model = tf_keras.Model(ids, tf.reduce_sum(layer(ids), axis=[1, 2])[:, None])
+    model.compile(tf_keras.optimizers.SGD(LR), loss=lambda _y, pred: pred)
+    return model, layer
+
+
+def batches():
+    """Twelve wide steps, each over ids no step before read, then narrow
+    ones over a window that moves slowly: each checkpoint after the first
+    changes few of the table's rows."""
+    rng = np.random.default_rng(4)
+    for step in range(12):
+        yield np.arange(step * BATCH * 3, (step + 1) * BATCH * 3, dtype=np.int64).reshape(BATCH, 3)
+    for step in range(12, 48):
+        yield rng.integers(step * 10, step * 10 + 40, size=(BATCH, 3)).astype(np.int64)
+
+
+def data_rows(trained):
+    """(keys, values, clocks) the data makes of `trained` batches."""
+    occurrences, steps = np.zeros(VOCAB, np.int64), np.zeros(VOCAB, np.int64)
+    for ids in trained:
+        np.add.at(occurrences, ids.ravel(), 1)
+        steps[np.unique(ids)] += 1
+    keys = np.flatnonzero(steps)
+    values = np.repeat((-LR / BATCH * occurrences[keys])[:, None], DIM, axis=1)
+    return keys, values.astype(np.float32), steps[keys]
+
+
+def sorted_rows(table):
+    keys, values, _, clocks, _ = (t.numpy() for t in table.export_all())
+    order = np.argsort(keys)
+    return keys[order], values[order], clocks[order]
+
+
+def test_a_chain_restores_each_checkpoint_to_what_the_data_made(tmp_path):
+    model, layer = sum_of_rows_model(full_every=4)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), tmp_path,
+                                         max_to_keep=None)
+    trained, saves = [], []
+    for step, ids in enumerate(batches()):
+        model.train_on_batch(ids, np.zeros((BATCH, 1), np.float32))
+        trained.append(ids)
+        if step >= 11 and (step - 11) % 4 == 0:
+            path = manager.save()
+            saves.append((path, list(trained), dict(layer._table_checkpoint.last_save)))
+    kinds = [s[2]["kind"] for s in saves]
+    assert kinds == ["full", "incremental", "incremental", "incremental"] * 2 + [
+        "full", "incremental"], kinds
+    for _, steps, save in saves:
+        if save["kind"] == "incremental":
+            assert save["rows"] < 0.1 * len(data_rows(steps)[0]), save
+    for path, steps, save in saves:
+        restored, restored_layer = sum_of_rows_model(full_every=4, name="restored")
+        restored(np.zeros((1, 3), np.int64))
+        tf.train.Checkpoint(model=restored).restore(path).expect_partial()
+        keys, values, clocks = sorted_rows(restored_layer.table)
+        want_keys, want_values, want_clocks = data_rows(steps)
+        np.testing.assert_array_equal(keys, want_keys, err_msg=path)
+        np.testing.assert_array_equal(values, want_values, err_msg=path)
+        np.testing.assert_array_equal(clocks, want_clocks, err_msg=path)
+    # An incremental checkpoint is a fraction of a full one on disk.
+    sizes = {path: sum(os.path.getsize(os.path.join(tmp_path, f)) for f in os.listdir(tmp_path)
+                       if f.startswith(os.path.basename(path) + ".")) for path, _, _ in saves}
+    assert sizes[saves[1][0]] < sizes[saves[0][0]] / 3, sizes
+
+
+def evicting_table(name, shards, full_every=None, max_rows=600):
+    """A table whose rows are evicted past 600 (a restored one: 2000, for
+    shards that take the rows unevenly)."""
+    config = TableConfig(name, 4, seed=3, max_rows=max_rows, on_full="evict")
+    table = ShardedTable(config, [None] * shards, instance=name)
+    holder = tf.Module()
+    holder.table = TableCheckpoint(table, lambda: [], lambda: [], full_every=full_every)
+    return table, holder
+
+
+def train_some(table, rng, low, high, steps=6):
+    for _ in range(steps):
+        keys = np.unique(rng.integers(low, high, size=40)).astype(np.int64)
+        table.gather(keys)
+        table.push(keys, tf.fill([len(keys), 4], 0.5), tf.ones([len(keys)], tf.int64), 0.1,
+                   return_rows=False)
+
+
+def test_chains_of_an_evicting_table_restore_onto_other_shard_counts(tmp_path, unique_name):
+    """Rows evicted between checkpoints are dropped on restore, rows made
+    again come back; a chain saved from 2 shards restores onto 1 and 3."""
+    name = unique_name("evicting")
+    table, holder = evicting_table(name, 2, full_every=6)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(holder=holder), tmp_path,
+                                         max_to_keep=None)
+    rng = np.random.default_rng(0)
+    train_some(table, rng, 0, 1000, steps=40)  # fills the table
+    cuts = []
+    for i in range(8):
+        train_some(table, rng, 500 + 40 * i, 580 + 40 * i)  # new rows evict old ones
+        path = manager.save()
+        cuts.append((path, sorted_rows(table), dict(holder.table.last_save)))
+    assert [c[2]["kind"] for c in cuts] == ["full"] + ["incremental"] * 5 + ["full"] * 1 + [
+        "incremental"]
+    assert all(c[2]["dropped"] > 0 for c in cuts if c[2]["kind"] == "incremental")
+    for shards in (1, 3):
+        for path, want, _ in cuts:
+            restored, restored_holder = evicting_table(f"{name}_r{shards}", shards, max_rows=2000)
+            tf.train.Checkpoint(holder=restored_holder).restore(path).assert_consumed()
+            for got, expected in zip(sorted_rows(restored), want):
+                np.testing.assert_array_equal(got, expected, err_msg=f"{path} on {shards}")
+
+
+def test_a_checkpoint_deleted_before_the_next_leaves_its_changes_to_the_next(
+        tmp_path, unique_name):
+    """A checkpoint gone before the next save (deleted, or its save failed)
+    is not built on: the next holds its changes too. Restoring one whose
+    base is gone names the missing checkpoint."""
+    name = unique_name("deleted")
+    table, holder = evicting_table(name, 2, full_every=10)
+    checkpoint = tf.train.Checkpoint(holder=holder)
+    rng = np.random.default_rng(1)
+    train_some(table, rng, 0, 1000, steps=40)
+    base = checkpoint.write(str(tmp_path / "a"))
+    train_some(table, rng, 300, 340, steps=3)
+    lost = checkpoint.write(str(tmp_path / "b"))
+    for f in tf.io.gfile.glob(lost + ".*"):
+        os.remove(f)
+    train_some(table, rng, 650, 690, steps=3)
+    after = checkpoint.write(str(tmp_path / "c"))
+    assert holder.table.last_save["kind"] == "incremental"
+    want = sorted_rows(table)
+    restored, restored_holder = evicting_table(f"{name}_r", 1, max_rows=2000)
+    tf.train.Checkpoint(holder=restored_holder).restore(after)
+    for got, expected in zip(sorted_rows(restored), want):
+        np.testing.assert_array_equal(got, expected)
+    for f in tf.io.gfile.glob(base + ".*"):
+        os.remove(f)
+    with pytest.raises(ValueError, match=r"builds on .*a\b.*gone"):
+        tf.train.Checkpoint(holder=restored_holder).restore(after)
+    # The table is untouched by the refused restore.
+    for got, expected in zip(sorted_rows(restored), want):
+        np.testing.assert_array_equal(got, expected)
+    # The next save, whose chain lost its base, is full.
+    with pytest.warns(UserWarning, match=f"{name}.*is gone"):
+        checkpoint.write(str(tmp_path / "d"))
+    assert holder.table.last_save["kind"] == "full"
+
+
+@pytest.mark.parametrize("keep", [2, 4])
+def test_a_manager_keeps_the_checkpoints_a_kept_chain_needs(tmp_path, unique_name, keep):
+    """CheckpointManager(max_to_keep) below a chain's length holds back the
+    bases its kept checkpoints need, and deletes them once none does: every
+    kept checkpoint restores, and the folder holds no more than the kept
+    checkpoints' chains."""
+    name = unique_name("manager")
+    table, holder = evicting_table(name, 1, full_every=4)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(holder=holder), tmp_path,
+                                         max_to_keep=keep)
+    rng = np.random.default_rng(2)
+    train_some(table, rng, 0, 1000, steps=40)
+    kinds, cuts = [], {}
+    for i in range(11):
+        train_some(table, rng, 30 * i, 30 * i + 40, steps=2)
+        cuts[manager.save()] = sorted_rows(table)
+        kinds.append(holder.table.last_save["kind"])
+        on_disk = sorted(f[:-len(".index")] for f in os.listdir(tmp_path) if f.endswith(".index"))
+        chains = {os.path.basename(p) for p in manager.checkpoints}
+        chains |= {f"ckpt-{n}" for p in manager.checkpoints
+                   for n in range(4 * ((int(p.rsplit("-", 1)[1]) - 1) // 4) + 1,
+                                  int(p.rsplit("-", 1)[1]))}
+        assert set(on_disk) == chains, (on_disk, manager.checkpoints)
+    assert kinds == ["full", "incremental", "incremental", "incremental"] * 2 + [
+        "full", "incremental", "incremental"], kinds
+    assert len(manager.checkpoints) == keep
+    for path in manager.checkpoints:
+        restored, restored_holder = evicting_table(f"{name}_r{path[-1]}", 2, max_rows=2000)
+        tf.train.Checkpoint(holder=restored_holder).restore(path)
+        for got, expected in zip(sorted_rows(restored), cuts[path]):
+            np.testing.assert_array_equal(got, expected)
+
+
+def test_compaction_folds_a_chain_into_one_full_checkpoint(tmp_path, unique_name):
+    name = unique_name("compact")
+    table, holder = evicting_table(name, 2, full_every=8)
+    checkpoint = tf.train.Checkpoint(holder=holder)
+    rng = np.random.default_rng(5)
+    for i in range(4):
+        train_some(table, rng, 100 * i, 100 * i + 300)
+        newest = checkpoint.write(str(tmp_path / f"c{i}"))
+    want = sorted_rows(table)
+    folded, folded_holder = evicting_table(f"{name}_f", 1, full_every=8)
+    out = het_tf.compact_checkpoint(tf.train.Checkpoint(holder=folded_holder), newest,
+                                    str(tmp_path / "folded"))
+    assert folded_holder.table.last_save["kind"] == "full"
+    for f in tf.io.gfile.glob(str(tmp_path / "c*")):
+        os.remove(f)  # the chain is gone: the folded checkpoint stands alone
+    restored, restored_holder = evicting_table(f"{name}_r", 3, max_rows=2000)
+    tf.train.Checkpoint(holder=restored_holder).restore(out)
+    for got, expected in zip(sorted_rows(restored), want):
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_bad_full_checkpoint_every_is_refused_naming_the_layer():
+    for bad in (0, -2, 1.5, "4", True):
+        with pytest.raises(ValueError, match="HetEmbedding 'emb'.*full_checkpoint_every"):
+            HetEmbedding(10, 2, full_checkpoint_every=bad, name="emb")
+    layer = HetEmbedding(10, 2, full_checkpoint_every=3, name="emb")
+    assert HetEmbedding.from_config(layer.get_config()).full_checkpoint_every == 3
+
+
+WRITER = r"""
+import hashlib, sys
+import numpy as np, tensorflow as tf
+from het_tf.runtime.checkpoint import TableCheckpoint
+from het_tf.runtime.config import TableConfig
+from het_tf.runtime.table import ShardedTable
+
+directory, rows = sys.argv[1], int(sys.argv[2])
+table = ShardedTable(TableConfig("big", 16), [None, None], instance="writer")
+holder = tf.Module()
+holder.table = TableCheckpoint(table, lambda: [], lambda: [], full_every=1000)
+manager = tf.train.CheckpointManager(tf.train.Checkpoint(holder=holder), directory,
+                                     max_to_keep=None)
+
+def write(first, n, value):
+    keys = tf.range(first, first + n, dtype=tf.int64)
+    table.import_rows(keys, tf.fill([n, 16], float(value)), tf.zeros([n, 1, 16]),
+                      tf.fill([n], tf.constant(1, tf.int64)), tf.zeros([n], tf.int64))
+
+for first in range(0, rows, 1 << 18):
+    write(first, min(1 << 18, rows - first), 0)
+rng = np.random.default_rng(0)
+for n in range(1, 10000):  # until killed: a tenth of the rows changed, then saved
+    write(int(rng.integers(0, rows - rows // 10)), rows // 10, n)
+    keys, values, _, _, _ = (t.numpy() for t in table.export_all())
+    order = np.argsort(keys)
+    print("CUT", n, hashlib.sha256(values[order].tobytes()).hexdigest(), flush=True)
+    manager.save()
+    print("SAVED", n, holder.table.last_save["kind"], flush=True)
+"""
+
+
+def test_a_save_killed_midway_leaves_the_last_good_chain(tmp_path):
+    """kill -9 while incremental checkpoints are written: the newest one
+    left restores (with its chain) to exactly the rows of its cut."""
+    rows = 600_000
+    for attempt in range(3):
+        folder = tmp_path / str(attempt)
+        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(folder), str(rows)],
+                                  stdout=subprocess.PIPE, text=True, start_new_session=True)
+        lines = []
+        try:
+            deadline = time.monotonic() + 240
+            for line in writer.stdout:
+                lines.append(line.split())
+                if lines[-1][0] == "CUT" and int(lines[-1][1]) == 4 + attempt:
+                    time.sleep(0.02 * attempt)  # inside the save that follows
+                    break
+                assert time.monotonic() < deadline
+            os.killpg(writer.pid, signal.SIGKILL)
+            writer.wait(timeout=30)
+            lines += [line.split() for line in writer.stdout.read().splitlines()]
+        finally:
+            if writer.poll() is None:
+                os.killpg(writer.pid, signal.SIGKILL)
+                writer.wait()
+            writer.stdout.close()
+        cuts = {int(x[1]): x[2] for x in lines if x[0] == "CUT"}
+        saved = {int(x[1]): x[2] for x in lines if x[0] == "SAVED"}
+        assert saved[1] == "full" and all(saved[n] == "incremental" for n in saved if n > 1)
+        latest = tf.train.latest_checkpoint(str(folder))
+        assert int(latest.rsplit("-", 1)[1]) == max(saved)
+        table = ShardedTable(TableConfig("big", 16), [None], instance=f"reader{attempt}")
+        holder = tf.Module()
+        holder.table = TableCheckpoint(table, lambda: [], lambda: [])
+        tf.train.Checkpoint(holder=holder).restore(latest).assert_consumed()
+        keys, values, _ = sorted_rows(table)
+        assert len(keys) == rows
+        assert hashlib.sha256(values.tobytes()).hexdigest() == cuts[max(saved)]
+        if max(cuts) > max(saved):  # killed inside the save of the next cut
+            return
+    pytest.fail("no kill landed inside a save in 3 attempts")
