@@ -7,6 +7,7 @@ as tests/sum_of_rows_train.py's), and, where rows are evicted, the table's
 full export at each checkpoint's cut, which reads every row and no change
 record."""
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -24,44 +25,11 @@ from het_tf.keras_layers import HetEmbedding
 from het_tf.runtime.checkpoint import TableCheckpoint
 from het_tf.runtime.config import TableConfig
 from het_tf.runtime.table import ShardedTable
+from tests import incremental_train
+from tests.incremental_train import BATCH, batches, data_rows, sum_of_rows_model
+from tests.test_cluster import Log, assert_all_gone
 
-VOCAB, DIM, BATCH, LR = 4000, 2, 32, 0.25
-
-
-def sum_of_rows_model(full_every, name="items"):
-    """Its loss is the mean over the batch of the sum of the sample's rows:
-    each id's row moves by -LR/BATCH per occurrence, from zeros, and its
-    clock by one per step that looked it up."""
-    layer = HetEmbedding(VOCAB, DIM, embeddings_initializer="zeros",
-                         optimizer=tf_keras.optimizers.SGD(LR), cache_capacity=300,
-                         staleness=3, full_checkpoint_every=full_every, name=name)
-    ids = tf_keras.Input((3,), dtype="int64")
-    model = tf_keras.Model(ids, tf.reduce_sum(layer(ids), axis=[1, 2])[:, None])
-    model.compile(tf_keras.optimizers.SGD(LR), loss=lambda _y, pred: pred)
-    return model, layer
-
-
-def batches():
-    """Twelve wide steps, each over ids no step before read, then narrow
-    ones over a window that moves slowly: each checkpoint after the first
-    changes few of the table's rows."""
-    rng = np.random.default_rng(4)
-    for step in range(12):
-        yield np.arange(step * BATCH * 3, (step + 1) * BATCH * 3, dtype=np.int64).reshape(BATCH, 3)
-    for step in range(12, 48):
-        yield rng.integers(step * 10, step * 10 + 40, size=(BATCH, 3)).astype(np.int64)
-
-
-def data_rows(trained):
-    """(keys, values, clocks) the data makes of `trained` batches."""
-    occurrences, steps = np.zeros(VOCAB, np.int64), np.zeros(VOCAB, np.int64)
-    for ids in trained:
-        np.add.at(occurrences, ids.ravel(), 1)
-        steps[np.unique(ids)] += 1
-    keys = np.flatnonzero(steps)
-    values = np.repeat((-LR / BATCH * occurrences[keys])[:, None], DIM, axis=1)
-    return keys, values.astype(np.float32), steps[keys]
-
+from het_tf.apps.launch import LocalCluster
 
 def sorted_rows(table):
     keys, values, _, clocks, _ = (t.numpy() for t in table.export_all())
@@ -99,6 +67,29 @@ def test_a_chain_restores_each_checkpoint_to_what_the_data_made(tmp_path):
     sizes = {path: sum(os.path.getsize(os.path.join(tmp_path, f)) for f in os.listdir(tmp_path)
                        if f.startswith(os.path.basename(path) + ".")) for path, _, _ in saves}
     assert sizes[saves[1][0]] < sizes[saves[0][0]] / 3, sizes
+
+
+def test_a_cluster_chain_restores_onto_one_shard(tmp_path):
+    """Under ParameterServerStrategy (2 PS tasks, the save traced on the
+    chief) the checkpoints between full ones are incremental, and each
+    restores in one process onto one shard as the data says."""
+    result_path, log = tmp_path / "result.json", Log()
+    with LocalCluster(2, 1, out=log) as cluster:
+        chief = cluster.start_chief([sys.executable, incremental_train.__file__,
+                                     str(result_path), str(tmp_path / "ckpt")])
+        code = chief.wait(timeout=300)
+    assert_all_gone(cluster)
+    assert code == 0, log.text()[-5000:]
+    saves = json.loads(result_path.read_text())["saves"]
+    assert [s["save"]["kind"] for s in saves] == [
+        "full", "incremental", "incremental", "incremental"] * 2 + ["full", "incremental"]
+    everything = list(batches())
+    for save in saves:
+        restored, layer = sum_of_rows_model(incremental_train.FULL_EVERY, name="restored")
+        restored(np.zeros((1, 3), np.int64))
+        tf.train.Checkpoint(model=restored).restore(save["path"]).expect_partial()
+        for got, want in zip(sorted_rows(layer.table), data_rows(everything[:save["steps"]])):
+            np.testing.assert_array_equal(got, want, err_msg=save["path"])
 
 
 def evicting_table(name, shards, full_every=None, max_rows=600):
