@@ -13,14 +13,13 @@ import signal
 import subprocess
 import sys
 import time
-import warnings
 
 import numpy as np
 import pytest
 import tensorflow as tf
-import tf_keras
 
 import het_tf
+from het_tf.apps.launch import LocalCluster
 from het_tf.keras_layers import HetEmbedding
 from het_tf.runtime.checkpoint import TableCheckpoint
 from het_tf.runtime.config import TableConfig
@@ -29,7 +28,6 @@ from tests import incremental_train
 from tests.incremental_train import BATCH, batches, data_rows, sum_of_rows_model
 from tests.test_cluster import Log, assert_all_gone
 
-from het_tf.apps.launch import LocalCluster
 
 def sorted_rows(table):
     keys, values, _, clocks, _ = (t.numpy() for t in table.export_all())
@@ -54,7 +52,7 @@ def test_a_chain_restores_each_checkpoint_to_what_the_data_made(tmp_path):
     for _, steps, save in saves:
         if save["kind"] == "incremental":
             assert save["rows"] < 0.1 * len(data_rows(steps)[0]), save
-    for path, steps, save in saves:
+    for path, steps, _ in saves:
         restored, restored_layer = sum_of_rows_model(full_every=4, name="restored")
         restored(np.zeros((1, 3), np.int64))
         tf.train.Checkpoint(model=restored).restore(path).expect_partial()

@@ -67,7 +67,8 @@ def test_train_ps_mode_starts_and_stops_its_own_cluster(tmp_path):
     metrics, out = train(run_dir, "--mode", "ps", "--ps", "2", "--workers", "2", "--model",
                          "deepfm", "--samples", "160000", "--batch-size", "512",
                          "--eval-samples", "16384", "--staleness", "10",
-                         "--export-every", "100", "--keep-versions", "2")
+                         "--export-every", "100", "--keep-versions", "2",
+                         "--checkpoint-every", "120", "--full-every", "3")
     assert "[ps:1]" in out and "[worker:1]" in out
     assert metrics["workers"] == 2
     assert metrics["config"]["lookahead"] is True  # the default with a refresh cache
@@ -95,6 +96,16 @@ def test_train_ps_mode_starts_and_stops_its_own_cluster(tmp_path):
     assert all(e["bytes"] > 0 and e["seconds"] > 0 for e in exports)
     assert sorted(os.listdir(run_dir / "export")) == sorted(str(e["version"])
                                                             for e in exports[-2:])
+    # A checkpoint at the end of the first execution of steps (8, or an
+    # epoch's last) 120 steps or more after the one before, then the last
+    # step's; every table's first is full.
+    checkpoints = [c["step"] for c in metrics["checkpoints"]]
+    assert len(checkpoints) == 3 and checkpoints[-1] == steps, checkpoints
+    assert all(120 <= b - a < 128 for a, b in zip([0] + checkpoints, checkpoints[:2]))
+    checkpoints = metrics["checkpoints"]
+    assert checkpoints[-1]["path"] == metrics["checkpoint"]
+    tables = checkpoints[0]["tables"]
+    assert len(tables) == 26 and all(t["kind"] == "full" for t in tables.values())
     check_run_folder(run_dir, metrics)
     assert processes_mentioning(str(run_dir), "cmdline") == []
 
@@ -280,6 +291,9 @@ def test_a_first_run_on_a_small_criteo_file_just_works_and_is_quiet(tmp_path):
     (["--drift", "-0.5"], "--drift must be a rate in [0, 1e+06] ids per sample, got -0.5"),
     (["--drift", "nan"], "--drift must be a rate in [0, 1e+06] ids per sample, got nan"),
     (["--drift", "0.1", "--data", __file__], "--drift with --data"),
+    (["--full-every", "3", "--no-save"], "--checkpoint-every and --full-every write checkpoints"),
+    (["--full-every", "3", "--embedding", "keras"], "--full-every writes HetEmbedding tables"),
+    (["--checkpoint-every", "0"], "--checkpoint-every"),
 ])
 def test_train_rejects_bad_arguments(tmp_path, capsys, args, message):
     """In this process, as `het-tf train` parses and checks (the environment

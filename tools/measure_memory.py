@@ -14,6 +14,14 @@ With --checkpoint, saves the table there with tf.train.Checkpoint, drops
 it, and restores it onto --restore-shards shards, timing both and reading
 the process's peak resident memory (VmHWM, reset before each) above the
 resident memory of the filled table.
+
+With --chain N as well, the table checkpoints incrementally: the full save,
+then N - 1 times a --changed share of its rows written (new values, random
+keys) and an incremental checkpoint; then the newest is restored, with its
+chain of N, onto --restore-shards shards and checked against the table.
+
+    python tools/measure_memory.py --rows 100000000 --shards 2 \
+        --checkpoint /tmp/ckpt --chain 10 --changed 0.01 --restore-shards 3
 """
 import argparse
 import json
@@ -79,6 +87,66 @@ def measure_checkpoint(table, config, directory, restore_shards, filled):
                 restore_peak_above_table_bytes=rss_bytes("VmHWM") - rss_bytes())
 
 
+def folder_bytes(directory, prefix):
+    return sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory)
+               if f.startswith(os.path.basename(prefix) + "."))
+
+
+def measure_chain(table, config, directory, restore_shards, links, changed, seed=0):
+    """A full checkpoint, then links - 1 incremental ones, each after
+    `changed` of the rows were written; the newest restored onto
+    `restore_shards` shards. Times and bytes of each, and the restore's."""
+    import numpy as np
+    import tensorflow as tf
+
+    from het_tf.runtime.checkpoint import TableCheckpoint
+    from het_tf.runtime.table import ShardedTable
+
+    saving = TableCheckpoint(table, lambda: [], lambda: [], full_every=links)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(table=saving), directory,
+                                         max_to_keep=None)
+    rows = int(table.stats()["rows"])
+    keys_written = tf.concat([table.export_shard(s, 0, tf.int64.max)[0]
+                              for s in range(table.num_shards)], 0).numpy()
+    rng = np.random.default_rng(seed)
+    saves = []
+    for link in range(links):
+        if link:
+            n = int(changed * rows)
+            keys = rng.choice(keys_written, size=n, replace=False)
+            states = rng.normal(size=(n, config.dim)).astype(np.float32)
+            table.import_rows(keys, states, np.ones((n, config.num_slots, config.dim),
+                                                    np.float32),
+                              np.full(n, link, np.int64), np.zeros(n, np.int64))
+        started = time.perf_counter()
+        path = manager.save()
+        seconds = time.perf_counter() - started
+        saves.append(dict(saving.last_save, seconds=seconds,
+                          bytes=folder_bytes(directory, path)))
+        print(f"checkpoint {link + 1}: {saves[-1]}", flush=True)
+    want = [t.numpy() for t in table.export_shard(0, 0, 1 << 16)[:2]]
+    table.clear()
+    target = ShardedTable(config, [None] * restore_shards, instance="restored_chain")
+    target.stats()
+    started = time.perf_counter()
+    tf.train.Checkpoint(table=TableCheckpoint(target, lambda: [], lambda: [])).read(path)
+    seconds = time.perf_counter() - started
+    restored_rows = int(target.stats()["rows"])
+    if restored_rows != rows:
+        raise RuntimeError(f"restored {restored_rows} rows of {rows}")
+    # A sample of rows, some of them changed since the full checkpoint:
+    # restored as the table held them.
+    if not np.array_equal(target.gather(want[0]).numpy(), want[1]):
+        raise RuntimeError("the restored rows differ from the table's")
+    full, incremental = saves[0], saves[1:]
+    return {"chain": links, "changed_share": changed, "saves": saves,
+            "full_seconds": full["seconds"], "full_bytes": full["bytes"],
+            "incremental_seconds_mean": float(np.mean([s["seconds"] for s in incremental])),
+            "incremental_bytes_mean": float(np.mean([s["bytes"] for s in incremental])),
+            "chain_restore_seconds": seconds, "restore_shards": restore_shards,
+            "restored_rows": restored_rows}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=20_000_000)
@@ -94,6 +162,10 @@ def main():
     p.add_argument("--admit-after", type=int, help="the table counts sightings of new ids")
     p.add_argument("--checkpoint", help="a folder to save the table to, then restore it from")
     p.add_argument("--restore-shards", type=int, default=1)
+    p.add_argument("--chain", type=int, help="with --checkpoint: a full checkpoint and "
+                   "CHAIN - 1 incremental ones, the newest restored with its chain")
+    p.add_argument("--changed", type=float, default=0.01,
+                   help="with --chain: the share of rows written before each incremental one")
     p.add_argument("--json", help="also write the figures here")
     args = p.parse_args()
 
@@ -142,7 +214,10 @@ def main():
     if refused is not None:
         result.update(max_rows=args.max_rows, refused=refused)
     result.update(on_full=args.on_full, ttl=args.ttl, admit_after=args.admit_after)
-    if args.checkpoint:
+    if args.checkpoint and args.chain:
+        result.update(measure_chain(table, config, args.checkpoint, args.restore_shards,
+                                    args.chain, args.changed))
+    elif args.checkpoint:
         result.update(measure_checkpoint(table, config, args.checkpoint, args.restore_shards,
                                          after))
     write_figures(result, args.json)

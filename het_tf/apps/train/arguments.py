@@ -168,6 +168,12 @@ def add_arguments(p):
                    "rank's in hybrid mode), each a consistent cut that TF Serving can load")
     p.add_argument("--keep-versions", type=_positive, metavar="N",
                    help="keep only the newest N versions in RUN_DIR/export (default: all)")
+    p.add_argument("--checkpoint-every", type=_positive, metavar="STEPS",
+                   help="also save a checkpoint into RUN_DIR/checkpoint every STEPS steps "
+                   "while training (the newest is kept, with the checkpoints its chain needs)")
+    p.add_argument("--full-every", type=_positive, metavar="N",
+                   help="checkpoints write only the rows changed, added, evicted or expired "
+                   "since the one before, and every N-th is full (default: every one full)")
 
 
 def run_dir(args):
@@ -200,6 +206,12 @@ def check(args):
     if args.no_save and (args.export_every or args.keep_versions):
         raise ValueError("--export-every and --keep-versions write versions; --no-save "
                          "writes none")
+    if args.no_save and (args.checkpoint_every or args.full_every):
+        raise ValueError("--checkpoint-every and --full-every write checkpoints; --no-save "
+                         "writes none")
+    if args.full_every and args.embedding != "het":
+        raise ValueError(f"--full-every writes HetEmbedding tables incrementally; "
+                         f"--embedding {args.embedding} has none")
     if args.samples < args.batch_size:
         raise ValueError(f"--samples ({args.samples}) is less than one batch "
                          f"({args.batch_size})")

@@ -10,6 +10,7 @@ import tf_keras
 
 import het_tf
 from het_tf.apps.train import arguments, figures
+from het_tf.apps.train.checkpoints import PeriodicCheckpoints
 from het_tf.apps.train.inputs import Inputs
 from het_tf.apps.train.modes import MODES, own_command
 from het_tf.apps.train.wire import WireBytes
@@ -51,7 +52,8 @@ def _build_and_compile(args, inputs, mode):
                              hot_bytes=args.hot_bytes, window=args.window,
                              scheduler=args.scheduler, max_rows=args.max_rows,
                              on_full=args.on_full, eviction=args.eviction, ttl=args.ttl,
-                             admit_after=args.admit_after)
+                             admit_after=args.admit_after,
+                             full_checkpoint_every=args.full_every)
         model = build_model(args.model, spec, dim=args.dim)
         mode.distribute(model)
         optimizer = tf_keras.optimizers.get({
@@ -100,6 +102,12 @@ def train(args, mode):
                                      keep_versions=args.keep_versions, at_end=False,
                                      verbose=rank == 0)
     exports = [exporter] * (not args.no_save)
+    # Checkpoints while training (--checkpoint-every), with the one after it.
+    manager = None if args.no_save else tf.train.CheckpointManager(
+        tf.train.Checkpoint(model=model), os.path.join(args.run_dir, "checkpoint"),
+        max_to_keep=1)
+    saver = PeriodicCheckpoints(model, manager, mode, args.checkpoint_every)
+    exports += [saver] * bool(args.checkpoint_every)
     # The timeline reads the model as the caches hold it: pushing their
     # pending updates first would change the training it measures.
     with as_the_caches_stand():
@@ -138,7 +146,7 @@ def train(args, mode):
         if inputs.synthetic is not None:
             result["best_auc"] = figures.best_auc(inputs, result["eval_samples"])
     if not args.no_save:
-        _save_and_export(model, args, result, inputs, mode, exporter)
+        _save_and_export(model, args, result, inputs, mode, exporter, saver)
     mode.barrier()
     if rank == 0:
         result["peak_rss_bytes"] = figures.peak_memory(own)
@@ -167,13 +175,11 @@ def _use_hot_rows(model, inputs, mode, args, steps):
                    for name, hot in profile.items()}}}
 
 
-def _save_and_export(model, args, result, inputs, mode, exporter):
-    checkpoint_dir = os.path.join(args.run_dir, "checkpoint")
-    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), checkpoint_dir,
-                                         max_to_keep=1)
-    started = time.perf_counter()
-    result["checkpoint"] = mode.save(model, manager)
-    result["checkpoint_seconds"] = time.perf_counter() - started
+def _save_and_export(model, args, result, inputs, mode, exporter, saver):
+    last = saver.save()
+    result["checkpoint"], result["checkpoint_seconds"] = last["path"], last["seconds"]
+    if args.checkpoint_every:
+        result["checkpoints"] = saver.saved
     if not exporter.up_to_date:
         exporter.export()  # every rank in hybrid mode: each pushes, rank 0 writes
     if mode.rank != 0:
