@@ -59,7 +59,8 @@ class HetEmbedding(tf_keras.layers.Layer):
       full_checkpoint_every: None, every checkpoint holds the whole table;
         n > 1, the checkpoints between full ones write only the rows
         changed, added, evicted or expired since the one before, and every
-        n-th is full (keep a CheckpointManager's max_to_keep >= n).
+        n-th is full; restoring one applies its chain (a CheckpointManager
+        keeps the checkpoints a kept one builds on).
 
     The route a step's rows take (route_choice.py chooses it; docs/architecture.md):
       cache_capacity: rows each worker caches, a fraction of input_dim or a

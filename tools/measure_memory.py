@@ -92,10 +92,11 @@ def folder_bytes(directory, prefix):
                if f.startswith(os.path.basename(prefix) + "."))
 
 
-def measure_chain(table, config, directory, restore_shards, links, changed, seed=0):
-    """A full checkpoint, then links - 1 incremental ones, each after
-    `changed` of the rows were written; the newest restored onto
-    `restore_shards` shards. Times and bytes of each, and the restore's."""
+def measure_chain(table, config, directory, restore_shards, links, changed, key_of, seed=0):
+    """A full checkpoint, then links - 1 incremental ones, each after about
+    `changed` of the rows (keys key_of(0 .. rows - 1)) were written; the
+    newest restored onto `restore_shards` shards. Times and bytes of each,
+    and the restore's."""
     import numpy as np
     import tensorflow as tf
 
@@ -106,14 +107,12 @@ def measure_chain(table, config, directory, restore_shards, links, changed, seed
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(table=saving), directory,
                                          max_to_keep=None)
     rows = int(table.stats()["rows"])
-    keys_written = tf.concat([table.export_shard(s, 0, tf.int64.max)[0]
-                              for s in range(table.num_shards)], 0).numpy()
     rng = np.random.default_rng(seed)
     saves = []
     for link in range(links):
         if link:
-            n = int(changed * rows)
-            keys = rng.choice(keys_written, size=n, replace=False)
+            keys = key_of(np.unique(rng.integers(0, rows, size=int(changed * rows))))
+            n = len(keys)
             states = rng.normal(size=(n, config.dim)).astype(np.float32)
             table.import_rows(keys, states, np.ones((n, config.num_slots, config.dim),
                                                     np.float32),
@@ -168,6 +167,9 @@ def main():
                    help="with --chain: the share of rows written before each incremental one")
     p.add_argument("--json", help="also write the figures here")
     args = p.parse_args()
+    if args.chain is not None and (args.chain < 2 or not args.checkpoint):
+        p.error("--chain needs --checkpoint and at least 2 checkpoints (a full one and one "
+                "incremental)")
 
     import numpy as np
     import tensorflow as tf
@@ -179,6 +181,10 @@ def main():
                          max_rows=args.max_rows, on_full=args.on_full, ttl=args.ttl,
                          admit_after=args.admit_after)
     table = ShardedTable(config, [None] * args.shards, instance="measure")
+
+    def key_of(index):
+        return index * 7919  # spread, as hashed ids are
+
     slots = config.num_slots
     values = np.zeros((args.chunk, args.dim), np.float32)
     slot_values = np.zeros((args.chunk, slots, args.dim), np.float32)
@@ -189,7 +195,7 @@ def main():
     refused = None
     for first in range(0, args.rows, args.chunk):
         n = min(args.chunk, args.rows - first)
-        keys = tf.range(first, first + n, dtype=tf.int64) * 7919  # spread, as hashed ids are
+        keys = key_of(tf.range(first, first + n, dtype=tf.int64))
         try:
             table.import_rows(keys, values[:n], slot_values[:n], zeros[:n], zeros[:n])
         except tf.errors.ResourceExhaustedError as e:
@@ -216,7 +222,7 @@ def main():
     result.update(on_full=args.on_full, ttl=args.ttl, admit_after=args.admit_after)
     if args.checkpoint and args.chain:
         result.update(measure_chain(table, config, args.checkpoint, args.restore_shards,
-                                    args.chain, args.changed))
+                                    args.chain, args.changed, key_of))
     elif args.checkpoint:
         result.update(measure_checkpoint(table, config, args.checkpoint, args.restore_shards,
                                          after))

@@ -24,8 +24,11 @@ checkpoints before it back to the last full one (its chain, as paths
 relative to its own folder and the save id each of them holds). Restoring
 applies the chain in order. Every full_every-th checkpoint is full, and so
 is one that would rewrite more than FULL_SHARE of the rows, one whose chain
-lost a link (deleted, or overwritten by another save), and the first after
-the shards were made or cleared. A checkpoint's changes are only dropped
+lost a link (deleted, or overwritten by another save), one that would
+overwrite a link of its chain or is saved in another folder, one whose
+path is unknown (a save traced in a tf.function), one compact_checkpoint
+writes, and the first after the shards were made or cleared or dropped
+more rows than they keep track of. A checkpoint's changes are only dropped
 once it is seen kept, at the next save: the changes of a save that failed,
 or that was deleted before the next one, go again with the next one's.
 """
@@ -80,6 +83,7 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
         self._clear_caches = clear_caches
         self._restored = restored
         self.chunk_rows = table.chunk_rows(chunk_bytes)
+        self.chunk_keys = max(1, chunk_bytes // 8)  # dropped keys a chunk holds
         self.full_every = full_every
         self._chain = None  # [(prefix, save_id)] the next incremental checkpoint adds to
         self._pending = None  # the last save, until it is seen kept
@@ -104,29 +108,33 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
             tf.nest.flatten(self._flush())
             changes = self._plan(final_prefix, name)
             if changes is None and self.incremental:
+                # No chain until this full one is written: if forgetting
+                # fails on a shard, the next checkpoint is full too.
+                self._chain = self._pending = None
                 self._table.forget_changes()
         save_id = random.getrandbits(62)
+        chain = ([] if final_prefix is None else [(final_prefix, save_id)]) if changes is None \
+            else self._chain + [(final_prefix, save_id)]
+        if self.incremental:
+            # Before any write: if this save fails, the next finds it not
+            # kept and writes its changes again.
+            self._pending = None if final_prefix is None else _Save(final_prefix, save_id, chain)
+            if final_prefix is None:
+                self._chain = None
         if changes is None:
-            chain = [] if final_prefix is None else [(final_prefix, save_id)]
             prefixes, after, count = self._write_full(file_prefix, name, after)
         else:
-            chain = self._chain + [(final_prefix, save_id)]
             prefixes, after, count = self._write_changes(file_prefix, name, after, changes)
         links = chain[:-1]
-        folder = None if final_prefix is None else os.path.dirname(final_prefix)
         with tf.device("/cpu:0"), tf.control_dependencies(after):
             prefix = tf.strings.join([file_prefix, "_chunks"])
             after = [io_ops.save_v2(
                 prefix, [f"{name}/chunks", f"{name}/save_id", f"{name}/links",
                          f"{name}/link_ids"], [""] * 4,
                 [tf.constant(count, tf.int64), tf.constant(save_id, tf.int64),
-                 tf.constant([os.path.relpath(p, folder) for p, _ in links], tf.string,
+                 tf.constant([os.path.basename(p) for p, _ in links], tf.string,
                              shape=[len(links)]),
                  tf.constant([i for _, i in links], tf.int64, shape=[len(links)])])]
-        if self.incremental:
-            self._pending = None if final_prefix is None else _Save(final_prefix, save_id, chain)
-            if final_prefix is None:
-                self._chain = None
         return prefixes + [prefix], after
 
     def _plan(self, final_prefix, name):
@@ -134,7 +142,10 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
         when this one is full."""
         if not self.incremental:
             return None
-        pending, self._pending = self._pending, None
+        # The last save stays pending until this one replaces it (in
+        # write_chunks, or below once changes are taken): a save that fails
+        # before then leaves the next to judge the same one.
+        pending = self._pending
         kept = pending is None or _holds(pending.prefix, name, pending.save_id)
         if pending is not None:
             self._chain = pending.chain if kept else (
@@ -145,18 +156,25 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
             return None
         if any(p == final_prefix for p, _ in chain):
             return None  # this save overwrites a checkpoint of its own chain
+        if any(os.path.dirname(p) != os.path.dirname(final_prefix) for p, _ in chain):
+            # A chain lives in one folder, the one a CheckpointManager
+            # keeps: a save elsewhere (another saver, a restored run's
+            # folder) starts its own.
+            return None
         lost = [p for p, i in chain if not _holds(p, name, i)]
         if lost:
             warnings.warn(
                 f"{self._table.config.label}: checkpoint {lost[0]}, which the next "
-                f"incremental checkpoint would build on, is gone (a CheckpointManager whose "
-                f"max_to_keep is below the table's full_every of {self.full_every} deletes "
-                f"it); writing a full checkpoint", stacklevel=2)
+                f"incremental checkpoint would build on, is gone (deleted, or overwritten by "
+                f"another save); writing a full checkpoint", stacklevel=2)
             return None
+        # Until this save sets its own: a save that fails once changes are
+        # taken is not kept, so the next takes them again.
+        self._pending = _Save(None, None, chain + [(None, None)])
         takes = [self._table.take_changes(s, kept) for s in range(self._table.num_shards)]
         if not all(bool(t[0]) for t in takes):
             return None  # a shard was made or cleared since the chain's last cut
-        changed = sum(int(t[1].shape[0]) for t in takes)
+        changed = sum(int(t[1].shape[0]) + int(t[2].shape[0]) for t in takes)
         rows = sum(self._table.shard_rows(s) for s in range(self._table.num_shards))
         if changed > FULL_SHARE * max(rows, 1):
             return None
@@ -185,7 +203,7 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
     def _write_changes(self, file_prefix, name, after, changes):
         """Each chunk: rows read by key (those still held) and the keys of
         rows dropped, among them the keys read and not held."""
-        drops_per_chunk = max(1, CHUNK_BYTES // 8)
+        drops_per_chunk = self.chunk_keys
         total = sum(len(changed) for changed, _ in changes)
         progress = self._progress("incremental checkpoint", total)
         prefixes, chunk = [], 0
@@ -227,16 +245,7 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
         """Replaces the table's rows with the checkpoint saved under `name`,
         and the chain of checkpoints it builds on, applied in order."""
         with tf.init_scope():
-            path = os.path.abspath(merged_prefix.numpy().decode())
-            links, save_id = _chain_of(path, name)
-            for link, link_id in links:
-                if not _holds(link, name, link_id):
-                    raise ValueError(
-                        f"{self._table.config.label}: checkpoint {path} is incremental and "
-                        f"builds on {link}, which is gone or was overwritten by another save; "
-                        f"restore a newer checkpoint, or keep every checkpoint back to the last "
-                        f"full one (CheckpointManager's max_to_keep at least the layer's "
-                        f"full_checkpoint_every)")
+            path, links, save_id = self.check_chain(merged_prefix, name)
             after = tf.nest.flatten(self._clear_caches()) + self._table.clear()
             progress = Progress(f"{self._table.config.label}: restore",
                                 len(links) + 1, unit="checkpoints")
@@ -254,6 +263,20 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
             if self.incremental:
                 with tf.control_dependencies(after):
                     self._table.forget_changes()
+
+    def check_chain(self, merged_prefix, name):
+        """(the checkpoint's path, its links, its save id), once every link
+        is found holding its save; else a ValueError naming the missing one."""
+        path = _absolute(merged_prefix.numpy().decode())
+        links, save_id = _chain_of(path, name)
+        for link, link_id in links:
+            if not _holds(link, name, link_id):
+                raise ValueError(
+                    f"{self._table.config.label}: checkpoint {path} is incremental and builds "
+                    f"on {link}, which is gone or was overwritten by another save; restore a "
+                    f"newer checkpoint, or keep the checkpoints back to the last full one "
+                    f"(a tf.train.CheckpointManager keeps them by itself)")
+        return path, links, save_id
 
     def _apply(self, prefix, name, after):
         """Writes one checkpoint's chunks over the table: an incremental
@@ -321,7 +344,7 @@ def _has(prefix, tensor):
 def _holds(prefix, name, save_id):
     """Whether the checkpoint at `prefix` is there and holds the save
     `save_id` of the table saved as `name`."""
-    reader = _reader(prefix)
+    reader = None if prefix is None else _reader(prefix)
     return (reader is not None and reader.has_tensor(f"{name}/save_id")
             and int(reader.get_tensor(f"{name}/save_id")) == save_id)
 
@@ -332,11 +355,20 @@ def _chain_of(prefix, name):
     reader = _reader(prefix)
     if reader is None or not reader.has_tensor(f"{name}/save_id"):
         return [], None
-    folder = os.path.dirname(prefix)
-    links = [os.path.normpath(os.path.join(folder, p.decode()))
-             for p in np.atleast_1d(reader.get_tensor(f"{name}/links"))]
+    links = [_linked(prefix, p) for p in np.atleast_1d(reader.get_tensor(f"{name}/links"))]
     ids = [int(i) for i in np.atleast_1d(reader.get_tensor(f"{name}/link_ids"))]
     return list(zip(links, ids)), int(reader.get_tensor(f"{name}/save_id"))
+
+
+def _absolute(path):
+    """A local path made absolute; a file system URL (gs://, s3://) as it is."""
+    return path if "://" in path else os.path.abspath(path)
+
+
+def _linked(prefix, link):
+    """The prefix of a link (a name in the folder of the checkpoint at
+    `prefix`, as links are written)."""
+    return f"{os.path.dirname(prefix)}/{link.decode() if isinstance(link, bytes) else link}"
 
 
 def _final_prefix(file_prefix):
@@ -348,7 +380,7 @@ def _final_prefix(file_prefix):
         return None
     if not _SAVER_SUFFIX.search(path):
         return None
-    return os.path.abspath(_SAVER_SUFFIX.sub("", path))
+    return _absolute(_SAVER_SUFFIX.sub("", path))
 
 
 def _links(prefix):
@@ -357,10 +389,8 @@ def _links(prefix):
     reader = _reader(prefix)
     if reader is None:
         return set()
-    folder = os.path.dirname(os.path.abspath(prefix))
-    return {os.path.normpath(os.path.join(folder, p.decode()))
-            for name in reader.get_variable_to_shape_map() if name.endswith("/links")
-            for p in np.atleast_1d(reader.get_tensor(name))}
+    return {_linked(_absolute(prefix), p) for name in reader.get_variable_to_shape_map()
+            if name.endswith("/links") for p in np.atleast_1d(reader.get_tensor(name))}
 
 
 _manager_sweep = checkpoint_management.CheckpointManager._sweep
@@ -368,23 +398,27 @@ _manager_sweep = checkpoint_management.CheckpointManager._sweep
 
 def _sweep_keeping_chains(manager):
     """CheckpointManager's sweep, except that a checkpoint it drops is kept
-    on disk while a checkpoint it keeps builds on it, and deleted at the
-    first sweep after none does."""
+    on disk while a checkpoint it keeps (or preserves, with
+    keep_checkpoint_every_n_hours) builds on it, and deleted at the first
+    sweep after none does."""
+    before = list(manager._maybe_delete)
     dropped, delete = [], checkpoint_management._delete_file_if_exists
     checkpoint_management._delete_file_if_exists = dropped.append
     try:
         _manager_sweep(manager)
     finally:
         checkpoint_management._delete_file_if_exists = delete
-    held = getattr(manager, "_het_tf_held", [])
-    for spec in dropped:
-        prefix = spec.rsplit(".", 1)[0] if spec.endswith(".index") else None
-        if prefix is not None and prefix not in held:
-            held.append(prefix)
-    needed = set().union(*(_links(p) for p in manager._maybe_delete))
-    manager._het_tf_held = [p for p in held if os.path.abspath(p) in needed]
+    gone = {spec[:-len(".index")] for spec in dropped if spec.endswith(".index")}
+    preserved = getattr(manager, "_het_tf_preserved", [])
+    preserved += [p for p in before if p not in manager._maybe_delete and p not in gone]
+    manager._het_tf_preserved = preserved
+    # A held checkpoint the manager keeps again (its path saved anew) is its.
+    held = [p for p in getattr(manager, "_het_tf_held", []) + sorted(gone)
+            if p not in manager._maybe_delete]
+    needed = set().union(*(_links(p) for p in list(manager._maybe_delete) + preserved))
+    manager._het_tf_held = [p for p in held if _absolute(p) in needed]
     for prefix in held:
-        if os.path.abspath(prefix) not in needed:
+        if _absolute(prefix) not in needed:
             delete(prefix + ".index")
             delete(prefix + ".data-?????-of-?????")
 
@@ -406,6 +440,9 @@ def _save_tables(trackables, file_prefix):
 
 
 def _restore_tables(trackables, merged_prefix):
+    # Every table's chain is checked before any table changes.
+    for name, table in sorted(trackables.items()):
+        table.check_chain(merged_prefix, name)
     for name, table in sorted(trackables.items()):
         table.read_chunks(merged_prefix, name)
 

@@ -15,9 +15,15 @@ void RowChanges::Unset(std::vector<uint64_t>* bits, uint32_t slot) {
   if (word < bits->size()) (*bits)[word] &= ~(uint64_t{1} << (slot % 64));
 }
 
-void RowChanges::Dropped(uint32_t slot, int64_t key) {
+void RowChanges::Dropped(uint32_t slot, int64_t key, size_t limit) {
   Unset(&changed_, slot);
   Unset(&taken_, slot);
+  if (overflowed_) return;
+  if (drops_.size() >= limit) {
+    overflowed_ = true;
+    std::vector<int64_t>().swap(drops_);
+    return;
+  }
   drops_.push_back(key);
 }
 

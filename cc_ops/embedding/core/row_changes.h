@@ -20,8 +20,11 @@ class RowChanges {
   // The row in `slot` was created or written.
   void Changed(uint32_t slot) { Set(&changed_, slot); }
   // The row of `key` left `slot`; a row that takes the slot later is a
-  // change of its own.
-  void Dropped(uint32_t slot, int64_t key);
+  // change of its own. Past `limit` dropped keys since the last Take (a
+  // stream evicting far more than a checkpoint apart) the changes
+  // overflow: they are no longer kept, and the next checkpoint is full.
+  void Dropped(uint32_t slot, int64_t key, size_t limit);
+  bool overflowed() const { return overflowed_; }
   // Moves the changes since the last Take into the taken ones, which first
   // drop what the last Take returned when that checkpoint was kept.
   void Take(bool kept);
@@ -46,6 +49,7 @@ class RowChanges {
 
   std::vector<uint64_t> changed_, taken_;
   std::vector<int64_t> drops_, taken_drops_;
+  bool overflowed_ = false;
 };
 
 }  // namespace het

@@ -134,8 +134,9 @@ class TableShard {
   // the rows created or written since (and since any earlier Take whose
   // checkpoint was not `kept`) that are held now, and of those dropped
   // since that are not held now; it returns false, handing out nothing,
-  // when no changes are tracked (none since the shard was made or
-  // cleared): the checkpoint must then be full.
+  // when the changes are not whole (none tracked since the shard was made
+  // or cleared, or more rows dropped than a stripe keeps): the checkpoint
+  // must then be full.
   void ForgetChanges();
   bool TakeChanges(bool kept, std::vector<int64_t>* changed, std::vector<int64_t>* dropped);
   // The whole state of each key's row that the shard holds, with its key,

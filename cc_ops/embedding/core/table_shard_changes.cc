@@ -21,8 +21,10 @@ bool TableShard::TakeChanges(bool kept, std::vector<int64_t>* changed,
   changed->clear();
   dropped->clear();
   if (!tracking_.load()) return false;
+  bool whole = true;
   for (Stripe& stripe : stripes_) {
     std::lock_guard<std::mutex> lock(stripe.mu);
+    if (stripe.changes.overflowed()) whole = false;
     stripe.changes.Take(kept);
     // A dropped row's slot leaves the changes, so every taken slot holds a row.
     stripe.changes.ForEachTaken(
@@ -31,6 +33,11 @@ bool TableShard::TakeChanges(bool kept, std::vector<int64_t>* changed,
     for (int64_t key : stripe.changes.taken_drops()) {
       if (stripe.index.Find(key) == KeyIndex::kAbsent) dropped->push_back(key);
     }
+  }
+  if (!whole) {  // some dropped keys were not kept: only a full checkpoint holds the cut
+    changed->clear();
+    dropped->clear();
+    return false;
   }
   std::sort(dropped->begin(), dropped->end());
   dropped->erase(std::unique(dropped->begin(), dropped->end()), dropped->end());

@@ -74,7 +74,11 @@ void TableShard::EvictRow(Stripe& stripe, uint32_t slot, std::atomic<uint64_t>* 
   char* p = RowAt(stripe, slot);
   stripe.index.Erase(*Key(p));
   stripe.free.push_back(slot);
-  if (tracking_.load(std::memory_order_relaxed)) stripe.changes.Dropped(slot, *Key(p));
+  // A stripe keeps at most as many dropped keys as it has slots (8 bytes a
+  // row) before its changes overflow and the next checkpoint is full.
+  if (tracking_.load(std::memory_order_relaxed)) {
+    stripe.changes.Dropped(slot, *Key(p), std::max<size_t>(stripe.slots, 1024));
+  }
   if (*Clock(p) > clock_floor_.load()) clock_floor_.store(*Clock(p));
   *Clock(p) = kFreeSlot;
   rows_.fetch_sub(1);

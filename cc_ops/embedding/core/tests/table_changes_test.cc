@@ -149,3 +149,25 @@ HET_TEST(ClearStopsTrackingAndEraseDropsRows) {
 }
 
 }  // namespace
+
+namespace {
+
+HET_TEST(DropsPastWhatAStripeKeepsMakeTheNextCheckpointFull) {
+  std::unique_ptr<het::TableShard> t;
+  EXPECT_OK(het::TableShard::Create(Adagrad(64), &t));
+  std::vector<float> row(3);
+  t->ForgetChanges();
+  // About 1,500 drops a stripe: past the 1,024 each keeps.
+  for (int64_t key = 0; key < 100000; ++key) EXPECT_OK(t->Gather(&key, 1, row.data()));
+  std::vector<int64_t> changed, dropped;
+  EXPECT_TRUE(!t->TakeChanges(true, &changed, &dropped));
+  EXPECT_TRUE(changed.empty() && dropped.empty());
+  t->ForgetChanges();  // the full checkpoint's cut: whole again
+  const int64_t key = 200000;
+  EXPECT_OK(t->Gather(&key, 1, row.data()));
+  EXPECT_TRUE(t->TakeChanges(true, &changed, &dropped));
+  EXPECT_TRUE(changed == std::vector<int64_t>{key});
+  EXPECT_EQ(dropped.size(), size_t{1});
+}
+
+}  // namespace
