@@ -89,7 +89,7 @@ TF221_TESTS := tests/test_cli.py tests/test_loader.py tests/test_layering.py \
   tests/test_embedding_behaviours.py \
   tests/test_lookahead.py tests/test_hot_rows.py tests/test_hot_block.py \
   tests/test_checkpoint_export.py tests/test_model_saving.py \
-  tests/test_checkpoint_memory.py \
+  tests/test_checkpoint_memory.py tests/test_incremental_checkpoints.py \
   tests/test_data.py \
   tests/test_train_inputs.py tests/test_models.py tests/test_cluster.py tests/test_hybrid.py \
   tests/test_herald.py tests/test_train_command.py tests/test_stack.py

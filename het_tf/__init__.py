@@ -23,7 +23,7 @@ _PUBLIC = {
     "ShardedTable": ("het_tf.runtime.table", "ShardedTable"),
     "TableConfig": ("het_tf.runtime.config", "TableConfig"),
     "WorkerCache": ("het_tf.runtime.cache", "WorkerCache"),
-    "compact_checkpoint": ("het_tf.runtime.checkpoint", "compact_checkpoint"),
+    "compact_checkpoint": ("het_tf.runtime.checkpoint_chains", "compact_checkpoint"),
     "export_saved_model": ("het_tf.keras_layers.export", "export_saved_model"),
     "export_version": ("het_tf.keras_layers.export_versions", "export_version"),
     "hot_and_cold_batches": ("het_tf.pipeline.hot_rows", "hot_and_cold_batches"),

@@ -21,9 +21,9 @@ import time
 import warnings
 
 import tensorflow as tf
-import tf_keras
 
 from het_tf.distribute import horovod
+from het_tf.keras_layers.every_steps import EveryStepsCallback
 from het_tf.keras_layers.export import write_saved_model
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 
@@ -222,7 +222,7 @@ def _export_version(model, folder, keep_versions, verbose=True):
     return horovod.on_rank_zero(lambda: write(waited), "export_version")
 
 
-class ExportVersions(tf_keras.callbacks.Callback):
+class ExportVersions(EveryStepsCallback):
     """Exports the model being fit as a numbered SavedModel version in
     `folder` every `every_steps` training steps (with steps_per_execution,
     at the end of the execution that reaches them; None: none while it
@@ -240,34 +240,15 @@ class ExportVersions(tf_keras.callbacks.Callback):
     """
 
     def __init__(self, folder, every_steps, keep_versions=None, at_end=True, verbose=1):
-        super().__init__()
-        # Its batch hook takes ParameterServerStrategy's remote logs: it reads none.
-        self._supports_tf_logs = True
         _check(every_steps, keep_versions)
+        super().__init__(every_steps)
         self.folder = os.fspath(folder)
-        self.every_steps = None if every_steps is None else int(every_steps)
         self.keep_versions = None if keep_versions is None else int(keep_versions)
         self.at_end, self.verbose = at_end, verbose
         self.exported, self.cuts = [], 0
-        self._steps = self._epoch_start = self._last = 0
 
-    @property
-    def up_to_date(self):
-        """True when the last step trained is in the newest version."""
-        return self._steps == self._last
-
-    def on_train_begin(self, logs=None):
-        self._steps = self._epoch_start = self._last = 0
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch_start = self._steps
-
-    def on_train_batch_end(self, batch, logs=None):
-        # With steps_per_execution a call ends several steps: `batch` is
-        # the last one's index in the epoch.
-        self._steps = self._epoch_start + batch + 1
-        if self.every_steps and self._steps - self._last >= self.every_steps:
-            self.export()
+    def act(self):
+        self.export()
 
     def on_train_end(self, logs=None):
         if self.at_end and not self.up_to_date:
@@ -278,7 +259,7 @@ class ExportVersions(tf_keras.callbacks.Callback):
         started = time.perf_counter()
         written = _export_version(self.model, self.folder, self.keep_versions,
                                   bool(self.verbose))
-        self._last = self._steps
+        self.acted()
         self.cuts += 1
         if written is None:
             return

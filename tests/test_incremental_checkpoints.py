@@ -106,6 +106,26 @@ def evicting_table(name, shards, full_every=None, max_rows=600):
     return table, holder
 
 
+def assert_restores_to(path, want, name, shards=1, max_rows=2000):
+    """Restores the checkpoint at `path` onto a fresh table of `shards`
+    shards and checks every field of every row against `want`."""
+    restored, restored_holder = evicting_table(name, shards, max_rows=max_rows)
+    tf.train.Checkpoint(holder=restored_holder).restore(path)
+    for got, expected in zip(whole_rows(restored), want):
+        np.testing.assert_array_equal(got, expected, err_msg=f"{path} on {shards}")
+    return restored_holder
+
+
+def with_a_base(name, folder, seed):
+    """A filled 2-shard table whose full checkpoint `folder/a` starts a
+    chain: (table, its tf.Module holder, checkpoint, rng, the base's path)."""
+    table, holder = evicting_table(name, 2, full_every=10)
+    checkpoint = tf.train.Checkpoint(holder=holder)
+    rng = np.random.default_rng(seed)
+    train_some(table, rng, 0, 1000, steps=40)
+    return table, holder, checkpoint, rng, checkpoint.write(str(folder / "a"))
+
+
 def train_some(table, rng, low, high, steps=6):
     for _ in range(steps):
         keys = np.unique(rng.integers(low, high, size=40)).astype(np.int64)
@@ -135,11 +155,7 @@ def test_chains_of_an_evicting_table_restore_onto_other_shard_counts(tmp_path, u
     # checkpoint's dropped rows make room before its rows come.
     for shards, limit in ((1, 2000), (3, 2000), (2, 600)):
         for path, want, _ in cuts:
-            restored, restored_holder = evicting_table(f"{name}_r{shards}", shards,
-                                                       max_rows=limit)
-            tf.train.Checkpoint(holder=restored_holder).restore(path).assert_consumed()
-            for got, expected in zip(whole_rows(restored), want):
-                np.testing.assert_array_equal(got, expected, err_msg=f"{path} on {shards}")
+            assert_restores_to(path, want, f"{name}_r{shards}", shards, limit)
 
 
 def test_a_checkpoint_deleted_before_the_next_leaves_its_changes_to_the_next(
@@ -148,11 +164,7 @@ def test_a_checkpoint_deleted_before_the_next_leaves_its_changes_to_the_next(
     is not built on: the next holds its changes too. Restoring one whose
     base is gone names the missing checkpoint."""
     name = unique_name("deleted")
-    table, holder = evicting_table(name, 2, full_every=10)
-    checkpoint = tf.train.Checkpoint(holder=holder)
-    rng = np.random.default_rng(1)
-    train_some(table, rng, 0, 1000, steps=40)
-    base = checkpoint.write(str(tmp_path / "a"))
+    table, holder, checkpoint, rng, base = with_a_base(name, tmp_path, 1)
     train_some(table, rng, 300, 340, steps=3)
     lost = checkpoint.write(str(tmp_path / "b"))
     for f in tf.io.gfile.glob(lost + ".*"):
@@ -161,16 +173,13 @@ def test_a_checkpoint_deleted_before_the_next_leaves_its_changes_to_the_next(
     after = checkpoint.write(str(tmp_path / "c"))
     assert holder.table.last_save["kind"] == "incremental"
     want = whole_rows(table)
-    restored, restored_holder = evicting_table(f"{name}_r", 1, max_rows=2000)
-    tf.train.Checkpoint(holder=restored_holder).restore(after)
-    for got, expected in zip(whole_rows(restored), want):
-        np.testing.assert_array_equal(got, expected)
+    restored_holder = assert_restores_to(after, want, f"{name}_r")
     for f in tf.io.gfile.glob(base + ".*"):
         os.remove(f)
     with pytest.raises(ValueError, match=r"builds on .*a\b.*gone"):
         tf.train.Checkpoint(holder=restored_holder).restore(after)
     # The table is untouched by the refused restore.
-    for got, expected in zip(whole_rows(restored), want):
+    for got, expected in zip(whole_rows(restored_holder.table._table), want):
         np.testing.assert_array_equal(got, expected)
     # The next save, whose chain lost its base, is full.
     with pytest.warns(UserWarning, match=f"{name}.*is gone"):
@@ -180,11 +189,7 @@ def test_a_checkpoint_deleted_before_the_next_leaves_its_changes_to_the_next(
 
 def test_a_restored_checkpoint_is_the_base_of_the_next(tmp_path, unique_name):
     name = unique_name("resumed")
-    table, holder = evicting_table(name, 2, full_every=10)
-    checkpoint = tf.train.Checkpoint(holder=holder)
-    rng = np.random.default_rng(7)
-    train_some(table, rng, 0, 1000, steps=40)
-    checkpoint.write(str(tmp_path / "a"))
+    table, holder, checkpoint, rng, _ = with_a_base(name, tmp_path, 7)
     train_some(table, rng, 100, 140, steps=3)
     second = checkpoint.write(str(tmp_path / "b"))
     resumed, resumed_holder = evicting_table(f"{name}_resumed", 1, full_every=10)
@@ -193,10 +198,7 @@ def test_a_restored_checkpoint_is_the_base_of_the_next(tmp_path, unique_name):
     third = tf.train.Checkpoint(holder=resumed_holder).write(str(tmp_path / "c"))
     assert resumed_holder.table.last_save["kind"] == "incremental"
     assert resumed_holder.table.last_save["chain"] == 3
-    restored, restored_holder = evicting_table(f"{name}_r", 3, max_rows=2000)
-    tf.train.Checkpoint(holder=restored_holder).restore(third)
-    for got, expected in zip(whole_rows(restored), whole_rows(resumed)):
-        np.testing.assert_array_equal(got, expected)
+    assert_restores_to(third, whole_rows(resumed), f"{name}_r", shards=3)
 
 
 def test_a_refused_restore_changes_no_table(tmp_path, unique_name):
@@ -236,11 +238,7 @@ def test_a_save_that_fails_leaves_its_changes_to_the_next(tmp_path, unique_name,
     """A save that raises once the changes are taken (a write fails) is not
     kept: the next checkpoint writes its changes with its own."""
     name = unique_name("failed")
-    table, holder = evicting_table(name, 2, full_every=10)
-    checkpoint = tf.train.Checkpoint(holder=holder)
-    rng = np.random.default_rng(6)
-    train_some(table, rng, 0, 1000, steps=40)
-    checkpoint.write(str(tmp_path / "a"))
+    table, holder, checkpoint, rng, _ = with_a_base(name, tmp_path, 6)
     train_some(table, rng, 100, 140, steps=3)
 
     def failing_write(*args, **kwargs):
@@ -254,10 +252,7 @@ def test_a_save_that_fails_leaves_its_changes_to_the_next(tmp_path, unique_name,
     after = checkpoint.write(str(tmp_path / "c"))
     assert holder.table.last_save["kind"] == "incremental"
     want = whole_rows(table)
-    restored, restored_holder = evicting_table(f"{name}_r", 1, max_rows=2000)
-    tf.train.Checkpoint(holder=restored_holder).restore(after)
-    for got, expected in zip(whole_rows(restored), want):
-        np.testing.assert_array_equal(got, expected)
+    assert_restores_to(after, want, f"{name}_r")
 
 
 @pytest.mark.parametrize("keep", [2, 4])
@@ -287,10 +282,7 @@ def test_a_manager_keeps_the_checkpoints_a_kept_chain_needs(tmp_path, unique_nam
         "full", "incremental", "incremental"], kinds
     assert len(manager.checkpoints) == keep
     for path in manager.checkpoints:
-        restored, restored_holder = evicting_table(f"{name}_r{path[-1]}", 2, max_rows=2000)
-        tf.train.Checkpoint(holder=restored_holder).restore(path)
-        for got, expected in zip(whole_rows(restored), cuts[path]):
-            np.testing.assert_array_equal(got, expected)
+        assert_restores_to(path, cuts[path], f"{name}_r{path[-1]}", shards=2)
 
 
 def test_compaction_folds_a_chain_into_one_full_checkpoint(tmp_path, unique_name):
@@ -308,10 +300,7 @@ def test_compaction_folds_a_chain_into_one_full_checkpoint(tmp_path, unique_name
     assert folded_holder.table.last_save["kind"] == "full"
     for f in tf.io.gfile.glob(str(tmp_path / "c*")):
         os.remove(f)  # the chain is gone: the folded checkpoint stands alone
-    restored, restored_holder = evicting_table(f"{name}_r", 3, max_rows=2000)
-    tf.train.Checkpoint(holder=restored_holder).restore(out)
-    for got, expected in zip(whole_rows(restored), want):
-        np.testing.assert_array_equal(got, expected)
+    assert_restores_to(out, want, f"{name}_r", shards=3)
 
 
 def test_bad_full_checkpoint_every_is_refused_naming_the_layer():

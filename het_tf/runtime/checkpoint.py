@@ -18,33 +18,29 @@ names and only then made the latest, so a save killed half way leaves the
 one before it loadable.
 
 Incremental checkpoints (`full_every` > 1): the shards track the rows
-created or written and the rows dropped since the last checkpoint's cut
-(row_changes.h). A checkpoint then writes only those, and names the
-checkpoints before it back to the last full one (its chain, as paths
-relative to its own folder and the save id each of them holds). Restoring
-applies the chain in order. Every full_every-th checkpoint is full, and so
-is one that would rewrite more than FULL_SHARE of the rows, one whose chain
-lost a link (deleted, or overwritten by another save), one that would
-overwrite a link of its chain or is saved in another folder, one whose
-path is unknown (a save traced in a tf.function), one compact_checkpoint
-writes, and the first after the shards were made or cleared or dropped
-more rows than they keep track of. A checkpoint's changes are only dropped
-once it is seen kept, at the next save: the changes of a save that failed,
-or that was deleted before the next one, go again with the next one's.
+written and dropped since the last checkpoint's cut (row_changes.h); a
+checkpoint writes only those, and names its chain: the checkpoints before
+it back to the last full one, in its own folder, each with its save id.
+Restoring applies the chain in order. A checkpoint is full every
+full_every-th time, past FULL_SHARE of the rows changed, when its chain
+lost or would overwrite a link or lives in another folder, when its path
+is unknown (traced in a tf.function), in compact_checkpoint, and when the
+shards' changes are not whole. Changes are dropped only once their
+checkpoint is seen kept, at the next save: a save that failed, or was
+deleted before the next, leaves its changes to the next. A
+tf.train.CheckpointManager keeps a chain whole (checkpoint_chains.py).
 """
-import contextlib
 import dataclasses
 import os
 import random
 import re
 import warnings
 
-import numpy as np
 import tensorflow as tf
-from tensorflow.python.checkpoint import checkpoint_management
 from tensorflow.python.ops import io_ops
 from tensorflow.python.saved_model import registration
 
+from het_tf.runtime import checkpoint_chains as chains
 from het_tf.runtime.progress import Progress
 from het_tf.runtime.table import ROW_FIELDS
 
@@ -56,10 +52,6 @@ CHUNK_BYTES = 64 << 20
 FULL_SHARE = 0.25
 # What TensorFlow appends to a checkpoint's prefix for this saver's files.
 _SAVER_SUFFIX = re.compile(r"-het_tf\.TableCheckpoint$")
-
-
-# Set while compact_checkpoint writes: every table's checkpoint full.
-_ALL_FULL = []
 
 
 @dataclasses.dataclass
@@ -146,13 +138,13 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
         # write_chunks, or below once changes are taken): a save that fails
         # before then leaves the next to judge the same one.
         pending = self._pending
-        kept = pending is None or _holds(pending.prefix, name, pending.save_id)
+        kept = pending is None or chains.holds(pending.prefix, name, pending.save_id)
         if pending is not None:
             self._chain = pending.chain if kept else (
                 self._chain if len(pending.chain) > 1 else None)
         chain = self._chain
         if (final_prefix is None or chain is None or len(chain) >= self.full_every
-                or _ALL_FULL):
+                or chains.ALL_FULL):
             return None
         if any(p == final_prefix for p, _ in chain):
             return None  # this save overwrites a checkpoint of its own chain
@@ -161,7 +153,7 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
             # keeps: a save elsewhere (another saver, a restored run's
             # folder) starts its own.
             return None
-        lost = [p for p, i in chain if not _holds(p, name, i)]
+        lost = [p for p, i in chain if not chains.holds(p, name, i)]
         if lost:
             warnings.warn(
                 f"{self._table.config.label}: checkpoint {lost[0]}, which the next "
@@ -267,10 +259,10 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
     def check_chain(self, merged_prefix, name):
         """(the checkpoint's path, its links, its save id), once every link
         is found holding its save; else a ValueError naming the missing one."""
-        path = _absolute(merged_prefix.numpy().decode())
-        links, save_id = _chain_of(path, name)
+        path = chains.absolute(merged_prefix.numpy().decode())
+        links, save_id = chains.chain_of(path, name)
         for link, link_id in links:
-            if not _holds(link, name, link_id):
+            if not chains.holds(link, name, link_id):
                 raise ValueError(
                     f"{self._table.config.label}: checkpoint {path} is incremental and builds "
                     f"on {link}, which is gone or was overwritten by another save; restore a "
@@ -284,7 +276,7 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
         has room for the rows that replaced them, then its rows."""
         with tf.device("/cpu:0"):
             (count,) = io_ops.restore_v2(prefix, [f"{name}/chunks"], [""], [tf.int64])
-        if _has(prefix, _chunk_name(name, 0, "dropped")):
+        if chains.has(prefix, _chunk_name(name, 0, "dropped")):
             for chunk in range(int(count)):
                 with tf.device("/cpu:0"), tf.control_dependencies(after):
                     (dropped,) = io_ops.restore_v2(prefix, [_chunk_name(name, chunk, "dropped")],
@@ -303,72 +295,8 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
         return tf.group(self._table.import_rows(keys, values, slots, clocks, steps))
 
 
-def compact_checkpoint(checkpoint, path, out):
-    """Folds a chain of incremental checkpoints into one full checkpoint:
-    restores the checkpoint at `path`, and the chain it builds on, into the
-    objects of `checkpoint` (a tf.train.Checkpoint, of a model built for the
-    purpose or one whose state may be replaced), then writes them to `out`
-    with every table full. Returns the written checkpoint's path, which
-    restores without the chain."""
-    checkpoint.restore(path).expect_partial()
-    with _all_full():
-        return checkpoint.write(out)
-
-
-@contextlib.contextmanager
-def _all_full():
-    _ALL_FULL.append(True)
-    try:
-        yield
-    finally:
-        _ALL_FULL.pop()
-
-
 def _chunk_name(name, chunk, field):
     return f"{name}/chunk_{chunk}/{field}"
-
-
-def _reader(prefix):
-    try:
-        return tf.train.load_checkpoint(prefix) if tf.io.gfile.exists(
-            prefix + ".index") else None
-    except (tf.errors.OpError, ValueError):
-        return None
-
-
-def _has(prefix, tensor):
-    reader = _reader(prefix)
-    return reader is not None and reader.has_tensor(tensor)
-
-
-def _holds(prefix, name, save_id):
-    """Whether the checkpoint at `prefix` is there and holds the save
-    `save_id` of the table saved as `name`."""
-    reader = None if prefix is None else _reader(prefix)
-    return (reader is not None and reader.has_tensor(f"{name}/save_id")
-            and int(reader.get_tensor(f"{name}/save_id")) == save_id)
-
-
-def _chain_of(prefix, name):
-    """([(prefix, save_id)] of the checkpoints the one at `prefix` builds on,
-    its own save id): ([], None) for a checkpoint written before chains."""
-    reader = _reader(prefix)
-    if reader is None or not reader.has_tensor(f"{name}/save_id"):
-        return [], None
-    links = [_linked(prefix, p) for p in np.atleast_1d(reader.get_tensor(f"{name}/links"))]
-    ids = [int(i) for i in np.atleast_1d(reader.get_tensor(f"{name}/link_ids"))]
-    return list(zip(links, ids)), int(reader.get_tensor(f"{name}/save_id"))
-
-
-def _absolute(path):
-    """A local path made absolute; a file system URL (gs://, s3://) as it is."""
-    return path if "://" in path else os.path.abspath(path)
-
-
-def _linked(prefix, link):
-    """The prefix of a link (a name in the folder of the checkpoint at
-    `prefix`, as links are written)."""
-    return f"{os.path.dirname(prefix)}/{link.decode() if isinstance(link, bytes) else link}"
 
 
 def _final_prefix(file_prefix):
@@ -380,50 +308,7 @@ def _final_prefix(file_prefix):
         return None
     if not _SAVER_SUFFIX.search(path):
         return None
-    return _absolute(_SAVER_SUFFIX.sub("", path))
-
-
-def _links(prefix):
-    """The prefixes of every checkpoint the one at `prefix` builds on, for
-    any of its tables."""
-    reader = _reader(prefix)
-    if reader is None:
-        return set()
-    return {_linked(_absolute(prefix), p) for name in reader.get_variable_to_shape_map()
-            if name.endswith("/links") for p in np.atleast_1d(reader.get_tensor(name))}
-
-
-_manager_sweep = checkpoint_management.CheckpointManager._sweep
-
-
-def _sweep_keeping_chains(manager):
-    """CheckpointManager's sweep, except that a checkpoint it drops is kept
-    on disk while a checkpoint it keeps (or preserves, with
-    keep_checkpoint_every_n_hours) builds on it, and deleted at the first
-    sweep after none does."""
-    before = list(manager._maybe_delete)
-    dropped, delete = [], checkpoint_management._delete_file_if_exists
-    checkpoint_management._delete_file_if_exists = dropped.append
-    try:
-        _manager_sweep(manager)
-    finally:
-        checkpoint_management._delete_file_if_exists = delete
-    gone = {spec[:-len(".index")] for spec in dropped if spec.endswith(".index")}
-    preserved = getattr(manager, "_het_tf_preserved", [])
-    preserved += [p for p in before if p not in manager._maybe_delete and p not in gone]
-    manager._het_tf_preserved = preserved
-    # A held checkpoint the manager keeps again (its path saved anew) is its.
-    held = [p for p in getattr(manager, "_het_tf_held", []) + sorted(gone)
-            if p not in manager._maybe_delete]
-    needed = set().union(*(_links(p) for p in list(manager._maybe_delete) + preserved))
-    manager._het_tf_held = [p for p in held if _absolute(p) in needed]
-    for prefix in held:
-        if _absolute(prefix) not in needed:
-            delete(prefix + ".index")
-            delete(prefix + ".data-?????-of-?????")
-
-
-checkpoint_management.CheckpointManager._sweep = _sweep_keeping_chains
+    return chains.absolute(_SAVER_SUFFIX.sub("", path))
 
 
 def _save_tables(trackables, file_prefix):

@@ -129,22 +129,17 @@ class TableShard {
   void Clear();
 
   // Incremental checkpoints (row_changes.h, table_shard_changes.cc).
-  // ForgetChanges starts tracking changes, or drops those tracked: the cut
-  // of a full checkpoint or of a restore. TakeChanges hands out the keys of
-  // the rows created or written since (and since any earlier Take whose
-  // checkpoint was not `kept`) that are held now, and of those dropped
-  // since that are not held now; it returns false, handing out nothing,
-  // when the changes are not whole (none tracked since the shard was made
-  // or cleared, or more rows dropped than a stripe keeps): the checkpoint
-  // must then be full.
+  // ForgetChanges starts tracking changes or drops those tracked (a full
+  // checkpoint's or a restore's cut). TakeChanges hands out the keys of
+  // rows written since (and since a Take whose checkpoint was not `kept`)
+  // held now, and of rows dropped since not held now; false, and nothing,
+  // when not whole (untracked since made or cleared, or more drops than a
+  // stripe keeps): the checkpoint must then be full.
   void ForgetChanges();
   bool TakeChanges(bool kept, std::vector<int64_t>* changed, std::vector<int64_t>* dropped);
-  // The whole state of each key's row that the shard holds, with its key,
-  // in no particular order; the keys it does not hold go to `absent`.
-  // Creates no row.
+  // Each held key's whole row (any order); keys not held go to `absent`.
   Status ReadHeld(const int64_t* keys, int64_t n, TableChunk* out, std::vector<int64_t>* absent);
-  // Drops the rows of those keys the shard holds: a restored chain's
-  // dropped rows.
+  // Drops the rows of the keys held: a restored chain's dropped rows.
   Status Erase(const int64_t* keys, int64_t n);
 
  private:
@@ -210,23 +205,19 @@ class TableShard {
   // Evictable rows from every stripe, or a sample of about `want` of them.
   void FindCandidates(const KeyIndex& own, int64_t want, std::vector<EvictionCandidate>* out);
   bool Evictable(const Stripe& stripe, uint32_t slot, const KeyIndex& own) const;
-  // Drops the row in `slot`, counted in `counter` (evicted or expired) if
-  // not null.
+  // Drops the row in `slot`, counted in `counter` (evicted, expired) if any.
   void EvictRow(Stripe& stripe, uint32_t slot, std::atomic<uint64_t>* counter);
 
   static int StripeOf(int64_t key);
   char* RowAt(const Stripe& stripe, uint32_t row) const;
   // Starts loading key's row, if the stripe has it.
   void HintRow(const Stripe& stripe, int64_t key) const;
-  // Finds or creates the row of key, its arena slot in `*slot` if not
-  // null; the stripe's lock must be held.
+  // Finds or creates the row of key (its slot in `*slot`); stripe locked.
   char* FindOrCreate(Stripe& stripe, int64_t key, bool* created, uint32_t* slot = nullptr);
-  // Tells the stripe's changes that the row in `slot` was written.
-  void MarkChanged(Stripe& stripe, uint32_t slot) {
+  void MarkChanged(Stripe& stripe, uint32_t slot) {  // the row in `slot` was written
     if (tracking_.load(std::memory_order_relaxed)) stripe.changes.Changed(slot);
   }
-  // Appends the whole state of the row at p to a chunk.
-  void AppendRow(char* p, TableChunk* out) const;
+  void AppendRow(char* p, TableChunk* out) const;  // the row's whole state
   // The row of key, created if `create`; null if it is not held and not
   // created (the caller reads the default row).
   char* FindOrAdmit(Stripe& stripe, int64_t key, bool create);
@@ -255,12 +246,11 @@ class TableShard {
   // A free slot's clock: no row's clock is negative.
   static constexpr int64_t kFreeSlot = -1;
 
-  // Checks a push's learning rate, counts and values (n * width floats)
-  // before anything changes.
+  // Checks a push's learning rate, counts and values before any change.
   Status CheckPush(const int64_t* keys, const float* values, int width, const int64_t* counts,
                    int64_t n, float learning_rate, const char* what) const;
-  // Checks what only a delta push carries: base clocks that are not
-  // negative, and squared-gradient changes that are not negative.
+  // Checks what only a delta push carries: base clocks and squared-
+  // gradient changes that are not negative.
   Status CheckDeltaPush(const int64_t* keys, const float* deltas, const int64_t* base_clocks,
                         int64_t n) const;
   // The body of both pushes: reserves new rows, calls apply(i, clock,
@@ -268,11 +258,11 @@ class TableShard {
   // of values then slots, its step count) first on a copy, refusing the
   // push if any copy turns non-finite, then on the row under its stripe's
   // lock (taking the copy if the row has not moved since); advances its
-  // clock by counts[i] and,
-  // when out and clocks are not null, copies the row's first `width` floats
-  // and its clock back for every row from `unanswered` on; tells the copy
-  // records; then counts the push (its bytes are the caller's to count).
-  // An exchange reserves its pushes' rows with its misses' (`reserved`).
+  // clock by counts[i] and, when out and clocks are not null, copies the
+  // row's first `width` floats and its clock back for every row from
+  // `unanswered` on; tells the copy records and the changes; then counts
+  // the push (its bytes are the caller's to count). An exchange reserves
+  // its pushes' rows with its misses' (`reserved`).
   template <typename Apply>
   Status ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width,
                      const Sender& sender, int64_t unanswered, float* out, int64_t* clocks,
@@ -312,9 +302,7 @@ class TableShard {
   std::array<Stripe, kStripes> stripes_;
   std::atomic<int64_t> epoch_;
   SenderLog senders_;
-  // Whether the stripes track their changes: from the first ForgetChanges
-  // until Clear.
-  std::atomic<bool> tracking_{false};
+  std::atomic<bool> tracking_{false};  // from the first ForgetChanges until Clear
 
   std::atomic<int64_t> reserved_rows_{0};
   std::atomic<int64_t> rows_{0};

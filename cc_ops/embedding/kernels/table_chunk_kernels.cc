@@ -57,6 +57,12 @@ class RowStatesKernel : public TableKernel {
   // Fills `chunk` and writes any outputs before the states, the first of
   // which is then `*first`.
   virtual void ReadRows(OpKernelContext* ctx, TableShard& table, TableChunk* chunk, int* first) = 0;
+  // The keys a read by key takes (input 1), checked to be a vector.
+  static tensorflow::Status KeysInput(OpKernelContext* ctx, const TableShard& table,
+                                      const Tensor** keys) {
+    *keys = &ctx->input(1);
+    return CheckVector(table.config().name, "keys", **keys);
+  }
 
  private:
   int64_t num_slots_;
@@ -83,9 +89,9 @@ class HetTableReadOp : public RowStatesKernel {
 
  protected:
   void ReadRows(OpKernelContext* ctx, TableShard& table, TableChunk* chunk, int* first) override {
-    const Tensor& keys = ctx->input(1);
-    OP_REQUIRES_OK(ctx, CheckVector(table.config().name, "keys", keys));
-    OP_REQUIRES_OK(ctx, ToTf(table.Read(keys.flat<int64_t>().data(), keys.NumElements(), chunk)));
+    const Tensor* keys;
+    OP_REQUIRES_OK(ctx, KeysInput(ctx, table, &keys));
+    OP_REQUIRES_OK(ctx, ToTf(table.Read(keys->flat<int64_t>().data(), keys->NumElements(), chunk)));
     *first = 0;
   }
 };
@@ -96,11 +102,11 @@ class HetTableReadHeldOp : public RowStatesKernel {
 
  protected:
   void ReadRows(OpKernelContext* ctx, TableShard& table, TableChunk* chunk, int* first) override {
-    const Tensor& keys = ctx->input(1);
-    OP_REQUIRES_OK(ctx, CheckVector(table.config().name, "keys", keys));
+    const Tensor* keys;
+    OP_REQUIRES_OK(ctx, KeysInput(ctx, table, &keys));
     std::vector<int64_t> absent;
-    OP_REQUIRES_OK(
-        ctx, ToTf(table.ReadHeld(keys.flat<int64_t>().data(), keys.NumElements(), chunk, &absent)));
+    OP_REQUIRES_OK(ctx, ToTf(table.ReadHeld(keys->flat<int64_t>().data(), keys->NumElements(),
+                                            chunk, &absent)));
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 0, chunk->keys));
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 1, absent));
     *first = 2;

@@ -6,37 +6,26 @@ only their changes between full checkpoints (HetEmbedding's
 full_checkpoint_every)."""
 import time
 
-import tf_keras
-
+from het_tf.keras_layers.every_steps import EveryStepsCallback
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 
 
-class PeriodicCheckpoints(tf_keras.callbacks.Callback):
+class PeriodicCheckpoints(EveryStepsCallback):
     def __init__(self, model, manager, mode, every_steps=None):
-        super().__init__()
-        self._supports_tf_logs = True  # batch hooks under ParameterServerStrategy
+        super().__init__(every_steps)
         self._model, self.manager, self.mode = model, manager, mode
-        self.every_steps = every_steps
-        self._steps = self._last = self._epoch_start = 0
         # Each save's path (None on hybrid ranks but 0), step, seconds and
         # what each table wrote (het_tf.runtime.checkpoint's last_save).
         self.saved = []
 
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch_start = self._steps
-
-    def on_train_batch_end(self, batch, logs=None):
-        # With steps_per_execution a call ends several steps: `batch` is
-        # the last one's index in the epoch.
-        self._steps = self._epoch_start + batch + 1
-        if self.every_steps and self._steps - self._last >= self.every_steps:
-            self.save()
+    def act(self):
+        self.save()
 
     def save(self):
         """A checkpoint now; returns its record."""
         started = time.perf_counter()
         path = self.mode.save(self._model, self.manager)
-        self._last = self._steps
+        self.acted()
         self.saved.append({
             "path": path, "step": self._steps, "seconds": time.perf_counter() - started,
             "tables": {layer.name: layer._table_checkpoint.last_save
