@@ -199,8 +199,14 @@ def build_call(draw, op, ctx):
         if op == "HetHottestKeys":
             return [counter, np.int64(draw(st.integers(0, 8)))], {}
         return [counter, np.array(draw(st.lists(st.integers(0, 49), max_size=8)), np.int64)], {}
-    if op in ("HetTableClear", "HetTableStats"):
+    if op in ("HetTableClear", "HetTableStats", "HetTableForgetChanges"):
         return [th], {}
+    if op == "HetTableTakeChanges":
+        return [th, draw(st.booleans())], {}
+    if op == "HetTableErase":
+        return [th, unique_keys(draw)], {}
+    if op == "HetTableReadHeld":
+        return [th, unique_keys(draw)], dict(dim=DIM, num_slots=1)
     if op in ("HetCacheClear", "HetCacheStats"):
         return [ch], {}
     if op == "HetCacheFlush":
@@ -395,7 +401,7 @@ FUZZED_OPS = sorted(OP_DEFS)
 
 def test_every_op_is_fuzzed():
     """The fuzz below covers the library's whole op list, found at run time."""
-    assert len(FUZZED_OPS) == 42 and all(OP_DEFS[name] is not None for name in FUZZED_OPS)
+    assert len(FUZZED_OPS) == 46 and all(OP_DEFS[name] is not None for name in FUZZED_OPS)
 
 
 @pytest.mark.parametrize("op_name", FUZZED_OPS)

@@ -6,6 +6,7 @@ The oracles: the data (a model whose rows follow from the ids it trained,
 as tests/sum_of_rows_train.py's), and, where rows are evicted, the table's
 full export at each checkpoint's cut, which reads every row and no change
 record."""
+import errno
 import hashlib
 import json
 import os
@@ -301,6 +302,77 @@ def test_compaction_folds_a_chain_into_one_full_checkpoint(tmp_path, unique_name
     for f in tf.io.gfile.glob(str(tmp_path / "c*")):
         os.remove(f)  # the chain is gone: the folded checkpoint stands alone
     assert_restores_to(out, want, f"{name}_r", shards=3)
+
+
+FULL_DISK = r"""
+import json, os, subprocess, sys
+import numpy as np, tensorflow as tf
+from het_tf.runtime.checkpoint import TableCheckpoint
+from het_tf.runtime.config import TableConfig
+from het_tf.runtime.table import ShardedTable
+
+folder, rows = sys.argv[1], 30000
+table = ShardedTable(TableConfig("disk", 16), [None, None], instance="disk")
+holder = tf.Module()
+holder.table = TableCheckpoint(table, lambda: [], lambda: [], full_every=10)
+manager = tf.train.CheckpointManager(tf.train.Checkpoint(holder=holder), folder,
+                                     max_to_keep=None)
+
+def write(first, n, value):
+    keys = tf.range(first, first + n, dtype=tf.int64)
+    table.import_rows(keys, tf.fill([n, 16], float(value)), tf.fill([n, 1, 16], float(value)),
+                      tf.fill([n], tf.constant(value + 1, tf.int64)), tf.zeros([n], tf.int64))
+
+def digest(t):
+    keys, *fields = (x.numpy() for x in t.export_all())
+    order = np.argsort(keys)
+    return [keys[order].tolist()] + [f[order].sum().item() for f in fields]
+
+write(0, rows, 0)
+manager.save()  # about 4.6 MB of the 5 MB
+write(0, rows // 5, 1)
+error = None
+try:
+    manager.save()  # the changes, about 0.9 MB more: the disk is full
+except OSError as e:
+    error = {"errno": e.errno, "message": str(e)}
+listing = sorted(os.listdir(folder))
+subprocess.run(["mount", "-o", "remount,size=16m", folder], check=True)
+write(rows - 100, 1000, 2)
+path = manager.save()
+kind = holder.table.last_save["kind"]
+restored = ShardedTable(TableConfig("disk", 16), [None], instance="restored")
+target = tf.Module()
+target.table = TableCheckpoint(restored, lambda: [], lambda: [])
+tf.train.Checkpoint(holder=target).restore(path)
+print(json.dumps({"error": error, "listing": listing, "kind": kind,
+                  "restored": digest(restored) == digest(table)}))
+"""
+
+
+def test_a_full_disk_is_a_clear_error_that_keeps_the_chain(tmp_path):
+    """On a 5 MB file system of its own (a tmpfs in a mount namespace) the
+    full checkpoint fits and the incremental one after it does not: an
+    OSError naming ENOSPC and the checkpoint, nothing of it left on disk;
+    once there is room the next checkpoint, incremental, holds the failed
+    one's changes too."""
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    (tmp_path / "full_disk.py").write_text(FULL_DISK)
+    script = (f"mount -t tmpfs -o size=5m tmpfs {mount_point} && "
+              f"exec {sys.executable} {tmp_path / 'full_disk.py'} {mount_point}")
+    run = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                         capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    outcome = json.loads(run.stdout.strip().splitlines()[-1])
+    assert outcome["error"] is not None and outcome["error"]["errno"] == errno.ENOSPC, outcome
+    assert "no space left on the device of" in outcome["error"]["message"]
+    assert "ckpt-2" in outcome["error"]["message"]
+    assert all(name == "checkpoint" or name.startswith("ckpt-1.")
+               for name in outcome["listing"]), outcome["listing"]
+    assert outcome["kind"] == "incremental" and outcome["restored"], outcome
+    assert os.listdir(mount_point) == []  # the tmpfs was the namespace's alone
 
 
 def test_bad_full_checkpoint_every_is_refused_naming_the_layer():

@@ -31,6 +31,7 @@ deleted before the next, leaves its changes to the next. A
 tf.train.CheckpointManager keeps a chain whole (checkpoint_chains.py).
 """
 import dataclasses
+import errno
 import os
 import random
 import re
@@ -314,14 +315,30 @@ def _final_prefix(file_prefix):
 def _save_tables(trackables, file_prefix):
     prefixes, after = [], []
     final = _final_prefix(file_prefix)
-    for i, (name, table) in enumerate(sorted(trackables.items())):
-        written, after = table.write_chunks(tf.strings.join([file_prefix, f"_{i}"]), name, after,
-                                            final)
-        prefixes += written
+    try:
+        for i, (name, table) in enumerate(sorted(trackables.items())):
+            written, after = table.write_chunks(tf.strings.join([file_prefix, f"_{i}"]), name,
+                                                after, final)
+            prefixes += written
+    except tf.errors.OpError as e:  # an eager save's write failed: TensorFlow merges nothing
+        _remove_written(file_prefix)
+        if "No space left" in str(e) or "Disk quota exceeded" in str(e):
+            raise OSError(errno.ENOSPC, f"no space left on the device of "
+                          f"{os.path.dirname(final or '.')} for checkpoint {final}: nothing of "
+                          f"it is kept, the checkpoints before it are as they were, and the "
+                          f"next one writes its tables' changes") from e
+        raise
     # When TensorFlow traces the save (a cluster's), its merge of the files
     # must wait for the writes: it depends on the prefixes returned here.
     with tf.control_dependencies(after):
         return [tf.identity(prefix) for prefix in prefixes]
+
+
+def _remove_written(file_prefix):
+    """Removes the chunk files a failed eager save wrote, which TensorFlow
+    would have merged into the checkpoint."""
+    for path in tf.io.gfile.glob(f"{file_prefix.numpy().decode()}_*"):
+        tf.io.gfile.remove(path)
 
 
 def _restore_tables(trackables, merged_prefix):
