@@ -4,7 +4,6 @@ that cut; written whole or not at all; bounded in number."""
 import argparse
 import errno
 import gc
-import json
 import os
 import shutil
 import signal
@@ -17,6 +16,7 @@ import numpy as np
 import pytest
 import tf_keras
 from serving import serve_without_het_tf
+from small_disk import run_on_small_disk
 from test_checkpoint_export import data, make_model
 
 import het_tf
@@ -259,23 +259,13 @@ def test_a_full_disk_is_a_clear_error_that_keeps_the_last_version(tmp_path):
     first version fits; the second meets a full disk: an OSError naming
     ENOSPC, the folder and the version kept, which is untouched, and no
     half version left behind."""
-    mount_point = tmp_path / "small"
-    mount_point.mkdir()
-    (tmp_path / "full_disk.py").write_text(FULL_DISK)
-    script = (f"mount -t tmpfs -o size=4m tmpfs {mount_point} && "
-              f"exec {sys.executable} {tmp_path / 'full_disk.py'} {mount_point} {ROOT_TESTS}")
-    run = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
-                         capture_output=True, text=True, timeout=300,
-                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-    assert run.returncode == 0, run.stderr[-3000:]
-    outcome = json.loads(run.stdout.strip().splitlines()[-1])
+    outcome = run_on_small_disk(tmp_path, FULL_DISK, "4m", ROOT_TESTS)
     assert outcome["error"] is not None, outcome
     assert outcome["error"]["errno"] == errno.ENOSPC
     assert "no space left on the device of" in outcome["error"]["message"]
     assert "versions 10 to 10" in outcome["error"]["message"]
     assert outcome["listing"] == ["10"] and outcome["versions"] == [10]
     assert outcome["kept_unchanged"]
-    assert os.listdir(mount_point) == []  # the tmpfs was the namespace's alone
 
 
 def test_a_long_export_says_how_far_it_is(tmp_path, monkeypatch, capsys):

@@ -18,6 +18,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
+from small_disk import run_on_small_disk
 
 import het_tf
 from het_tf.apps.launch import LocalCluster
@@ -124,7 +125,7 @@ def with_a_base(name, folder, seed):
     checkpoint = tf.train.Checkpoint(holder=holder)
     rng = np.random.default_rng(seed)
     train_some(table, rng, 0, 1000, steps=40)
-    return table, holder, checkpoint, rng, checkpoint.write(str(folder / "a"))
+    return table, holder, checkpoint, rng, checkpoint.write(str(folder / "ckpt-1"))
 
 
 def train_some(table, rng, low, high, steps=6):
@@ -167,24 +168,24 @@ def test_a_checkpoint_deleted_before_the_next_leaves_its_changes_to_the_next(
     name = unique_name("deleted")
     table, holder, checkpoint, rng, base = with_a_base(name, tmp_path, 1)
     train_some(table, rng, 300, 340, steps=3)
-    lost = checkpoint.write(str(tmp_path / "b"))
+    lost = checkpoint.write(str(tmp_path / "ckpt-2"))
     for f in tf.io.gfile.glob(lost + ".*"):
         os.remove(f)
     train_some(table, rng, 650, 690, steps=3)
-    after = checkpoint.write(str(tmp_path / "c"))
+    after = checkpoint.write(str(tmp_path / "ckpt-3"))
     assert holder.table.last_save["kind"] == "incremental"
     want = whole_rows(table)
     restored_holder = assert_restores_to(after, want, f"{name}_r")
     for f in tf.io.gfile.glob(base + ".*"):
         os.remove(f)
-    with pytest.raises(ValueError, match=r"builds on .*a\b.*gone"):
+    with pytest.raises(ValueError, match=r"builds on .*ckpt-1\b.*gone"):
         tf.train.Checkpoint(holder=restored_holder).restore(after)
     # The table is untouched by the refused restore.
     for got, expected in zip(whole_rows(restored_holder.table._table), want):
         np.testing.assert_array_equal(got, expected)
     # The next save, whose chain lost its base, is full.
     with pytest.warns(UserWarning, match=f"{name}.*is gone"):
-        checkpoint.write(str(tmp_path / "d"))
+        checkpoint.write(str(tmp_path / "ckpt-4"))
     assert holder.table.last_save["kind"] == "full"
 
 
@@ -192,11 +193,11 @@ def test_a_restored_checkpoint_is_the_base_of_the_next(tmp_path, unique_name):
     name = unique_name("resumed")
     table, holder, checkpoint, rng, _ = with_a_base(name, tmp_path, 7)
     train_some(table, rng, 100, 140, steps=3)
-    second = checkpoint.write(str(tmp_path / "b"))
+    second = checkpoint.write(str(tmp_path / "ckpt-2"))
     resumed, resumed_holder = evicting_table(f"{name}_resumed", 1, full_every=10)
     tf.train.Checkpoint(holder=resumed_holder).restore(second)
     train_some(resumed, rng, 300, 340, steps=3)
-    third = tf.train.Checkpoint(holder=resumed_holder).write(str(tmp_path / "c"))
+    third = tf.train.Checkpoint(holder=resumed_holder).write(str(tmp_path / "ckpt-3"))
     assert resumed_holder.table.last_save["kind"] == "incremental"
     assert resumed_holder.table.last_save["chain"] == 3
     assert_restores_to(third, whole_rows(resumed), f"{name}_r", shards=3)
@@ -215,10 +216,10 @@ def test_a_refused_restore_changes_no_table(tmp_path, unique_name):
     rng = np.random.default_rng(8)
     for table in tables.values():
         train_some(table, rng, 0, 1000, steps=40)
-    base = checkpoint.write(str(tmp_path / "base"))
+    base = checkpoint.write(str(tmp_path / "ckpt-1"))
     for table in tables.values():
         train_some(table, rng, 0, 40, steps=2)
-    newest = checkpoint.write(str(tmp_path / "newest"))
+    newest = checkpoint.write(str(tmp_path / "ckpt-2"))
     assert holder.b.last_save["kind"] == "incremental"
     for f in tf.io.gfile.glob(base + ".*"):
         os.remove(f)
@@ -248,9 +249,9 @@ def test_a_save_that_fails_leaves_its_changes_to_the_next(tmp_path, unique_name,
     with monkeypatch.context() as patch:
         patch.setattr(TableCheckpoint, "_write_chunk", failing_write)
         with pytest.raises(tf.errors.ResourceExhaustedError):
-            checkpoint.write(str(tmp_path / "b"))
+            checkpoint.write(str(tmp_path / "ckpt-2"))
     train_some(table, rng, 700, 740, steps=3)
-    after = checkpoint.write(str(tmp_path / "c"))
+    after = checkpoint.write(str(tmp_path / "ckpt-3"))
     assert holder.table.last_save["kind"] == "incremental"
     want = whole_rows(table)
     assert_restores_to(after, want, f"{name}_r")
@@ -286,6 +287,19 @@ def test_a_manager_keeps_the_checkpoints_a_kept_chain_needs(tmp_path, unique_nam
         assert_restores_to(path, cuts[path], f"{name}_r{path[-1]}", shards=2)
 
 
+def test_a_second_saver_in_the_folder_starts_its_own_series(tmp_path, unique_name):
+    """A checkpoint of another series (a `best` beside a manager's
+    `ckpt-<n>`) never builds on the manager's, which it could delete: it and
+    the manager's next are full."""
+    table, holder, checkpoint, rng, _ = with_a_base(unique_name("series"), tmp_path, 9)
+    kinds = []
+    for path in ("ckpt-2", "best", "ckpt-3", "ckpt-4"):
+        train_some(table, rng, 0, 40, steps=2)
+        checkpoint.write(str(tmp_path / path))
+        kinds.append(holder.table.last_save["kind"])
+    assert kinds == ["incremental", "full", "full", "incremental"], kinds
+
+
 def test_compaction_folds_a_chain_into_one_full_checkpoint(tmp_path, unique_name):
     name = unique_name("compact")
     table, holder = evicting_table(name, 2, full_every=8)
@@ -293,13 +307,13 @@ def test_compaction_folds_a_chain_into_one_full_checkpoint(tmp_path, unique_name
     rng = np.random.default_rng(5)
     for i in range(4):
         train_some(table, rng, 100 * i, 100 * i + 300)
-        newest = checkpoint.write(str(tmp_path / f"c{i}"))
+        newest = checkpoint.write(str(tmp_path / f"ckpt-{i}"))
     want = whole_rows(table)
     folded, folded_holder = evicting_table(f"{name}_f", 1, full_every=8)
     out = het_tf.compact_checkpoint(tf.train.Checkpoint(holder=folded_holder), newest,
                                     str(tmp_path / "folded"))
     assert folded_holder.table.last_save["kind"] == "full"
-    for f in tf.io.gfile.glob(str(tmp_path / "c*")):
+    for f in tf.io.gfile.glob(str(tmp_path / "ckpt-*")):
         os.remove(f)  # the chain is gone: the folded checkpoint stands alone
     assert_restores_to(out, want, f"{name}_r", shards=3)
 
@@ -356,23 +370,13 @@ def test_a_full_disk_is_a_clear_error_that_keeps_the_chain(tmp_path):
     OSError naming ENOSPC and the checkpoint, nothing of it left on disk;
     once there is room the next checkpoint, incremental, holds the failed
     one's changes too."""
-    mount_point = tmp_path / "small"
-    mount_point.mkdir()
-    (tmp_path / "full_disk.py").write_text(FULL_DISK)
-    script = (f"mount -t tmpfs -o size=5m tmpfs {mount_point} && "
-              f"exec {sys.executable} {tmp_path / 'full_disk.py'} {mount_point}")
-    run = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
-                         capture_output=True, text=True, timeout=300,
-                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-    assert run.returncode == 0, run.stderr[-3000:]
-    outcome = json.loads(run.stdout.strip().splitlines()[-1])
+    outcome = run_on_small_disk(tmp_path, FULL_DISK, "5m")
     assert outcome["error"] is not None and outcome["error"]["errno"] == errno.ENOSPC, outcome
     assert "no space left on the device of" in outcome["error"]["message"]
     assert "ckpt-2" in outcome["error"]["message"]
     assert all(name == "checkpoint" or name.startswith("ckpt-1.")
                for name in outcome["listing"]), outcome["listing"]
     assert outcome["kind"] == "incremental" and outcome["restored"], outcome
-    assert os.listdir(mount_point) == []  # the tmpfs was the namespace's alone
 
 
 def test_bad_full_checkpoint_every_is_refused_naming_the_layer():

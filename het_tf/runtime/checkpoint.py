@@ -20,10 +20,11 @@ one before it loadable.
 Incremental checkpoints (`full_every` > 1): the shards track the rows
 written and dropped since the last checkpoint's cut (row_changes.h); a
 checkpoint writes only those, and names its chain: the checkpoints before
-it back to the last full one, in its own folder, each with its save id.
+it back to the last full one, of its own series (folder and name before
+its number), each with its save id.
 Restoring applies the chain in order. A checkpoint is full every
 full_every-th time, past FULL_SHARE of the rows changed, when its chain
-lost or would overwrite a link or lives in another folder, when its path
+lost or would overwrite a link or is of another series, when its path
 is unknown (traced in a tf.function), in compact_checkpoint, and when the
 shards' changes are not whole. Changes are dropped only once their
 checkpoint is seen kept, at the next save: a save that failed, or was
@@ -149,10 +150,11 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
             return None
         if any(p == final_prefix for p, _ in chain):
             return None  # this save overwrites a checkpoint of its own chain
-        if any(os.path.dirname(p) != os.path.dirname(final_prefix) for p, _ in chain):
-            # A chain lives in one folder, the one a CheckpointManager
-            # keeps: a save elsewhere (another saver, a restored run's
-            # folder) starts its own.
+        if any(_series(p) != _series(final_prefix) for p, _ in chain):
+            # A chain is one series (a folder and a name before a number,
+            # as a CheckpointManager writes), which its manager keeps whole: a
+            # save of another (a second saver, a restored run's folder)
+            # starts its own.
             return None
         lost = [p for p, i in chain if not chains.holds(p, name, i)]
         if lost:
@@ -298,6 +300,12 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
 
 def _chunk_name(name, chunk, field):
     return f"{name}/chunk_{chunk}/{field}"
+
+
+def _series(prefix):
+    """A checkpoint's series: its folder and its name before the number."""
+    return os.path.join(os.path.dirname(prefix),
+                        re.sub(r"[-_.]?\d+$", "", os.path.basename(prefix)))
 
 
 def _final_prefix(file_prefix):

@@ -78,6 +78,8 @@ def sweep_keeping_chains(manager):
     on disk while a checkpoint it keeps (or preserves, with
     keep_checkpoint_every_n_hours) builds on it, and deleted at the first
     sweep after none does."""
+    if not manager._max_to_keep:  # it deletes nothing: nothing to hold back
+        return _manager_sweep(manager)
     before = list(manager._maybe_delete)
     dropped, delete = [], checkpoint_management._delete_file_if_exists
     checkpoint_management._delete_file_if_exists = dropped.append

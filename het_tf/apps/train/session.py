@@ -176,7 +176,8 @@ def _use_hot_rows(model, inputs, mode, args, steps):
 
 
 def _save_and_export(model, args, result, inputs, mode, exporter, saver):
-    last = saver.save()
+    # The last step's checkpoint, unless one was saved at it already.
+    last = saver.saved[-1] if saver.saved and saver.up_to_date else saver.save()
     result["checkpoint"], result["checkpoint_seconds"] = last["path"], last["seconds"]
     if args.checkpoint_every:
         result["checkpoints"] = saver.saved
