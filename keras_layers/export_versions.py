@@ -26,6 +26,7 @@ from het_tf.distribute import horovod
 from het_tf.keras_layers.every_steps import EveryStepsCallback
 from het_tf.keras_layers.export import write_saved_model
 from het_tf.keras_layers.het_embedding import het_embedding_layers
+from het_tf.runtime.disk import out_of_space
 
 # A version being written, or being removed, by the process of that id.
 _UNFINISHED = re.compile(r"^\.(\d+)\.(partial|removed)-(\d+)$")
@@ -159,7 +160,7 @@ def _write_version(model, folder, keep_versions, verbose=True):
         os.replace(partial, path)
     except BaseException as e:
         shutil.rmtree(partial, ignore_errors=True)
-        if _out_of_space(e):
+        if out_of_space(e):
             raise OSError(errno.ENOSPC, f"no space left on the device of {folder} for version "
                           f"{version}; the versions there are kept as they were "
                           f"({_kept(folder)})") from e
@@ -175,14 +176,6 @@ def _write_version(model, folder, keep_versions, verbose=True):
             warnings.warn(f"export: version {version} is written, but removing older versions "
                           f"from {folder} failed: {e}", stacklevel=2)
     return {"version": version, "path": path, "step": step, "bytes": size}
-
-
-def _out_of_space(error):
-    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return True
-    # TensorFlow's writers raise their own errors, with the system's message.
-    return isinstance(error, tf.errors.OpError) and any(
-        text in str(error) for text in ("No space left on device", "Disk quota exceeded"))
 
 
 def _kept(folder):

@@ -318,17 +318,20 @@ def test_compaction_folds_a_chain_into_one_full_checkpoint(tmp_path, unique_name
     assert_restores_to(out, want, f"{name}_r", shards=3)
 
 
-FULL_DISK = r"""
-import json, os, subprocess, sys
+# The start of a script run in a process of its own: a table of dim 16 on 2
+# shards, checkpointed incrementally by a manager into the folder of its
+# first argument, and write(), which sets n rows from `first` to `value`.
+SAVING_TABLE = r"""
+import hashlib, json, os, subprocess, sys
 import numpy as np, tensorflow as tf
 from het_tf.runtime.checkpoint import TableCheckpoint
 from het_tf.runtime.config import TableConfig
 from het_tf.runtime.table import ShardedTable
 
-folder, rows = sys.argv[1], 30000
-table = ShardedTable(TableConfig("disk", 16), [None, None], instance="disk")
+folder = sys.argv[1]
+table = ShardedTable(TableConfig("saved", 16), [None, None], instance="saved")
 holder = tf.Module()
-holder.table = TableCheckpoint(table, lambda: [], lambda: [], full_every=10)
+holder.table = TableCheckpoint(table, lambda: [], lambda: [], full_every=1000)
 manager = tf.train.CheckpointManager(tf.train.Checkpoint(holder=holder), folder,
                                      max_to_keep=None)
 
@@ -336,6 +339,10 @@ def write(first, n, value):
     keys = tf.range(first, first + n, dtype=tf.int64)
     table.import_rows(keys, tf.fill([n, 16], float(value)), tf.fill([n, 1, 16], float(value)),
                       tf.fill([n], tf.constant(value + 1, tf.int64)), tf.zeros([n], tf.int64))
+"""
+
+FULL_DISK = SAVING_TABLE + r"""
+rows = 30000
 
 def digest(t):
     keys, *fields = (x.numpy() for x in t.export_all())
@@ -355,7 +362,7 @@ subprocess.run(["mount", "-o", "remount,size=16m", folder], check=True)
 write(rows - 100, 1000, 2)
 path = manager.save()
 kind = holder.table.last_save["kind"]
-restored = ShardedTable(TableConfig("disk", 16), [None], instance="restored")
+restored = ShardedTable(TableConfig("saved", 16), [None], instance="restored")
 target = tf.Module()
 target.table = TableCheckpoint(restored, lambda: [], lambda: [])
 tf.train.Checkpoint(holder=target).restore(path)
@@ -387,25 +394,8 @@ def test_bad_full_checkpoint_every_is_refused_naming_the_layer():
     assert HetEmbedding.from_config(layer.get_config()).full_checkpoint_every == 3
 
 
-WRITER = r"""
-import hashlib, sys
-import numpy as np, tensorflow as tf
-from het_tf.runtime.checkpoint import TableCheckpoint
-from het_tf.runtime.config import TableConfig
-from het_tf.runtime.table import ShardedTable
-
-directory, rows = sys.argv[1], int(sys.argv[2])
-table = ShardedTable(TableConfig("big", 16), [None, None], instance="writer")
-holder = tf.Module()
-holder.table = TableCheckpoint(table, lambda: [], lambda: [], full_every=1000)
-manager = tf.train.CheckpointManager(tf.train.Checkpoint(holder=holder), directory,
-                                     max_to_keep=None)
-
-def write(first, n, value):
-    keys = tf.range(first, first + n, dtype=tf.int64)
-    table.import_rows(keys, tf.fill([n, 16], float(value)), tf.zeros([n, 1, 16]),
-                      tf.fill([n], tf.constant(1, tf.int64)), tf.zeros([n], tf.int64))
-
+WRITER = SAVING_TABLE + r"""
+rows = int(sys.argv[2])
 for first in range(0, rows, 1 << 18):
     write(first, min(1 << 18, rows - first), 0)
 rng = np.random.default_rng(0)
@@ -452,7 +442,7 @@ def test_a_save_killed_midway_leaves_the_last_good_chain(tmp_path):
         # The newest saved, or the next if the kill fell after its save
         # and before it was reported.
         assert newest in (max(saved), max(saved) + 1), (newest, saved)
-        table = ShardedTable(TableConfig("big", 16), [None], instance=f"reader{attempt}")
+        table = ShardedTable(TableConfig("saved", 16), [None], instance=f"reader{attempt}")
         holder = tf.Module()
         holder.table = TableCheckpoint(table, lambda: [], lambda: [])
         tf.train.Checkpoint(holder=holder).restore(latest).assert_consumed()

@@ -35,7 +35,6 @@ import dataclasses
 import errno
 import os
 import random
-import re
 import warnings
 
 import tensorflow as tf
@@ -43,6 +42,7 @@ from tensorflow.python.ops import io_ops
 from tensorflow.python.saved_model import registration
 
 from het_tf.runtime import checkpoint_chains as chains
+from het_tf.runtime.disk import out_of_space
 from het_tf.runtime.progress import Progress
 from het_tf.runtime.table import ROW_FIELDS
 
@@ -52,8 +52,6 @@ CHUNK_BYTES = 64 << 20
 # An incremental checkpoint that would write more than this share of the
 # table's rows is written full: restoring it then reads less.
 FULL_SHARE = 0.25
-# What TensorFlow appends to a checkpoint's prefix for this saver's files.
-_SAVER_SUFFIX = re.compile(r"-het_tf\.TableCheckpoint$")
 
 
 @dataclasses.dataclass
@@ -142,15 +140,15 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
         pending = self._pending
         kept = pending is None or chains.holds(pending.prefix, name, pending.save_id)
         if pending is not None:
-            self._chain = pending.chain if kept else (
-                self._chain if len(pending.chain) > 1 else None)
+            # Not kept: the chain it built on (none, if it was full).
+            self._chain = pending.chain if kept else (pending.chain[:-1] or None)
         chain = self._chain
         if (final_prefix is None or chain is None or len(chain) >= self.full_every
                 or chains.ALL_FULL):
             return None
         if any(p == final_prefix for p, _ in chain):
             return None  # this save overwrites a checkpoint of its own chain
-        if any(_series(p) != _series(final_prefix) for p, _ in chain):
+        if any(chains.series(p) != chains.series(final_prefix) for p, _ in chain):
             # A chain is one series (a folder and a name before a number,
             # as a CheckpointManager writes), which its manager keeps whole: a
             # save of another (a second saver, a restored run's folder)
@@ -164,7 +162,7 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
                 f"another save); writing a full checkpoint", stacklevel=2)
             return None
         # Until this save sets its own: a save that fails once changes are
-        # taken is not kept, so the next takes them again.
+        # taken is never found kept, so the next takes them again.
         self._pending = _Save(None, None, chain + [(None, None)])
         takes = [self._table.take_changes(s, kept) for s in range(self._table.num_shards)]
         if not all(bool(t[0]) for t in takes):
@@ -236,16 +234,17 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
 
     # ----- restoring -----
 
-    def read_chunks(self, merged_prefix, name):
-        """Replaces the table's rows with the checkpoint saved under `name`,
-        and the chain of checkpoints it builds on, applied in order."""
+    def read_chunks(self, name, path, links, save_id):
+        """Replaces the table's rows with the checkpoint at `path` saved
+        under `name` and the chain of checkpoints it builds on (`links`, as
+        check_chain found them), applied in order: the first is full, the
+        others incremental."""
         with tf.init_scope():
-            path, links, save_id = self.check_chain(merged_prefix, name)
             after = tf.nest.flatten(self._clear_caches()) + self._table.clear()
             progress = Progress(f"{self._table.config.label}: restore",
                                 len(links) + 1, unit="checkpoints")
-            for link, _ in links + [(path, save_id)]:
-                after = self._apply(link, name, after)
+            for i, (link, _) in enumerate(links + [(path, save_id)]):
+                after = self._apply(link, name, after, incremental=i > 0)
                 progress.advance(1)
             progress.finish()
             if self._restored is not None:
@@ -273,13 +272,13 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
                     f"(a tf.train.CheckpointManager keeps them by itself)")
         return path, links, save_id
 
-    def _apply(self, prefix, name, after):
+    def _apply(self, prefix, name, after, incremental):
         """Writes one checkpoint's chunks over the table: an incremental
         one's dropped rows erased first, so that a table at its row limit
         has room for the rows that replaced them, then its rows."""
         with tf.device("/cpu:0"):
             (count,) = io_ops.restore_v2(prefix, [f"{name}/chunks"], [""], [tf.int64])
-        if chains.has(prefix, _chunk_name(name, 0, "dropped")):
+        if incremental:
             for chunk in range(int(count)):
                 with tf.device("/cpu:0"), tf.control_dependencies(after):
                     (dropped,) = io_ops.restore_v2(prefix, [_chunk_name(name, chunk, "dropped")],
@@ -302,27 +301,9 @@ def _chunk_name(name, chunk, field):
     return f"{name}/chunk_{chunk}/{field}"
 
 
-def _series(prefix):
-    """A checkpoint's series: its folder and its name before the number."""
-    return os.path.join(os.path.dirname(prefix),
-                        re.sub(r"[-_.]?\d+$", "", os.path.basename(prefix)))
-
-
-def _final_prefix(file_prefix):
-    """The checkpoint's own prefix, from the one TensorFlow gives this saver,
-    when it is a value (an eager save, or a cluster's traced one); else None."""
-    try:
-        path = file_prefix.numpy().decode()
-    except (AttributeError, TypeError, ValueError):
-        return None
-    if not _SAVER_SUFFIX.search(path):
-        return None
-    return chains.absolute(_SAVER_SUFFIX.sub("", path))
-
-
 def _save_tables(trackables, file_prefix):
     prefixes, after = [], []
-    final = _final_prefix(file_prefix)
+    final = chains.final_prefix(file_prefix)
     try:
         for i, (name, table) in enumerate(sorted(trackables.items())):
             written, after = table.write_chunks(tf.strings.join([file_prefix, f"_{i}"]), name,
@@ -330,7 +311,7 @@ def _save_tables(trackables, file_prefix):
             prefixes += written
     except tf.errors.OpError as e:  # an eager save's write failed: TensorFlow merges nothing
         _remove_written(file_prefix)
-        if "No space left" in str(e) or "Disk quota exceeded" in str(e):
+        if out_of_space(e):
             raise OSError(errno.ENOSPC, f"no space left on the device of "
                           f"{os.path.dirname(final or '.')} for checkpoint {final}: nothing of "
                           f"it is kept, the checkpoints before it are as they were, and the "
@@ -351,10 +332,10 @@ def _remove_written(file_prefix):
 
 def _restore_tables(trackables, merged_prefix):
     # Every table's chain is checked before any table changes.
+    checked = {name: table.check_chain(merged_prefix, name)
+               for name, table in sorted(trackables.items())}
     for name, table in sorted(trackables.items()):
-        table.check_chain(merged_prefix, name)
-    for name, table in sorted(trackables.items()):
-        table.read_chunks(merged_prefix, name)
+        table.read_chunks(name, *checked[name])
 
 
 registration.register_checkpoint_saver(

@@ -7,6 +7,7 @@ chain lives; a file system URL (gs://, s3://) is kept as it is.
 """
 import contextlib
 import os
+import re
 
 import numpy as np
 import tensorflow as tf
@@ -14,6 +15,8 @@ from tensorflow.python.checkpoint import checkpoint_management
 
 # Set while compact_checkpoint writes: every table's checkpoint full.
 ALL_FULL = []
+# What TensorFlow appends to a checkpoint's prefix for the table saver's files.
+_SAVER_SUFFIX = re.compile(r"-het_tf\.TableCheckpoint$")
 
 
 def open_reader(prefix):
@@ -23,11 +26,6 @@ def open_reader(prefix):
             prefix + ".index") else None
     except (tf.errors.OpError, ValueError):
         return None
-
-
-def has(prefix, tensor):
-    reader = open_reader(prefix)
-    return reader is not None and reader.has_tensor(tensor)
 
 
 def holds(prefix, name, save_id):
@@ -52,6 +50,24 @@ def chain_of(prefix, name):
 def absolute(path):
     """A local path made absolute; a file system URL (gs://, s3://) as it is."""
     return path if "://" in path else os.path.abspath(path)
+
+
+def series(prefix):
+    """A checkpoint's series: its folder and its name before the number."""
+    return os.path.join(os.path.dirname(prefix),
+                        re.sub(r"[-_.]?\d+$", "", os.path.basename(prefix)))
+
+
+def final_prefix(file_prefix):
+    """The checkpoint's own prefix, from the one TensorFlow gives this saver,
+    when it is a value (an eager save, or a cluster's traced one); else None."""
+    try:
+        path = file_prefix.numpy().decode()
+    except (AttributeError, TypeError, ValueError):
+        return None
+    if not _SAVER_SUFFIX.search(path):
+        return None
+    return absolute(_SAVER_SUFFIX.sub("", path))
 
 
 def linked(prefix, link):
