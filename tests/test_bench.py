@@ -19,7 +19,7 @@ def test_bench_runs_configurations_and_writes_figures_and_plots(tmp_path):
     out = tmp_path / "bench"
     # The cluster run behind shaped links (tests run as root; test_link.py
     # checks the links themselves).
-    done = run(["--only", "limit", "het-nocache", "--dim", "16", "--samples", "40960",
+    done = run(["--only", "limit", "het-nocache", "het-s100", "--dim", "16", "--samples", "40960",
                 "--eval-samples", "8192", "--timeline-samples", "2048", "--link", "1gbit",
                 "--out", str(out)])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -27,7 +27,7 @@ def test_bench_runs_configurations_and_writes_figures_and_plots(tmp_path):
     assert [s["key"] for s in results["sections"]] == ["wdl-d16-1gbit"]
     section = results["sections"][0]
     runs = section["runs"]
-    assert set(runs) == {"limit", "het-nocache"}
+    assert set(runs) == {"limit", "het-nocache", "het-s100"}
     assert results["link"] == "1gbit" and "## WDL, dim 16: 1gbit" in done.stdout
     assert runs["het-nocache"]["config"]["link"] == "1gbit"
     assert runs["het-nocache"]["config"]["dim"] == 16
@@ -53,6 +53,15 @@ def test_bench_runs_configurations_and_writes_figures_and_plots(tmp_path):
                  "auc_staleness.png", "report.md"):
         assert (out / name).stat().st_size > 0
     assert "| limit:" in (out / "report.md").read_text()
+    # The cached run against its Belady floor: the replay trained on the ids
+    # the workers' caches trained on (their own count, evaluations left
+    # out), and a cache that cannot see the future moved no fewer bytes.
+    floor = runs["het-s100"]["floor"]
+    assert floor["unique_keys"] == floor["trained_unique_keys"] > 0
+    assert floor["ratio"] >= 1.0 and floor["floor_bytes_per_sample"] > 0
+    assert runs["het-nocache"].get("floor") is None
+    assert "| het-s100 | " in (out / "report.md").read_text()
+    assert "Belady floor" in (out / "report.md").read_text()
     assert not re.search(r"issue \d", (out / "report.md").read_text(), re.IGNORECASE)
     assert results["versions"]["tensorflow-recommenders-addons"] == "0.8.1"
 

@@ -257,6 +257,14 @@ def build_call(draw, op, ctx):
                 dict(stay_bonus=draw(st.integers(0, 2))))
     if op == "HetKeySummary":
         return [unique_keys(draw)], {}
+    if op == "HetBeladyFloor":
+        steps = [unique_keys(draw, max_size=4) for _ in range(draw(st.integers(0, 4)))]
+        offsets = np.cumsum([0] + [len(s) for s in steps]).astype(np.int64)
+        keys = np.concatenate(steps) if steps else np.zeros([0], np.int64)
+        return [keys, offsets, np.int64(draw(st.integers(0, 3)))], dict(
+            table_name=ctx["name"], capacity=draw(st.integers(1, 4)), width=2 * DIM,
+            write_staleness=draw(st.integers(-1, 3)),
+            sync=draw(st.sampled_from(["refresh", "check"])), num_shards=draw(st.integers(1, 3)))
     if op == "HetKeySummaryHolds":
         summary = OPS.het_key_summary(unique_keys(draw))
         shape = draw(st.lists(st.integers(0, 3), max_size=2))
@@ -401,7 +409,7 @@ FUZZED_OPS = sorted(OP_DEFS)
 
 def test_every_op_is_fuzzed():
     """The fuzz below covers the library's whole op list, found at run time."""
-    assert len(FUZZED_OPS) == 46 and all(OP_DEFS[name] is not None for name in FUZZED_OPS)
+    assert len(FUZZED_OPS) == 47 and all(OP_DEFS[name] is not None for name in FUZZED_OPS)
 
 
 @pytest.mark.parametrize("op_name", FUZZED_OPS)

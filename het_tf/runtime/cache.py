@@ -122,15 +122,19 @@ class WorkerCache:
 
         return self._handles.get(device, make)
 
-    def stats(self):
-        """Counters summed over every worker's cache (eager)."""
+    def worker_stats(self):
+        """Each worker's cache's counters, in worker order (eager)."""
         def one(device):
             with self._placed(device):
                 names, values = self._ops.het_cache_stats(self.handle(device))
             return {n.decode(): int(v) for n, v in zip(names.numpy(), values.numpy())}
 
+        return self._on_every_worker(one)
+
+    def stats(self):
+        """Counters summed over every worker's cache (eager)."""
         total = {}
-        for stats in self._on_every_worker(one):
+        for stats in self.worker_stats():
             for key, value in stats.items():
                 total[key] = total.get(key, 0) + value
         return total

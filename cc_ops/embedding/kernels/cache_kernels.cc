@@ -144,6 +144,7 @@ class HetCacheStatsOp : public CacheKernel {
     const CacheCounters c = cache.Counters();
     OP_REQUIRES_OK(ctx, OutputStats(ctx, {
                                              {"capacity", cache.config().capacity},
+                                             {"width", cache.width()},
                                              {"rows", cache.size()},
                                              {"lookups", int64_t(c.lookups)},
                                              {"unique_keys", int64_t(c.unique_keys)},

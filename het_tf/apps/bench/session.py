@@ -5,7 +5,7 @@ import os
 import sys
 import time
 
-from het_tf.apps.bench import accuracy_sweep, plan, runs
+from het_tf.apps.bench import accuracy_sweep, floor, plan, runs
 from het_tf.apps.bench.experiments import miss_rates, unique_id_traffic
 from het_tf.apps.bench.report import plot, report, summarize
 from het_tf.apps.train import default_run_dir, options
@@ -71,6 +71,11 @@ def run(args):
                                                          "tfra"], args, section_dir, log, section)
                 result_local["under_strategy"] = result
                 result = result_local
+            if result.get("cached_tables"):
+                result["floor"] = floor.floor(result)
+                if "ratio" in result["floor"]:
+                    log(f"het-tf bench: {name}: {result['floor']['ratio']:.2f}x its Belady "
+                        f"floor ({result['floor']['floor_bytes_per_sample']:,.0f} bytes/sample)")
             entry["runs"][name] = result
             write_results()
         entry["table"], entry["targets"] = summarize(entry, args.target_share)

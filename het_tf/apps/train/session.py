@@ -9,7 +9,7 @@ import tensorflow as tf
 import tf_keras
 
 import het_tf
-from het_tf.apps.train import arguments, figures
+from het_tf.apps.train import arguments, figures, floor_inputs
 from het_tf.apps.train.checkpoints import PeriodicCheckpoints
 from het_tf.apps.train.inputs import Inputs
 from het_tf.apps.train.modes import MODES, own_command
@@ -78,6 +78,7 @@ def train(args, mode):
     os.makedirs(args.run_dir, exist_ok=True)
     model = _build_and_compile(args, inputs, mode)
     throughput = figures.Throughput(args.batch_size * steps_per_epoch)
+    evaluations = floor_inputs.EvaluationTraffic(model)
     own = {"ps": "chief:0", "hybrid": "rank:0"}.get(args.mode, "local")
     progress = figures.Progress(model, own)
     hot = _use_hot_rows(model, inputs, mode, args, epochs * steps_per_epoch) if args.hot else {}
@@ -112,8 +113,8 @@ def train(args, mode):
     # pending updates first would change the training it measures.
     with as_the_caches_stand():
         history = model.fit(train_input, epochs=epochs, steps_per_epoch=steps_per_epoch,
-                            callbacks=[throughput.callback] + [progress.callback] * (rank == 0)
-                            + exports,
+                            callbacks=[throughput.callback, evaluations.callback]
+                            + [progress.callback] * (rank == 0) + exports,
                             **timeline,
                             verbose=(1 if sys.stdout.isatty() else 2) if rank == 0 else 0).history
     mode.barrier()
@@ -138,6 +139,9 @@ def train(args, mode):
         result["before_flush"] = figures.evaluate_steps(model, eval_input, args)
     mode.flush(model)
     result.update(figures.embedding_figures(model, ranks=mode.size))
+    # For the benchmark's floor: what each cache trained, what evaluating moved.
+    result.update(cached_tables=floor_inputs.cached_tables(model, evaluations),
+                  evaluation_embedding_bytes=evaluations.bytes)
     if inputs.synthetic is None:
         read = {k: int(mode.sum(v)) for k, v in parse_stats(devices=mode.worker_devices()).items()}
         result.update(records_read=read["records"], malformed_records=read["malformed"])
