@@ -230,7 +230,8 @@ def _section_report(section, latency):
               "- embedding traffic at 10% cache, staleness 100, below cache off (counted, "
               f"ps mode; target 70% at dim 16, 75% at 128): without the lookahead "
               f"{_met(t['traffic_reduction_s100_vs_cache_off'], traffic_target, '.1%')}; with "
-              f"it {_met(t['traffic_reduction_s100_lookahead_vs_cache_off'], traffic_target, '.1%')}",
+              "it " + _met(t["traffic_reduction_s100_lookahead_vs_cache_off"], traffic_target,
+                           ".1%"),
               f"- AUC at staleness 100 minus staleness 0: {_fmt(t['auc_s100_minus_s0'], '+.4f')}"
               f"; at staleness auto: {_fmt(t['auc_auto_minus_s0'], '+.4f')} (one run each: "
               "`--sweep` repeats them)",
