@@ -18,5 +18,6 @@ def belady_floor(steps, table, capacity, width, write_staleness=-1, sync="refres
     keys = np.concatenate(steps) if steps else np.zeros([0], np.int64)
     names, values = _op_library.load().het_belady_floor(
         keys, offsets, np.int64(refreshes), table_name=table, capacity=int(capacity),
-        width=int(width), write_staleness=int(write_staleness), sync=sync, num_shards=int(num_shards))
+        width=int(width), write_staleness=int(write_staleness), sync=sync,
+        num_shards=int(num_shards))
     return {n.decode(): int(v) for n, v in zip(names.numpy(), values.numpy())}
