@@ -58,6 +58,12 @@ CONFIGURATIONS = (
 # The staleness sweep for AUC: s10 and s100 come from the configurations above.
 STALENESS_SWEEP = (("het-s0", "0"), ("het-s10", "10"), ("het-s100", "100"),
                    ("het-s10000", "10000"), ("het-sinf", "inf"), ("het-auto", "auto"))
+# The reduced plan: the headline comparisons (TF's PS, cache off and the
+# cache with the lookahead, ps and hybrid mode) at fewer samples, so that a
+# before/after pair fits one sitting (under 15 minutes on 2 cores).
+REDUCED = ("keras-ps", "het-nocache", "het-s100-lookahead", "hybrid-nocache",
+           "hybrid-s100-lookahead")
+REDUCED_SAMPLES = (300_000, 20_000)
 CACHE_FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.15, 0.2)
 MODELS = ("wdl", "deepfm", "dcn")
 DIMS = (16, 128)  # het-tf train's default, and HET's paper's
@@ -93,9 +99,11 @@ def add_arguments(p):
                    "dim)")
     p.add_argument("--dim", type=int, nargs="+", default=list(DIMS),
                    help="one or several embedding sizes (default 16 128)")
-    p.add_argument("--plan", choices=("default", "full"), default="default",
+    p.add_argument("--plan", choices=("default", "reduced", "full"), default="default",
                    help="full: WDL, DeepFM and DCN at dims 16 and 128, on loopback and behind "
-                   f"--link (default {FULL_PLAN_LINK}), in place of --model and --dim")
+                   f"--link (default {FULL_PLAN_LINK}), in place of --model and --dim; "
+                   f"reduced: only {', '.join(REDUCED)} (unless --only), "
+                   f"{REDUCED_SAMPLES[0]:,} samples a run and no miss-rate curve")
     p.add_argument("--timeline-samples", type=int, default=TIMELINE_SAMPLES,
                    help="held-out samples evaluated at each tenth of training, for AUC "
                    "against time (0: off)")
@@ -103,11 +111,11 @@ def add_arguments(p):
                    help="time to accuracy is measured to this share of the best AUC any "
                    "configuration of a section reached")
     p.add_argument("--samples", type=int,
-                   help="training samples per run (default 1,000,000; with --sweep, the "
-                   "sweep size's)")
+                   help="training samples per run (default 1,000,000; with --plan reduced, "
+                   f"{REDUCED_SAMPLES[0]:,}; with --sweep, the sweep size's)")
     p.add_argument("--eval-samples", type=int,
-                   help="held-out samples per run (default 100,000; with --sweep, the sweep "
-                   "size's)")
+                   help="held-out samples per run (default 100,000; with --plan reduced, "
+                   f"{REDUCED_SAMPLES[1]:,}; with --sweep, the sweep size's)")
     p.add_argument("--sweep", action="store_true",
                    help="instead of the configurations: held-out accuracy of SGD, Adagrad "
                    "and Adam at staleness 0 (the cache-off path), 10, 100, 10,000 and auto, "
@@ -132,7 +140,10 @@ def add_arguments(p):
 def resolve(args):
     """Fills --samples and --eval-samples from the sweep size or the defaults."""
     samples, eval_samples = (accuracy_sweep.SIZES[args.sweep_size] if args.sweep
+                             else REDUCED_SAMPLES if args.plan == "reduced"
                              else (1_000_000, 100_000))
+    if args.plan == "reduced" and not args.only:
+        args.only = list(REDUCED)
     args.samples = samples if args.samples is None else args.samples
     args.eval_samples = eval_samples if args.eval_samples is None else args.eval_samples
     if args.samples < 1 or args.eval_samples < 1:

@@ -53,8 +53,9 @@ def run(args):
         with open(os.path.join(out, "results.json"), "w") as f:
             json.dump(results, f, indent=2)
 
-    log("het-tf bench: miss rate against cache size (LRU, LFU)")
-    results["miss_rates"] = miss_rates(args)
+    if args.plan != "reduced":
+        log("het-tf bench: miss rate against cache size (LRU, LFU)")
+        results["miss_rates"] = miss_rates(args)
     for index, section in enumerate(plan.sections(args, rate)):
         log(f"het-tf bench: {section.title}")
         entry = {"model": section.model, "dim": section.dim, "link": section.link or "loopback",
