@@ -50,6 +50,14 @@ FIELDS = {"sgd": ("w",), "adagrad": ("w", "acc"), "adam": ("w", "m", "v"),
           "ftrl": ("w", "acc", "lin")}
 
 
+def initial_state(key, dim, seed):
+    """A new row's every field: its initializer's values and the
+    optimizer's initial slots (Adagrad's and FTRL's accumulator at 0.1)."""
+    return dict(w=initial_row(key, dim, seed), acc=np.full(dim, 0.1, np.float32),
+                m=np.zeros(dim, np.float32), v=np.zeros(dim, np.float32),
+                lin=np.zeros(dim, np.float32))
+
+
 def ftrl_weight(lr, linear, acc):
     """FTRL-proximal's row from its slots, at l1 = l2 = beta = 0 and
     learning_rate_power -0.5 (the table's defaults)."""
@@ -173,11 +181,7 @@ class RefTable:
 
     def row(self, key):
         if key not in self.rows:
-            self.rows[key] = dict(w=initial_row(key, self.dim, self.seed),
-                                  acc=np.full(self.dim, 0.1, np.float32),
-                                  m=np.zeros(self.dim, np.float32),
-                                  v=np.zeros(self.dim, np.float32),
-                                  lin=np.zeros(self.dim, np.float32), clock=0, step=0)
+            self.rows[key] = dict(initial_state(key, self.dim, self.seed), clock=0, step=0)
         return self.rows[key]
 
     def state(self, key):
@@ -195,7 +199,9 @@ class RefTable:
 
     def sync(self, worker, generation, misses, evicted, read_staleness):
         """The sync by refresh: ([(state, clock)] of the misses, [(key,
-        state, clock)] of the sender's queued copies, oldest first)."""
+        state, clock)] of the sender's queued copies, oldest first). A row
+        made for a miss comes as (None, clock): the worker makes it (a
+        first touch moves no row)."""
         rec = self.records.get(worker)
         if rec is None or rec["generation"] != generation:
             rec = self.records[worker] = dict(generation=generation, clocks={}, queue=[])
@@ -204,7 +210,8 @@ class RefTable:
             rec["clocks"].pop(k, None)
         answers = []
         for k in misses:
-            answers.append((self.state(k), self.row(k)["clock"]))
+            made = k not in self.rows
+            answers.append((None if made else self.state(k), self.row(k)["clock"]))
             rec["clocks"][k] = self.row(k)["clock"]
             rec["queue"] = [q for q in rec["queue"] if q != k]
         refreshes = []
@@ -284,7 +291,8 @@ class RefCache:
         self.fetched_ahead = set()  # inserted by the last prefetch, until the next lookup
         self.counters = dict(lookups=0, unique_keys=0, hits=0, misses=0, stale_refreshes=0,
                              evictions=0, dirty_evictions=0, passed_through=0, rows_pulled=0,
-                             rows_pushed=0, updates_pushed=0, prefetched=0, prefetch_hits=0)
+                             rows_pushed=0, updates_pushed=0, prefetched=0, prefetch_hits=0,
+                             rows_rebuilt=0)
 
     def _bucket(self, touches):
         if self.policy == "lru":
@@ -343,7 +351,14 @@ class RefCache:
             if k in self.entries:
                 self._refresh(self.entries[k], state, clock)
         self.counters["rows_pulled"] += len(fetched) + len(refreshes)
-        return dict(zip(misses, fetched))
+        made = {}
+        for k, (state, clock) in zip(misses, fetched):
+            if state is None:  # the shard made it: so does the cache
+                state = {f: v for f, v in initial_state(k, self.table.dim, self.table.seed).items()
+                         if f in self.table.fields}
+                self.counters["rows_rebuilt"] += 1
+            made[k] = (state, clock)
+        return made
 
     def lookup(self, ids, training, lookahead=False):
         """lookahead: the step's prefetch carries the updates, so the

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from het_tf.apps.bench.floor import not_replayed
+from het_tf.apps.bench.floor import first_touches, not_replayed
 from het_tf.runtime.belady_floor import belady_floor
 
 
@@ -64,3 +64,20 @@ def test_runs_whose_ids_the_data_does_not_give_are_not_replayed():
     assert "hot rows" in not_replayed({**base, "config": {"data": "synthetic", "hot_rows": 5}})
     assert "not synthetic" in not_replayed({**base, "config": {"data": "day_0.tsv"}})
     assert "HeraldRoute" in not_replayed({**base, "cached_tables": [{"route": "HeraldRoute"}]})
+
+
+def test_each_key_is_made_for_the_worker_that_touches_it_first():
+    traces = [[np.array([1, 2]), np.array([3])], [np.array([2, 3]), np.array([4, 1])]]
+    made = first_touches(traces)
+    # 2 at step 0 by both: the lower worker; 3 at step 0 by worker 1.
+    assert [sorted(m.tolist()) for m in made] == [[1, 2], [3, 4]]
+    assert [m.tolist() for m in first_touches([[], [np.array([5])]])] == [[], [5]]
+
+
+def test_first_touches_made_by_the_shard_cost_no_row():
+    trace = [[1, 2, 3], [1, 4]]
+    whole = belady_floor(trace, "t", 8, 4)
+    lean = belady_floor(trace, "t", 8, 4, made_keys=[1, 3])
+    assert lean["made"] == 2 and whole["made"] == 0
+    # Two states of 4 floats saved; a byte of bits, padded to 4, spent.
+    assert whole["bytes_received"] - lean["bytes_received"] == 2 * 4 * 4 - 4

@@ -261,7 +261,7 @@ def build_call(draw, op, ctx):
         steps = [unique_keys(draw, max_size=4) for _ in range(draw(st.integers(0, 4)))]
         offsets = np.cumsum([0] + [len(s) for s in steps]).astype(np.int64)
         keys = np.concatenate(steps) if steps else np.zeros([0], np.int64)
-        return [keys, offsets, np.int64(draw(st.integers(0, 3)))], dict(
+        return [keys, offsets, np.int64(draw(st.integers(0, 3))), unique_keys(draw)], dict(
             table_name=ctx["name"], capacity=draw(st.integers(1, 4)), width=2 * DIM,
             write_staleness=draw(st.integers(-1, 3)),
             sync=draw(st.sampled_from(["refresh", "check"])), num_shards=draw(st.integers(1, 3)))

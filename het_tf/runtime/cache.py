@@ -118,6 +118,10 @@ class WorkerCache:
                     write_staleness=c.write_staleness, staleness_ramp=c.staleness_ramp,
                     sync=c.sync, num_shards=self.table.num_shards,
                     rows_leave=self.table.config.evicting or self.table.config.ttl is not None,
+                    # A row a shard makes for a miss is made here instead:
+                    # its clock alone comes back (rows written otherwise,
+                    # by weights, a restore or a push, come whole).
+                    rebuild_rows=True, **self.table.config.initializer_attrs(),
                     shared_name=self.shared_name, **self.table.config.optimizer.op_attrs())
 
         return self._handles.get(device, make)

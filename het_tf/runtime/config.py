@@ -247,10 +247,14 @@ class TableConfig:
                     max_rows=max_rows, on_full=self.on_full, eviction=self.eviction,
                     ttl_seconds=-1 if self.ttl is None else int(self.ttl),
                     admit_after=0 if self.admit_after is None else int(self.admit_after),
-                    initializer="constant" if self.initializer == "zeros" else self.initializer,
-                    initializer_a=0.0 if self.initializer == "zeros" else self.initializer_a,
-                    initializer_b=self.initializer_b, seed=self.seed,
-                    **self.optimizer.op_attrs())
+                    **self.initializer_attrs(), **self.optimizer.op_attrs())
+
+    def initializer_attrs(self):
+        """How the shards make new rows, as the table and cache ops take it."""
+        return dict(
+            initializer="constant" if self.initializer == "zeros" else self.initializer,
+            initializer_a=0.0 if self.initializer == "zeros" else self.initializer_a,
+            initializer_b=self.initializer_b, seed=self.seed)
 
 
 # The longest window of Herald's plan: the cache keeps the last 64 batches

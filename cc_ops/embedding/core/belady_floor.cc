@@ -50,8 +50,10 @@ Steps UniqueSteps(const int64_t* keys, const int64_t* offsets, int64_t steps) {
 // One step's messages to every shard: what the measured protocol sends.
 struct Messages {
   explicit Messages(int shards)
-      : misses(shards), evicted(shards), unanswered(shards), bound(shards) {}
-  std::vector<std::vector<int64_t>> misses, evicted, unanswered, bound;
+      : misses(shards), made(shards), evicted(shards), unanswered(shards), bound(shards) {}
+  std::vector<std::vector<int64_t>> misses;
+  std::vector<std::vector<uint8_t>> made;  // each miss: the shard makes its row for this worker
+  std::vector<std::vector<int64_t>> evicted, unanswered, bound;
 };
 
 // The bytes of one step's exchange with each shard under `sync`, for
@@ -77,6 +79,7 @@ void CountBytes(const FloorConfig& config, const Messages& m, int64_t unique,
   for (int s = 0; s < shards; ++s) {
     wire::ExchangeRequest request;
     request.width = config.width;
+    request.initial_state = 1;  // the worker makes the rows made for it
     request.misses = m.misses[s];
     request.evicted = m.evicted[s];
     request.push_keys = m.unanswered[s];
@@ -94,8 +97,16 @@ void CountBytes(const FloorConfig& config, const Messages& m, int64_t unique,
     answer.width = config.width;
     answer.push_states = {zeros->data(), static_cast<int64_t>(m.bound[s].size())};
     answer.push_clocks.assign(m.bound[s].size(), 0);
-    answer.miss_states = {zeros->data(), static_cast<int64_t>(m.misses[s].size())};
-    answer.miss_clocks.assign(m.misses[s].size(), 0);
+    const size_t misses = m.misses[s].size();
+    int64_t made = 0;
+    for (size_t i = 0; i < misses; ++i) {
+      if (!m.made[s][i]) continue;
+      answer.miss_rebuilt.resize((misses + 7) / 8, 0);
+      answer.miss_rebuilt[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
+      ++made;
+    }
+    answer.miss_states = {zeros->data(), static_cast<int64_t>(misses) - made};
+    answer.miss_clocks.assign(misses, 0);
     std::vector<uint8_t> bytes;
     wire::EncodeRequest(request, &bytes);
     out->bytes_sent += bytes.size();
@@ -154,10 +165,17 @@ Status Check(const int64_t* offsets, int64_t steps, const FloorConfig& config) {
 }  // namespace
 
 Status ReplayBelady(const int64_t* keys, const int64_t* offsets, int64_t steps,
-                    const FloorConfig& config, FloorCounts* out) {
+                    const int64_t* made_keys, int64_t num_made, const FloorConfig& config,
+                    FloorCounts* out) {
   HET_RETURN_IF_ERROR(Check(offsets, steps, config));
   *out = FloorCounts();
   const Steps s = UniqueSteps(keys, offsets, steps);
+  // Under "refresh" a row the shard makes for this worker's first touch
+  // comes as its clock alone; under "check" every row comes whole.
+  std::unordered_map<int64_t, bool> made;  // key -> its first touch still to come
+  if (config.sync == SyncMode::kRefresh) {
+    for (int64_t i = 0; i < num_made; ++i) made.emplace(made_keys[i], true);
+  }
   struct Entry {
     int64_t order = kNever;  // its place in by_next_use
     int64_t pending = 0;     // local updates not pushed
@@ -188,7 +206,13 @@ Status ReplayBelady(const int64_t* keys, const int64_t* offsets, int64_t steps,
       const int64_t key = s.keys[i];
       auto it = cache.find(key);
       if (it == cache.end()) {
-        m.misses[ShardOf(key, shards)].push_back(key);
+        const int shard = ShardOf(key, shards);
+        auto first = made.find(key);
+        const bool makes = first != made.end() && first->second;
+        if (makes) first->second = false;
+        out->made += makes;
+        m.misses[shard].push_back(key);
+        m.made[shard].push_back(makes);
         missed.push_back(i);
         continue;
       }

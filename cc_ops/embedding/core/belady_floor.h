@@ -42,6 +42,7 @@ struct FloorCounts {
   int64_t steps = 0;
   int64_t unique_keys = 0;     // summed over the steps
   int64_t misses = 0;          // rows fetched (first touches among them)
+  int64_t made = 0;            // of those, first touches the shard sent as a clock alone
   int64_t passed_through = 0;  // misses with no room: a step held more rows than the capacity
   int64_t evictions = 0;
   int64_t pushes = 0;   // rows pushed: evicted or passed through with updates, bound, flush
@@ -52,10 +53,13 @@ struct FloorCounts {
 
 // Replays `steps` steps: step t looked up keys[offsets[t] .. offsets[t + 1])
 // (repeats allowed; offsets has steps + 1 entries, ascending, from 0), and
-// ends with a flush of every row still holding updates. Refuses a bad
-// setting or offsets.
+// ends with a flush of every row still holding updates. `made_keys` are
+// the keys whose row the shard makes for this worker's first touch (no
+// other worker touched them before): under "refresh" their first miss
+// costs a clock and a bit. Refuses a bad setting or offsets.
 Status ReplayBelady(const int64_t* keys, const int64_t* offsets, int64_t steps,
-                    const FloorConfig& config, FloorCounts* out);
+                    const int64_t* made_keys, int64_t num_made, const FloorConfig& config,
+                    FloorCounts* out);
 
 }  // namespace het
 

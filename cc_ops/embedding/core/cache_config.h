@@ -9,6 +9,7 @@
 
 #include "cc_ops/common/status.h"
 #include "cc_ops/embedding/core/eviction_order.h"
+#include "cc_ops/embedding/core/row_initializer.h"
 #include "cc_ops/embedding/core/sparse_optimizer.h"
 
 namespace het {
@@ -47,6 +48,11 @@ struct CacheConfig {
   // keeps a row while it records this cache's copy, so the eviction of a
   // copy is reported only once its updates have gone out.
   bool rows_leave = false;
+  // The table's initializer, for rows this cache may make itself: a shard
+  // whose initial states match (initial_state.h) sends a row it made for a
+  // miss as its clock alone. Off: every missing row comes whole.
+  bool rebuilds_rows = false;
+  InitializerConfig initializer;
 };
 
 Status ValidateCacheConfig(const CacheConfig& config);

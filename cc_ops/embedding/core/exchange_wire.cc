@@ -63,6 +63,12 @@ class Writer {
     Scalar(static_cast<uint32_t>(rows.rows));
     Append(rows.data, sizeof(float) * size_t(rows.rows) * width);
   }
+  // Bytes of bits, padded to the next section's 4-byte alignment.
+  void Bits(const std::vector<uint8_t>& bits) {
+    Scalar(static_cast<uint32_t>(bits.size()));
+    Append(bits.data(), bits.size());
+    out_->resize(out_->size() + (4 - bits.size() % 4) % 4, 0);
+  }
 
  private:
   void Append(const void* data, size_t n) {
@@ -118,6 +124,15 @@ class Reader {
     rows.rows = n;
     at_ += bytes;
   }
+  void Bits(std::vector<uint8_t>& bits) {
+    uint32_t n = 0;
+    Scalar(n);
+    const size_t padded = size_t(n) + (4 - n % 4) % 4;
+    bits.clear();
+    if (!ok() || n > kMaxCount || !Have(padded, "bits")) return;
+    bits.assign(data_ + at_, data_ + at_ + n);
+    at_ += padded;
+  }
   // Every byte read, the header right, and the lengths consistent.
   Status Finish() {
     if (ok() && at_ != size_) Fail(std::to_string(size_ - at_) + " bytes left over");
@@ -158,6 +173,7 @@ void RequestFields(Io& io, Request& r) {
   io.Scalar(r.read_staleness);
   io.Scalar(r.learning_rate);
   io.Scalar(r.push_unanswered);
+  io.Scalar(r.initial_state);
   io.Ints(r.misses);
   io.Ints(r.evicted);
   io.Ints(r.push_keys);
@@ -173,6 +189,7 @@ void AnswerFields(Io& io, Answer& a) {
   io.Ints(a.push_clocks);
   io.RowsOf(a.miss_states, a.width);
   io.Ints(a.miss_clocks);
+  io.Bits(a.miss_rebuilt);
   io.Ints(a.refresh_keys);
   io.RowsOf(a.refresh_states, a.width);
   io.Ints(a.refresh_clocks);
@@ -232,8 +249,15 @@ Status DecodeAnswer(const std::string& table, const uint8_t* data, size_t size, 
   Reader reader(table, "answer", data, size);
   ReadHeader(reader, kAnswerMagic, kAnswerMagicV1, "cache", a->width);
   if (reader.ok()) AnswerFields(reader, *a);
+  int64_t rebuilt = 0;
+  for (uint8_t byte : a->miss_rebuilt) rebuilt += __builtin_popcount(byte);
+  const size_t misses = a->miss_clocks.size();
+  reader.Check(
+      a->miss_rebuilt.empty() || (a->miss_rebuilt.size() == (misses + 7) / 8 &&
+                                  (misses % 8 == 0 || a->miss_rebuilt.back() >> (misses % 8) == 0)),
+      "the rebuilt misses' bits do not fit " + std::to_string(misses) + " misses");
   reader.Check(a->push_states.rows == static_cast<int64_t>(a->push_clocks.size()) &&
-                   a->miss_states.rows == static_cast<int64_t>(a->miss_clocks.size()) &&
+                   a->miss_states.rows + rebuilt == static_cast<int64_t>(misses) &&
                    a->refresh_states.rows == static_cast<int64_t>(a->refresh_keys.size()) &&
                    a->refresh_clocks.size() == a->refresh_keys.size(),
                "rows and clocks differ in number");

@@ -36,14 +36,19 @@ struct Rows {
 };
 
 // 2: requests carry their round's sequence number and the epoch the worker
-// last saw (sender_log.h).
-constexpr uint32_t kWireVersion = 2;
+// last saw (sender_log.h). 3: requests name the initial states the worker
+// can rebuild, and answers send a row made for the request as its clock
+// alone (a first touch moves no row).
+constexpr uint32_t kWireVersion = 3;
 
 struct ExchangeRequest {
-  Sender sender;                 // with the round's sequence and the epoch the worker saw
-  int64_t read_staleness = 0;    // the read bound in force
-  float learning_rate = 0.0f;    // of the pushes
-  int32_t width = 0;             // floats of a row's state, checked by the shard
+  Sender sender;               // with the round's sequence and the epoch the worker saw
+  int64_t read_staleness = 0;  // the read bound in force
+  float learning_rate = 0.0f;  // of the pushes
+  int32_t width = 0;           // floats of a row's state, checked by the shard
+  // InitialStateFingerprint of the rows this worker can make itself
+  // (initial_state.h); 0: none.
+  uint64_t initial_state = 0;
   std::vector<int64_t> misses;   // unique keys not cached, in the batch's order
   std::vector<int64_t> evicted;  // copies dropped since the last completed exchange
   // The pushes due: the first `push_unanswered` rows were evicted and want
@@ -58,12 +63,22 @@ struct ExchangeAnswer {
   int32_t width = 0;
   Rows push_states;  // each answered push's row after the merge, in order
   std::vector<int64_t> push_clocks;
-  Rows miss_states;  // in the request's order
+  // Every miss's clock, in the request's order; the states of those not
+  // rebuilt, in the same order. A miss is rebuilt (its bit in miss_rebuilt,
+  // bit i % 8 of byte i / 8, is set) when the shard made its row for this
+  // request from the initial state the request named: the worker makes it.
+  Rows miss_states;
   std::vector<int64_t> miss_clocks;
+  std::vector<uint8_t> miss_rebuilt;  // empty: none
   std::vector<int64_t> refresh_keys;  // the sender's copies past its read bound
   Rows refresh_states;
   std::vector<int64_t> refresh_clocks;
 };
+
+// Whether answer miss i is rebuilt.
+inline bool Rebuilt(const std::vector<uint8_t>& bits, size_t i) {
+  return i / 8 < bits.size() && (bits[i / 8] >> (i % 8) & 1) != 0;
+}
 
 void EncodeRequest(const ExchangeRequest& request, std::vector<uint8_t>* out);
 void EncodeAnswer(const ExchangeAnswer& answer, std::vector<uint8_t>* out);

@@ -38,11 +38,13 @@ struct PulledRows {
   std::vector<int64_t> clocks;
 };
 
-// A sync's answer: the misses' states and clocks in request order, and the
-// fresh states of the sender's copies that went past its read bound.
+// A sync's answer: the misses' clocks in request order, with the states of
+// those not rebuilt (miss_rebuilt: a bit each, as exchange_wire.h has it),
+// and the fresh states of the sender's copies that went past its read bound.
 struct SyncedRows {
-  std::vector<float> miss_states;  // misses * StateWidth
+  std::vector<float> miss_states;  // (misses - rebuilt) * StateWidth
   std::vector<int64_t> miss_clocks;
+  std::vector<uint8_t> miss_rebuilt;
   std::vector<int64_t> refresh_keys;
   std::vector<float> refresh_states;
   std::vector<int64_t> refresh_clocks;

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "cc_ops/common/hashing.h"
+#include "cc_ops/embedding/core/initial_state.h"
 #include "cc_ops/embedding/core/wire_sizes.h"
 
 namespace het {
@@ -109,18 +110,19 @@ char* TableShard::FindOrCreate(Stripe& stripe, int64_t key, bool* created, uint3
   return p;
 }
 
-char* TableShard::FindOrAdmit(Stripe& stripe, int64_t key, bool create) {
+char* TableShard::FindOrAdmit(Stripe& stripe, int64_t key, bool create, bool* created) {
+  bool made = false;
   if (!create) {
     const uint32_t row = stripe.index.Find(key);
     if (row == KeyIndex::kAbsent) return nullptr;
   }
-  bool created;
-  return FindOrCreate(stripe, key, &created);
+  char* p = FindOrCreate(stripe, key, &made);
+  if (created != nullptr) *created = made;
+  return p;
 }
 
 int64_t TableShard::NewState(int64_t key, float* state) const {
-  InitializeRow(config_.initializer, key, config_.dim, state);
-  InitializeSlots(config_.optimizer, config_.dim, state + config_.dim);
+  MakeInitialState(config_.initializer, config_.optimizer, config_.dim, key, state);
   return clock_floor_.load(std::memory_order_relaxed);
 }
 

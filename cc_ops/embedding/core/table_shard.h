@@ -218,9 +218,9 @@ class TableShard {
     if (tracking_.load(std::memory_order_relaxed)) stripe.changes.Changed(slot);
   }
   void AppendRow(char* p, TableChunk* out) const;  // the row's whole state
-  // The row of key, created if `create`; null if it is not held and not
-  // created (the caller reads the default row).
-  char* FindOrAdmit(Stripe& stripe, int64_t key, bool create);
+  // The row of key, created if `create` (then *created); null if it is not
+  // held and not created (the caller reads the default row).
+  char* FindOrAdmit(Stripe& stripe, int64_t key, bool create, bool* created = nullptr);
   // The default row's state: zeros, and the optimizer's initial slots.
   void DefaultState(float* state, int width) const;
   // The state (values and fresh slots) a new row of `key` starts with, and
@@ -274,10 +274,11 @@ class TableShard {
                      const int64_t* base_clocks, int64_t n, float learning_rate, float* states,
                      int64_t* clocks, const Sender& sender, int64_t unanswered, bool reserved);
   // An exchange's read half, checked and its new rows reserved: drops the
-  // evicted copies from the sender's record, answers its misses and queued
-  // refreshes, and records them.
+  // evicted copies from the sender's record, answers its misses (with
+  // `rebuild`, a row made for one by its clock alone) and queued refreshes,
+  // and records them.
   void Serve(const Sender& sender, const std::vector<int64_t>& misses,
-             const std::vector<int64_t>& evicted, int64_t read_staleness,
+             const std::vector<int64_t>& evicted, int64_t read_staleness, bool rebuild,
              const RowReservation* room, SyncedRows* out);
   // Queues the sender's copies of `keys`, whose refresh it never got (the
   // answer was lost): its next exchange takes them.
@@ -303,7 +304,6 @@ class TableShard {
   std::atomic<int64_t> epoch_;
   SenderLog senders_;
   std::atomic<bool> tracking_{false};  // from the first ForgetChanges until Clear
-
   std::atomic<int64_t> reserved_rows_{0};
   std::atomic<int64_t> rows_{0};
   // Evicting shards only: the room lock (RowReservation), the use clock

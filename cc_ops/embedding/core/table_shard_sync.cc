@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "cc_ops/embedding/core/exchange_wire.h"
+#include "cc_ops/embedding/core/initial_state.h"
 #include "cc_ops/embedding/core/table_shard.h"
 
 namespace het {
@@ -70,13 +71,20 @@ Status TableShard::Exchange(const uint8_t* request, size_t size, std::vector<uin
                                     push_states.data(), a.push_clocks.data(), r.sender,
                                     r.push_unanswered, /*reserved=*/true));
   }
+  // A worker that makes rows from the same initial states as this shard's
+  // is sent only the clocks of rows made for it.
+  const bool rebuild = r.initial_state != 0 &&
+                       r.initial_state == InitialStateFingerprint(config_.initializer,
+                                                                  config_.optimizer, config_.dim);
   SyncedRows rows;
   if (turn.repeat()) Requeue(r.sender, turn.lost_refreshes());
-  Serve(r.sender, r.misses, r.evicted, r.read_staleness, reservation.get(), &rows);
+  Serve(r.sender, r.misses, r.evicted, r.read_staleness, rebuild, reservation.get(), &rows);
   turn.Done(rows.refresh_keys);
   a.push_states = {push_states.data(), answered};
-  a.miss_states = {rows.miss_states.data(), static_cast<int64_t>(rows.miss_clocks.size())};
+  a.miss_states = {rows.miss_states.data(),
+                   static_cast<int64_t>(rows.miss_states.size() / std::max(r.width, 1))};
   a.miss_clocks = std::move(rows.miss_clocks);
+  a.miss_rebuilt = std::move(rows.miss_rebuilt);
   a.refresh_keys = std::move(rows.refresh_keys);
   a.refresh_states = {rows.refresh_states.data(), static_cast<int64_t>(a.refresh_keys.size())};
   a.refresh_clocks = std::move(rows.refresh_clocks);
@@ -143,7 +151,7 @@ void TableShard::Requeue(const Sender& sender, const std::vector<int64_t>& keys)
 }
 
 void TableShard::Serve(const Sender& sender, const std::vector<int64_t>& misses,
-                       const std::vector<int64_t>& evicted, int64_t read_staleness,
+                       const std::vector<int64_t>& evicted, int64_t read_staleness, bool rebuild,
                        const RowReservation* room, SyncedRows* out) {
   const int64_t m = static_cast<int64_t>(misses.size());
   // Each stripe's records are kept under its lock, with its rows: a copy is
@@ -172,18 +180,40 @@ void TableShard::Serve(const Sender& sender, const std::vector<int64_t>& misses,
   }
   out->miss_states.resize(size_t(m) * width);
   out->miss_clocks.resize(m);
+  out->miss_rebuilt.assign(rebuild ? (m + 7) / 8 : 0, 0);
+  bool rebuilt = false;
   ForEachByStripe(misses.data(), m, [&](Stripe& stripe, int32_t i) {
-    char* p = FindOrAdmit(stripe, misses[i], Creates(room, i));
+    bool created = false;
+    char* p = FindOrAdmit(stripe, misses[i], Creates(room, i), &created);
     if (p == nullptr) {  // not admitted: the default state, not recorded, for no cache keeps it
       DefaultState(out->miss_states.data() + size_t(i) * width, width);
       out->miss_clocks[i] = kNotAdmitted;
       return;
     }
-    std::memcpy(out->miss_states.data() + size_t(i) * width, Values(p), sizeof(float) * width);
+    if (rebuild && created) {  // its initial state: the worker makes it
+      out->miss_rebuilt[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
+      rebuilt = true;
+    } else {
+      std::memcpy(out->miss_states.data() + size_t(i) * width, Values(p), sizeof(float) * width);
+    }
     out->miss_clocks[i] = *Clock(p);
     // The record is the one taken above: only this request replaces it.
     records[&stripe - stripes_.data()]->Hold(misses[i], *Clock(p));
   });
+  if (!rebuilt) {
+    out->miss_rebuilt.clear();
+  } else {  // the states of the rows not rebuilt, in order
+    size_t kept = 0;
+    for (int64_t i = 0; i < m; ++i) {
+      if (wire::Rebuilt(out->miss_rebuilt, i)) continue;
+      if (kept != size_t(i)) {
+        std::memmove(out->miss_states.data() + kept * width,
+                     out->miss_states.data() + size_t(i) * width, sizeof(float) * width);
+      }
+      ++kept;
+    }
+    out->miss_states.resize(kept * width);
+  }
   const int64_t r = static_cast<int64_t>(out->refresh_keys.size());
   pull_requests_.fetch_add(1, std::memory_order_relaxed);
   keys_checked_.fetch_add(m, std::memory_order_relaxed);

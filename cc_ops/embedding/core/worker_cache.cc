@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "cc_ops/embedding/core/initial_state.h"
 #include "cc_ops/embedding/core/key_checks.h"
 #include "cc_ops/embedding/core/wire_sizes.h"
 
@@ -36,6 +37,9 @@ WorkerCache::WorkerCache(const CacheConfig& config) : WorkerCacheData(config) {}
 WorkerCacheData::WorkerCacheData(const CacheConfig& config)
     : config_(config),
       width_(StateWidth(config.optimizer.kind, config.dim)),
+      initial_state_(config.rebuilds_rows
+                         ? InitialStateFingerprint(config.initializer, config.optimizer, config.dim)
+                         : 0),
       // The index grows with the rows cached, as the arrays' pages do.
       order_(config.policy, config.capacity, config.pin_threshold),
       entries_(static_cast<size_t>(config.capacity)),

@@ -272,10 +272,12 @@ class WorkerCache : private WorkerCacheData {
   // What every exchange's answers do, for the keys it asked about (slots:
   // theirs, -1 for the misses): checks them, acknowledges the pushes and
   // refreshes stale copies; fresh[i] and fresh_clocks[i] receive key i's
-  // missing row. Changes nothing unless every check passes.
+  // missing row (one the shard made for this request is made here, in
+  // `rebuilt`). Changes nothing unless every check passes.
   Status TakeAnswers(const int64_t* keys, int64_t u, const std::vector<int32_t>& slots,
                      const uint8_t* const* answers, const size_t* sizes, int64_t shards,
-                     std::vector<const float*>* fresh, std::vector<int64_t>* fresh_clocks);
+                     std::vector<const float*>* fresh, std::vector<int64_t>* fresh_clocks,
+                     std::vector<float>* rebuilt);
   // A free or evicted slot takes a row fetched at the shard's clock.
   void InsertRow(int32_t slot, int64_t key, const float* state, int64_t clock);
   // The outbox's rows as a fill starts (the first of each key), for

@@ -35,6 +35,9 @@ class WorkerCacheData {
 
   const CacheConfig config_;
   const int width_;
+  // The initial states this cache makes rows from (its requests name them),
+  // 0 when it makes none.
+  const uint64_t initial_state_;
   mutable std::mutex mu_;
   KeyIndex index_;
   EvictionOrder order_;

@@ -99,8 +99,9 @@ Status WorkerCache::EndPrefetch(const int64_t* unique_keys, int64_t u,
   for (int64_t i = 0; i < u; ++i) slots[i] = SlotOf(unique_keys[i]);
   std::vector<const float*> fresh;
   std::vector<int64_t> fresh_clocks;
+  std::vector<float> rebuilt;
   HET_RETURN_IF_ERROR(
-      TakeAnswers(unique_keys, u, slots, answers, sizes, shards, &fresh, &fresh_clocks));
+      TakeAnswers(unique_keys, u, slots, answers, sizes, shards, &fresh, &fresh_clocks, &rebuilt));
   // The step's own rows (its update comes next) and the next batch's cached
   // rows leave the eviction order while the missing rows go in.
   std::vector<int32_t> held;

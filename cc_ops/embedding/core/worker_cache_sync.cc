@@ -9,6 +9,7 @@
 
 #include "cc_ops/common/hashing.h"
 #include "cc_ops/embedding/core/exchange_wire.h"
+#include "cc_ops/embedding/core/initial_state.h"
 #include "cc_ops/embedding/core/worker_cache.h"
 
 namespace het {
@@ -75,6 +76,7 @@ Status WorkerCache::WriteRequests(const std::vector<int64_t>& keys,
     r.read_staleness = plan->read_staleness;
     r.learning_rate = last_learning_rate_;
     r.width = width_;
+    r.initial_state = initial_state_;
     Pushes& p = parts[s];
     r.push_keys = std::move(p.keys);
     r.push_counts = std::move(p.counts);
@@ -113,7 +115,7 @@ Status WorkerCache::BeginExchange(const int64_t* ids, int64_t n, ExchangePlan* p
 Status WorkerCache::TakeAnswers(const int64_t* keys, int64_t u, const std::vector<int32_t>& slots,
                                 const uint8_t* const* answers, const size_t* sizes, int64_t shards,
                                 std::vector<const float*>* fresh,
-                                std::vector<int64_t>* fresh_clocks) {
+                                std::vector<int64_t>* fresh_clocks, std::vector<float>* rebuilt) {
   if (shards != config_.num_shards) {
     return Status::InvalidArgument(Name() + ": answers from " + std::to_string(shards) +
                                    " shards, but the table has " +
@@ -131,6 +133,10 @@ Status WorkerCache::TakeAnswers(const int64_t* keys, int64_t u, const std::vecto
                                             /*misses=*/true));
     HET_RETURN_IF_ERROR(
         CheckReturnedClocks(a[s].refresh_clocks.data(), a[s].refresh_clocks.size()));
+    if (!a[s].miss_rebuilt.empty() && initial_state_ == 0) {
+      return Status::InvalidArgument(Name() + ": shard " + std::to_string(s) +
+                                     " sent rows to rebuild, but this cache makes none");
+    }
   }
   if (!in_flight_) {
     return Status::FailedPrecondition(Name() +
@@ -141,16 +147,30 @@ Status WorkerCache::TakeAnswers(const int64_t* keys, int64_t u, const std::vecto
   std::vector<int64_t> epochs(shards);
   for (int64_t s = 0; s < shards; ++s) epochs[s] = a[s].epoch;
   HET_RETURN_IF_ERROR(CheckEpochs(epochs.data()));
-  // Each shard answers its misses in the batch's order.
+  // Each shard answers its misses in the batch's order: each with its
+  // clock, and its state unless this cache is to make it.
   fresh->assign(u, nullptr);
   fresh_clocks->assign(u, 0);
-  std::vector<int64_t> next(shards, 0);
+  std::vector<int64_t> next(shards, 0), sent(shards, 0);
+  size_t made = 0;
+  for (const wire::ExchangeAnswer& answer : a) {
+    for (size_t j = 0; j < answer.miss_clocks.size(); ++j)
+      made += wire::Rebuilt(answer.miss_rebuilt, j);
+  }
+  rebuilt->resize(made * width_);  // the pointers into it stay valid
+  made = 0;
   for (int64_t i = 0; i < u; ++i) {
     if (slots[i] >= 0) continue;
     const int s = ShardOf(keys[i], static_cast<int>(shards));
     const int64_t j = next[s]++;
-    if (j >= a[s].miss_states.rows) break;
-    (*fresh)[i] = a[s].miss_states.data + size_t(j) * width_;
+    if (j >= static_cast<int64_t>(a[s].miss_clocks.size())) break;
+    if (wire::Rebuilt(a[s].miss_rebuilt, j)) {
+      float* state = rebuilt->data() + made++ * width_;
+      MakeInitialState(config_.initializer, config_.optimizer, config_.dim, keys[i], state);
+      (*fresh)[i] = state;
+    } else {
+      (*fresh)[i] = a[s].miss_states.data + size_t(sent[s]++) * width_;
+    }
     (*fresh_clocks)[i] = a[s].miss_clocks[j];
   }
   // The ledger's rows by shard: each shard answers those it did not take
@@ -167,9 +187,9 @@ Status WorkerCache::TakeAnswers(const int64_t* keys, int64_t u, const std::vecto
     clocks[i] = a[s].push_clocks[j];
   }
   for (int64_t s = 0; s < shards; ++s) {
-    if (next[s] != a[s].miss_states.rows) {
+    if (next[s] != static_cast<int64_t>(a[s].miss_clocks.size())) {
       return Status::InvalidArgument(Name() + ": shard " + std::to_string(s) + " returned " +
-                                     std::to_string(a[s].miss_states.rows) + " rows for " +
+                                     std::to_string(a[s].miss_clocks.size()) + " rows for " +
                                      std::to_string(next[s]) +
                                      " ids not cached; run one lookup at a time per cache");
     }
@@ -199,6 +219,7 @@ Status WorkerCache::TakeAnswers(const int64_t* keys, int64_t u, const std::vecto
                               unreported_evictions_.begin() + evictions_in_flight_);
   evictions_in_flight_ = 0;
   counters_.rows_pulled += missing + refreshes;
+  counters_.rows_rebuilt += made;
   for (int64_t s = 0; s < shards; ++s) counters_.bytes_received += sizes[s];
   return Status::Ok();
 }
@@ -211,8 +232,9 @@ Status WorkerCache::EndExchange(const int64_t* unique_keys, int64_t u,
   HET_RETURN_IF_ERROR(BatchSlots(unique_keys, u, &slots));
   std::vector<const float*> fresh;
   std::vector<int64_t> fresh_clocks;
+  std::vector<float> rebuilt;
   HET_RETURN_IF_ERROR(
-      TakeAnswers(unique_keys, u, slots, answers, sizes, shards, &fresh, &fresh_clocks));
+      TakeAnswers(unique_keys, u, slots, answers, sizes, shards, &fresh, &fresh_clocks, &rebuilt));
   FillForTraining(unique_keys, u, slots, fresh, fresh_clocks, rows_out);
   return Status::Ok();
 }

@@ -52,6 +52,8 @@ class HetCacheOp : public CoreResourceOp<WorkerCache, CacheConfig> {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("staleness_ramp", &config_.staleness_ramp));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("num_shards", &config_.num_shards));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("rows_leave", &config_.rows_leave));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("rebuild_rows", &config_.rebuilds_rows));
+    OP_REQUIRES_OK(ctx, ParseInitializerAttrs(ctx, config_.table_name, &config_.initializer));
     OP_REQUIRES_OK(ctx, ParseOptimizerAttrs(ctx, config_.table_name, &config_.optimizer));
     std::string sync, shared_name;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("sync", &sync));
@@ -156,6 +158,7 @@ class HetCacheStatsOp : public CacheKernel {
                                              {"dirty_evictions", int64_t(c.dirty_evictions)},
                                              {"passed_through", int64_t(c.passed_through)},
                                              {"rows_pulled", int64_t(c.rows_pulled)},
+                                             {"rows_rebuilt", int64_t(c.rows_rebuilt)},
                                              {"rows_pushed", int64_t(c.rows_pushed)},
                                              {"updates_pushed", int64_t(c.updates_pushed)},
                                              {"bytes_sent", int64_t(c.bytes_sent)},

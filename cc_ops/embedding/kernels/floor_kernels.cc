@@ -43,12 +43,16 @@ class HetBeladyFloorOp : public tensorflow::OpKernel {
     FloorConfig config = config_;
     OP_REQUIRES_OK(ctx, ReadScalar(table_, "refreshes", ctx->input(2), &config.refreshes));
     FloorCounts c;
-    const Status s = ReplayBelady(keys.flat<int64_t>().data(), o.data(), steps, config, &c);
+    const tensorflow::Tensor& made = ctx->input(3);
+    OP_REQUIRES_OK(ctx, CheckVector(table_, "made_keys", made));
+    const Status s = ReplayBelady(keys.flat<int64_t>().data(), o.data(), steps,
+                                  made.flat<int64_t>().data(), made.NumElements(), config, &c);
     OP_REQUIRES(ctx, s.ok(),
                 tensorflow::errors::InvalidArgument(TableLabel(table_), ": ", s.message()));
     OP_REQUIRES_OK(ctx, OutputStats(ctx, {{"steps", c.steps},
                                           {"unique_keys", c.unique_keys},
                                           {"misses", c.misses},
+                                          {"made", c.made},
                                           {"passed_through", c.passed_through},
                                           {"evictions", c.evictions},
                                           {"pushes", c.pushes},

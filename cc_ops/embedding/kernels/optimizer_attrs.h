@@ -1,9 +1,11 @@
-// Reads the optimizer attrs that HetTableShard and HetCache share.
+// Reads the optimizer and initializer attrs that HetTableShard and HetCache
+// share.
 #ifndef HET_TF_EMBEDDING_KERNELS_OPTIMIZER_ATTRS_H_
 #define HET_TF_EMBEDDING_KERNELS_OPTIMIZER_ATTRS_H_
 
 #include <string>
 
+#include "cc_ops/embedding/core/row_initializer.h"
 #include "cc_ops/embedding/core/sparse_optimizer.h"
 #include "tensorflow/core/framework/op_kernel.h"
 
@@ -29,6 +31,19 @@ inline tensorflow::Status ParseOptimizerAttrs(tensorflow::OpKernelConstruction* 
   TF_RETURN_IF_ERROR(ctx->GetAttr("constraint_rate", &c->constraint.rate));
   Status s = ParseOptimizerKind(name, &c->kind);
   if (s.ok()) s = ParseConstraintKind(constraint, &c->constraint.kind);
+  if (!s.ok()) return tensorflow::errors::InvalidArgument(TableLabel(table), ": ", s.message());
+  return tensorflow::OkStatus();
+}
+
+// The initializer attrs (HET_INITIALIZER_ATTRS) of a table or of its cache.
+inline tensorflow::Status ParseInitializerAttrs(tensorflow::OpKernelConstruction* ctx,
+                                                const std::string& table, InitializerConfig* c) {
+  std::string kind;
+  TF_RETURN_IF_ERROR(ctx->GetAttr("initializer", &kind));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("initializer_a", &c->a));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("initializer_b", &c->b));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("seed", &c->seed));
+  const Status s = ParseInitializerKind(kind, &c->kind);
   if (!s.ok()) return tensorflow::errors::InvalidArgument(TableLabel(table), ": ", s.message());
   return tensorflow::OkStatus();
 }

@@ -22,7 +22,7 @@ using TableShardResource = CoreResource<TableShard>;
 namespace {
 
 tensorflow::Status ParseTableConfig(OpKernelConstruction* ctx, TableConfig* c) {
-  std::string initializer, on_full, eviction;
+  std::string on_full, eviction;
   int64_t dim;
   TF_RETURN_IF_ERROR(ctx->GetAttr("table_name", &c->name));
   TF_RETURN_IF_ERROR(ctx->GetAttr("dim", &dim));
@@ -33,13 +33,9 @@ tensorflow::Status ParseTableConfig(OpKernelConstruction* ctx, TableConfig* c) {
   TF_RETURN_IF_ERROR(ctx->GetAttr("eviction", &eviction));
   TF_RETURN_IF_ERROR(ctx->GetAttr("ttl_seconds", &c->ttl_seconds));
   TF_RETURN_IF_ERROR(ctx->GetAttr("admit_after", &c->admit_after));
-  TF_RETURN_IF_ERROR(ctx->GetAttr("initializer", &initializer));
-  TF_RETURN_IF_ERROR(ctx->GetAttr("initializer_a", &c->initializer.a));
-  TF_RETURN_IF_ERROR(ctx->GetAttr("initializer_b", &c->initializer.b));
-  TF_RETURN_IF_ERROR(ctx->GetAttr("seed", &c->initializer.seed));
+  TF_RETURN_IF_ERROR(ParseInitializerAttrs(ctx, c->name, &c->initializer));
   TF_RETURN_IF_ERROR(ParseOptimizerAttrs(ctx, c->name, &c->optimizer));
-  Status s = ParseInitializerKind(initializer, &c->initializer.kind);
-  if (s.ok()) s = ParseOnFull(on_full, &c->on_full);
+  Status s = ParseOnFull(on_full, &c->on_full);
   if (s.ok()) s = ParseEvictionPolicy(eviction, &c->eviction);
   if (!s.ok()) return tensorflow::errors::InvalidArgument(TableLabel(c->name), ": ", s.message());
   return ToTf(ValidateTableConfig(*c));

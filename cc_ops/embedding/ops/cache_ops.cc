@@ -64,6 +64,8 @@ REGISTER_OP("HetCache")
     .Attr("sync: string = 'refresh'")
     .Attr("num_shards: int >= 1 = 1")
     .Attr("rows_leave: bool = false")
+    .Attr("rebuild_rows: bool = false")
+    .HET_INITIALIZER_ATTRS()
     .HET_OPTIMIZER_ATTRS()
     .HET_SHARED_RESOURCE()
     .Doc(R"doc(
@@ -78,7 +80,9 @@ pushes; hits cost no bytes) or 'check' (HetCachePrepare, HetTablePull and
 HetCacheComplete; every key goes with its clock, as in HET).
 `num_shards` is the table's. `rows_leave`: the table's shards may evict or
 expire rows, and the cache reports a copy's eviction only once its updates
-have gone out.
+have gone out. `rebuild_rows`: the initializer attrs are the table's, and the
+cache makes a row a shard made for its miss (sync 'refresh'), which then
+sends the row's clock alone.
 )doc");
 
 REGISTER_OP("HetCachePrepare")

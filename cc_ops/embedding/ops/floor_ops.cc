@@ -9,6 +9,7 @@ REGISTER_OP("HetBeladyFloor")
     .Input("keys: int64")
     .Input("offsets: int64")
     .Input("refreshes: int64")
+    .Input("made_keys: int64")
     .Output("names: string")
     .Output("values: int64")
     .Attr("table_name: string")
@@ -24,6 +25,8 @@ evicts by Belady's rule: step t looked up keys[offsets[t]:offsets[t + 1]].
 Counts its misses, evictions and pushes, and the bytes the protocol `sync`
 would move for them with `num_shards` shards, rows of `width` floats, plus
 `refreshes` copies refreshed (the real run's count: other workers cause them).
+`made_keys`: the keys whose first touch by this worker makes their row (no
+worker touched them before): under 'refresh' each costs only its clock.
 )doc");
 
 }  // namespace het

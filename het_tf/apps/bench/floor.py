@@ -40,9 +40,36 @@ def _steps(data, stream, steps, batch_size):
     """The unique ids of one stream's first `steps` batches, one array a
     step (what a step looks up; the replay dedups too, this keeps the trace
     small)."""
+    out = []
     for b in range(steps):
         features, _ = data.rows(stream, b * batch_size, batch_size)
-        yield np.unique(features["categorical"].numpy())
+        out.append(np.unique(features["categorical"].numpy()))
+    return out
+
+
+def first_touches(traces):
+    """Per worker, the keys it touches before any other (at an earlier
+    step, or the same step and a lower index): the rows the shards make for
+    it. Workers are taken to step together, which is a model: under
+    ParameterServerStrategy their pace differs."""
+    keys, steps, workers = [], [], []
+    for w, trace in enumerate(traces):
+        if not trace:
+            continue
+        flat = np.concatenate(trace)
+        at = np.repeat(np.arange(len(trace)), [len(t) for t in trace])
+        unique, first = np.unique(flat, return_index=True)
+        keys.append(unique)
+        steps.append(at[first])
+        workers.append(np.full(len(unique), w))
+    if not keys:
+        return [np.zeros([0], np.int64) for _ in traces]
+    keys, steps, workers = (np.concatenate(a) for a in (keys, steps, workers))
+    order = np.lexsort((workers, steps, keys))
+    keys, workers = keys[order], workers[order]
+    owner = workers[np.concatenate([[True], keys[1:] != keys[:-1]])]
+    firsts = keys[np.concatenate([[True], keys[1:] != keys[:-1]])]
+    return [firsts[owner == w] for w in range(len(traces))]
 
 
 def floor(run):
@@ -61,13 +88,20 @@ def floor(run):
     tables = []
     for table in run["cached_tables"]:
         counts = {}
-        # Worker i (ParameterServerStrategy) and rank 0 (hybrid: its own
-        # figures) train stream i from its first batch.
-        for stream, steps in enumerate(table["worker_steps"]):
-            one = belady_floor(_steps(data, stream, steps, batch), table["table"],
-                               table["capacity"], table["width"], table["write_staleness"],
-                               table["sync"], table["num_shards"],
-                               refreshes=0 if stream else table["stale_refreshes"])
+        # Worker i (ParameterServerStrategy) trains stream i from its first
+        # batch. A hybrid run's figures are rank 0's; every rank takes as
+        # many steps, and all make rows.
+        worker_steps = table["worker_steps"]
+        if config["mode"] == "hybrid":
+            worker_steps = worker_steps * config["workers"]
+        traces = [_steps(data, stream, steps, batch)
+                  for stream, steps in enumerate(worker_steps)]
+        made = first_touches(traces)
+        for stream, trace in enumerate(traces[:len(table["worker_steps"])]):
+            one = belady_floor(trace, table["table"], table["capacity"], table["width"],
+                               table["write_staleness"], table["sync"], table["num_shards"],
+                               refreshes=0 if stream else table["stale_refreshes"],
+                               made_keys=made[stream])
             for name, value in one.items():
                 counts[name] = counts.get(name, 0) + value
         counts["bytes"] = counts["bytes_sent"] + counts["bytes_received"]

@@ -18,7 +18,8 @@ namespace {
 
 using Trace = std::vector<std::vector<int64_t>>;  // each step's keys, repeats allowed
 
-het::FloorCounts Replay(const Trace& trace, const het::FloorConfig& config) {
+het::FloorCounts Replay(const Trace& trace, const het::FloorConfig& config,
+                        const std::vector<int64_t>& made = {}) {
   std::vector<int64_t> keys, offsets{0};
   for (const auto& step : trace) {
     keys.insert(keys.end(), step.begin(), step.end());
@@ -26,7 +27,7 @@ het::FloorCounts Replay(const Trace& trace, const het::FloorConfig& config) {
   }
   het::FloorCounts counts;
   EXPECT_TRUE(het::ReplayBelady(keys.data(), offsets.data(), static_cast<int64_t>(trace.size()),
-                                config, &counts)
+                                made.data(), static_cast<int64_t>(made.size()), config, &counts)
                   .ok());
   return counts;
 }
@@ -178,17 +179,33 @@ HET_TEST(TheRunsRefreshesCostTheirRowsAsTheProtocolSendsThem) {
   }
 }
 
+HET_TEST(FirstTouchesTheShardMakesCostAClockUnderRefresh) {
+  het::FloorConfig config;
+  config.capacity = 8;
+  config.width = 4;
+  const Trace trace = {{1, 2, 3}, {1, 4}};
+  const het::FloorCounts whole = Replay(trace, config);
+  const het::FloorCounts lean = Replay(trace, config, {1, 3, 9});
+  EXPECT_EQ(lean.made, 2);  // 9 never looked up
+  EXPECT_EQ(lean.misses, whole.misses);
+  // Two states saved; the step's bits cost a byte, padded to 4.
+  EXPECT_EQ(whole.bytes_received - lean.bytes_received, 2 * het::wire::Row(4) - 4);
+  config.sync = het::SyncMode::kCheck;  // HET's pull sends every row whole
+  EXPECT_EQ(Replay(trace, config, {1, 3}).made, 0);
+}
+
 HET_TEST(BadFloorSettingsAreRefused) {
   const int64_t keys[] = {1, 2};
   const int64_t offsets[] = {0, 2};
   const int64_t backwards[] = {0, 2, 1};
   het::FloorConfig config;
   het::FloorCounts counts;
-  EXPECT_TRUE(!het::ReplayBelady(keys, offsets, 1, config, &counts).ok());  // capacity 0
+  EXPECT_TRUE(
+      !het::ReplayBelady(keys, offsets, 1, nullptr, 0, config, &counts).ok());  // capacity 0
   config.capacity = 1;
   config.width = 1;
-  EXPECT_TRUE(het::ReplayBelady(keys, offsets, 1, config, &counts).ok());
-  EXPECT_TRUE(!het::ReplayBelady(keys, backwards, 2, config, &counts).ok());
+  EXPECT_TRUE(het::ReplayBelady(keys, offsets, 1, nullptr, 0, config, &counts).ok());
+  EXPECT_TRUE(!het::ReplayBelady(keys, backwards, 2, nullptr, 0, config, &counts).ok());
 }
 
 }  // namespace

@@ -27,6 +27,7 @@ wire::ExchangeRequest SampleRequest(const std::vector<float>& deltas, int width)
   r.push_base_clocks = {0, 12};
   r.push_unanswered = 1;
   r.push_deltas = {deltas.data(), 2};
+  r.initial_state = 0x5eedULL;
   return r;
 }
 
@@ -46,19 +47,23 @@ HET_TEST(ExchangeMessagesComeBackExactlyAndNarrowWhereValuesFit) {
   EXPECT_TRUE(back.push_keys == r.push_keys && back.push_counts == r.push_counts);
   EXPECT_TRUE(back.push_base_clocks == r.push_base_clocks);
   EXPECT_EQ(back.push_unanswered, 1);
+  EXPECT_EQ(back.initial_state, 0x5eedULL);
   EXPECT_TRUE(std::vector<float>(back.push_deltas.data, back.push_deltas.data + 6) == deltas);
-  // 64 bytes of header (magic, version, width), sender (worker, generation,
-  // sequence, epoch) and settings; misses 4 + 8 + 3 * 4; evicted 4 + 8 +
-  // 2 * 8; keys, counts and clocks 4 + 8 + 2 * 4 each; deltas 4 + 6 * 4.
-  EXPECT_EQ(bytes.size(), 64u + 24 + 28 + 3 * 20 + 28);
+  // 72 bytes of header (magic, version, width), sender (worker, generation,
+  // sequence, epoch) and settings (with the initial states it makes);
+  // misses 4 + 8 + 3 * 4; evicted 4 + 8 + 2 * 8; keys, counts and clocks
+  // 4 + 8 + 2 * 4 each; deltas 4 + 6 * 4.
+  EXPECT_EQ(bytes.size(), 72u + 24 + 28 + 3 * 20 + 28);
 
   wire::ExchangeAnswer a;
   a.epoch = -5;
   a.width = width;
   a.push_states = {deltas.data(), 1};
   a.push_clocks = {13};
+  // Three misses, the second rebuilt by the worker: two states.
   a.miss_states = {deltas.data(), 2};
-  a.miss_clocks = {0, 2};
+  a.miss_clocks = {0, 5, 2};
+  a.miss_rebuilt = {0x2};
   a.refresh_keys = {int64_t{1} << 40};
   a.refresh_states = {deltas.data() + 3, 1};
   a.refresh_clocks = {7};
@@ -70,6 +75,16 @@ HET_TEST(ExchangeMessagesComeBackExactlyAndNarrowWhereValuesFit) {
   EXPECT_TRUE(got.push_clocks == a.push_clocks && got.miss_clocks == a.miss_clocks);
   EXPECT_TRUE(got.refresh_keys == a.refresh_keys && got.refresh_clocks == a.refresh_clocks);
   EXPECT_EQ(got.miss_states.rows, 2);
+  EXPECT_TRUE(got.miss_rebuilt == a.miss_rebuilt && wire::Rebuilt(got.miss_rebuilt, 1));
+  EXPECT_TRUE(!wire::Rebuilt(got.miss_rebuilt, 0) && !wire::Rebuilt(got.miss_rebuilt, 2));
+  // Bits that do not add up to the misses are refused.
+  for (const std::vector<uint8_t>& bad :
+       {std::vector<uint8_t>{0x3}, std::vector<uint8_t>{0x8}, std::vector<uint8_t>{0x2, 0x0}}) {
+    wire::ExchangeAnswer wrong = a;
+    wrong.miss_rebuilt = bad;
+    wire::EncodeAnswer(wrong, &bytes);
+    EXPECT_TRUE(!wire::DecodeAnswer("emb", bytes.data(), bytes.size(), &got).ok());
+  }
   EXPECT_EQ(got.refresh_states.data[2], -0.125f);
 }
 
@@ -92,12 +107,12 @@ HET_TEST(MalformedExchangeMessagesAreRefusedNotReadPast) {
   // Another version of the wire is refused by name: the first had its own
   // magic and no version word, later ones bump the version.
   std::vector<uint8_t> other = bytes;
-  const uint32_t v1_magic = 0x31515848, v3 = wire::kWireVersion + 1;
+  const uint32_t v1_magic = 0x31515848, next = wire::kWireVersion + 1;
   std::memcpy(other.data(), &v1_magic, 4);
   EXPECT_INVALID(wire::DecodeRequest("emb", other.data(), other.size(), &r), "wire version 1");
   other = bytes;
-  std::memcpy(other.data() + 4, &v3, 4);
-  EXPECT_INVALID(wire::DecodeRequest("emb", other.data(), other.size(), &r), "wire version 3");
+  std::memcpy(other.data() + 4, &next, 4);
+  EXPECT_INVALID(wire::DecodeRequest("emb", other.data(), other.size(), &r), "wire version 4");
   // Every truncation and random corruption is refused or read within bounds
   // (the sanitizer builds check the latter).
   std::mt19937 rng(1);
