@@ -241,8 +241,7 @@ class TableConfig:
         return row_lifetime.shard_share(self.label, self.max_rows, num_shards, shard)
 
     def op_attrs(self, num_shards=1, shard=0):
-        max_rows = self.shard_max_rows(num_shards, shard)
-        max_rows = -1 if max_rows is None else max_rows
+        max_rows = -1 if (m := self.shard_max_rows(num_shards, shard)) is None else m
         return dict(table_name=self.name, dim=self.dim, vocabulary_size=self.vocabulary_size,
                     max_rows=max_rows, on_full=self.on_full, eviction=self.eviction,
                     ttl_seconds=-1 if self.ttl is None else int(self.ttl),
@@ -251,10 +250,10 @@ class TableConfig:
 
     def initializer_attrs(self):
         """How the shards make new rows, as the table and cache ops take it."""
-        return dict(
-            initializer="constant" if self.initializer == "zeros" else self.initializer,
-            initializer_a=0.0 if self.initializer == "zeros" else self.initializer_a,
-            initializer_b=self.initializer_b, seed=self.seed)
+        zeros = self.initializer == "zeros"
+        return dict(initializer="constant" if zeros else self.initializer, seed=self.seed,
+                    initializer_a=0.0 if zeros else self.initializer_a,
+                    initializer_b=self.initializer_b)
 
 
 # The longest window of Herald's plan: the cache keeps the last 64 batches
@@ -315,8 +314,7 @@ class CacheConfig:
 
 
 def check_window(window, owner):
-    """Herald's window: 1 to MAX_WINDOW batches (combinations.py says which
-    sync takes one above 1)."""
+    """Herald's window: 1 to MAX_WINDOW batches (combinations.py: which sync takes more)."""
     if not _is_int(window) or not 1 <= window <= MAX_WINDOW:
         _fail(owner, f"window must be a number of batches from 1 (the step's own) to "
               f"{MAX_WINDOW}, got {window!r}")

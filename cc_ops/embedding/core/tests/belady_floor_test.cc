@@ -18,6 +18,13 @@ namespace {
 
 using Trace = std::vector<std::vector<int64_t>>;  // each step's keys, repeats allowed
 
+het::FloorConfig Config(int64_t capacity, int width) {
+  het::FloorConfig config;
+  config.capacity = capacity;
+  config.width = width;
+  return config;
+}
+
 het::FloorCounts Replay(const Trace& trace, const het::FloorConfig& config,
                         const std::vector<int64_t>& made = {}) {
   std::vector<int64_t> keys, offsets{0};
@@ -106,9 +113,7 @@ HET_TEST(BeladyReplayMissesNoMoreThanAnyAllowedCache) {
 
 HET_TEST(BeladyReplayEvictsTheRowUsedFurthestAhead) {
   // Capacity 2: after {1, 2}, step {3} must evict 2 (used again after 1).
-  het::FloorConfig config;
-  config.capacity = 2;
-  config.width = 1;
+  het::FloorConfig config = Config(2, 1);
   const het::FloorCounts counts = Replay({{1, 2}, {3}, {1}, {3}, {2}}, config);
   EXPECT_EQ(counts.misses, 4);  // 1, 2, 3, then 2 again
   EXPECT_EQ(counts.evictions, 2);
@@ -118,9 +123,7 @@ HET_TEST(BeladyReplayEvictsTheRowUsedFurthestAhead) {
 }
 
 HET_TEST(TheWriteBoundPushesARowUsedPastIt) {
-  het::FloorConfig config;
-  config.capacity = 4;
-  config.width = 2;
+  het::FloorConfig config = Config(4, 2);
   config.write_staleness = 2;
   Trace trace(7, std::vector<int64_t>{5});
   const het::FloorCounts counts = Replay(trace, config);
@@ -131,9 +134,7 @@ HET_TEST(TheWriteBoundPushesARowUsedPastIt) {
 }
 
 HET_TEST(CheckedStepsCostEveryKeyAndItsClock) {
-  het::FloorConfig config;
-  config.capacity = 8;
-  config.width = 4;
+  het::FloorConfig config = Config(8, 4);
   config.sync = het::SyncMode::kCheck;
   const het::FloorCounts counts = Replay({{1, 2, 2}, {1, 2}}, config);
   // Two pulls (2 keys each with clocks), the two misses' rows, and the flush.
@@ -143,9 +144,7 @@ HET_TEST(CheckedStepsCostEveryKeyAndItsClock) {
 }
 
 HET_TEST(RefreshStepsCostOnlyMissesAndPushes) {
-  het::FloorConfig config;
-  config.capacity = 8;
-  config.width = 4;
+  het::FloorConfig config = Config(8, 4);
   // A step of hits only moves the exchange's fixed part: the same bytes
   // whatever the keys looked up.
   const het::FloorCounts two = Replay({{1, 2}, {1, 2}}, config);
@@ -160,9 +159,7 @@ HET_TEST(RefreshStepsCostOnlyMissesAndPushes) {
 
 HET_TEST(TheRunsRefreshesCostTheirRowsAsTheProtocolSendsThem) {
   for (het::SyncMode sync : {het::SyncMode::kRefresh, het::SyncMode::kCheck}) {
-    het::FloorConfig config;
-    config.capacity = 8;
-    config.width = 4;
+    het::FloorConfig config = Config(8, 4);
     config.sync = sync;
     const het::FloorCounts none = Replay({{1, 2}, {1}}, config);
     config.refreshes = 10;
@@ -180,9 +177,7 @@ HET_TEST(TheRunsRefreshesCostTheirRowsAsTheProtocolSendsThem) {
 }
 
 HET_TEST(FirstTouchesTheShardMakesCostAClockUnderRefresh) {
-  het::FloorConfig config;
-  config.capacity = 8;
-  config.width = 4;
+  het::FloorConfig config = Config(8, 4);
   const Trace trace = {{1, 2, 3}, {1, 4}};
   const het::FloorCounts whole = Replay(trace, config);
   const het::FloorCounts lean = Replay(trace, config, {1, 3, 9});
