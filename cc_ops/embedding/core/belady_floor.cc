@@ -142,10 +142,10 @@ uint64_t RefreshBytes(const FloorConfig& config, const std::vector<int64_t>& key
 
 Status Check(const int64_t* offsets, int64_t steps, const FloorConfig& config) {
   if (config.capacity < 1 || config.width < 1 || config.num_shards < 1 || steps < 0 ||
-      config.refreshes < 0) {
+      config.refreshes < 0 || config.refreshes > (int64_t{1} << 40)) {
     return Status::InvalidArgument(
         "the Belady floor needs capacity >= 1, width >= 1, num_shards >= 1, steps >= 0 and "
-        "refreshes >= 0; got capacity " +
+        "0 <= refreshes <= 2^40; got capacity " +
         std::to_string(config.capacity) + ", width " + std::to_string(config.width) +
         ", num_shards " + std::to_string(config.num_shards) + ", steps " + std::to_string(steps) +
         ", refreshes " + std::to_string(config.refreshes));

@@ -17,9 +17,12 @@ namespace het {
 void MakeInitialState(const InitializerConfig& initializer, const OptimizerConfig& optimizer,
                       int dim, int64_t key, float* state);
 
-// Names the initial states these settings make, never 0: the bits of a few
-// keys' states, so that two ends whose settings differ in anything that
-// changes a state never take each other's for their own.
+// Names the initial states these settings make: the initializer's kind,
+// parameters and seed, the optimizer's kind, and the bits of a few keys'
+// states, so that two ends whose settings differ never take each other's
+// states for their own. 0 (none) for the normal initializers: they call
+// the C library's log and cos, whose last bit may differ between machines,
+// so a worker's row could differ from its shard's; their rows come whole.
 uint64_t InitialStateFingerprint(const InitializerConfig& initializer,
                                  const OptimizerConfig& optimizer, int dim);
 

@@ -37,6 +37,7 @@ Status TableShard::Create(const TableConfig& config, std::unique_ptr<TableShard>
 TableShard::TableShard(const TableConfig& config)
     : config_(config),
       num_slots_(NumSlots(config.optimizer.kind)),
+      initial_state_(InitialStateFingerprint(config.initializer, config.optimizer, config.dim)),
       epoch_(NewEpoch()),
       sample_state_(DrawId()),
       start_second_(config.seconds != nullptr ? config.seconds() : SteadySeconds()),

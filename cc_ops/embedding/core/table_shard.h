@@ -66,17 +66,16 @@ class TableShard {
   // A training step's exchange under sync="refresh" (exchange_wire.h):
   // the pushes the request carries are merged as PushDeltas merges them;
   // then the sender's evicted copies leave its record, and the answer holds
-  // the pushes' rows, the states of its misses (created on first touch) and
-  // the fresh states of its recorded copies queued as past its read bound,
-  // all of them recorded at their clocks (copy_records.h). A sender with a
-  // newer generation starts a new record. All or nothing: the whole request
-  // is checked, and the rows it may create reserved, before anything
-  // changes. Exactly once (sender_log.h): a repeated round merges nothing
-  // and answers its pushes with the rows as they are, and its lost
-  // refreshes again; a round from an older generation or out of order is
-  // refused. A request that saw another epoch is answered with this one and
-  // nothing else, changing nothing: the cache then knows its copies are of
-  // an old table.
+  // the pushes' rows, the states of its misses (a row made for one, by its
+  // clock alone if the request names this shard's initial states) and the
+  // fresh states of its copies past its read bound, all recorded at their
+  // clocks (copy_records.h); a newer generation starts a new record. All or
+  // nothing: the request is checked, and the rows it may create reserved,
+  // before anything changes. Exactly once (sender_log.h): a repeated round
+  // merges nothing and answers its pushes with the rows as they are, and its
+  // lost refreshes again; an older generation's or out of order is refused.
+  // A request that saw another epoch is answered with this one alone,
+  // changing nothing: the cache then knows its copies are of an old table.
   Status Exchange(const uint8_t* request, size_t size, std::vector<uint8_t>* answer);
   // Drawn when the shard is made and when it is cleared: a cache that sees
   // it change knows the shard's record of its copies is gone.
@@ -297,6 +296,7 @@ class TableShard {
 
   TableConfig config_;
   int num_slots_;
+  uint64_t initial_state_;  // InitialStateFingerprint of config_: what requests name to rebuild
   size_t clock_offset_;
   size_t key_offset_;
   size_t row_bytes_;

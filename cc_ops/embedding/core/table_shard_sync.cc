@@ -6,7 +6,6 @@
 #include <cstring>
 
 #include "cc_ops/embedding/core/exchange_wire.h"
-#include "cc_ops/embedding/core/initial_state.h"
 #include "cc_ops/embedding/core/table_shard.h"
 
 namespace het {
@@ -73,9 +72,7 @@ Status TableShard::Exchange(const uint8_t* request, size_t size, std::vector<uin
   }
   // A worker that makes rows from the same initial states as this shard's
   // is sent only the clocks of rows made for it.
-  const bool rebuild = r.initial_state != 0 &&
-                       r.initial_state == InitialStateFingerprint(config_.initializer,
-                                                                  config_.optimizer, config_.dim);
+  const bool rebuild = r.initial_state != 0 && r.initial_state == initial_state_;
   SyncedRows rows;
   if (turn.repeat()) Requeue(r.sender, turn.lost_refreshes());
   Serve(r.sender, r.misses, r.evicted, r.read_staleness, rebuild, reservation.get(), &rows);

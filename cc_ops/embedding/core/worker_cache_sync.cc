@@ -165,6 +165,10 @@ Status WorkerCache::TakeAnswers(const int64_t* keys, int64_t u, const std::vecto
     const int64_t j = next[s]++;
     if (j >= static_cast<int64_t>(a[s].miss_clocks.size())) break;
     if (wire::Rebuilt(a[s].miss_rebuilt, j)) {
+      if (a[s].miss_clocks[j] == kNotAdmitted) {  // a default row is no initializer's
+        return Status::InvalidArgument(Name() + ": shard " + std::to_string(s) +
+                                       " sent a row not admitted to rebuild");
+      }
       float* state = rebuilt->data() + made++ * width_;
       MakeInitialState(config_.initializer, config_.optimizer, config_.dim, keys[i], state);
       (*fresh)[i] = state;

@@ -20,9 +20,9 @@ class HetBeladyFloorOp : public tensorflow::OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("write_staleness", &config_.write_staleness));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("sync", &sync));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("num_shards", &shards));
-    OP_REQUIRES(ctx, width > 0 && width < (1 << 24) && shards > 0 && shards < (1 << 16),
+    OP_REQUIRES(ctx, width > 0 && width < (1 << 16) && shards > 0 && shards < (1 << 16),
                 tensorflow::errors::InvalidArgument(TableLabel(table_),
-                                                    ": the Belady floor needs 0 < width < 2^24 "
+                                                    ": the Belady floor needs 0 < width < 2^16 "
                                                     "and 0 < num_shards < 2^16"));
     config_.width = static_cast<int>(width);
     config_.num_shards = static_cast<int>(shards);

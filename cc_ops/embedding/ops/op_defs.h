@@ -23,8 +23,6 @@
       .Attr("constraint_max_value: float = 0.0")      \
       .Attr("constraint_rate: float = 1.0")
 
-// The tail of an op that makes, or finds by shared_name on its device, a
-// het resource, and outputs its handle.
 // How a table makes new rows (row_initializer.h): its shards, and a cache
 // that makes the rows made for it (initial_state.h).
 #define HET_INITIALIZER_ATTRS()             \
@@ -33,6 +31,8 @@
       .Attr("initializer_b: float = 0.05")  \
       .Attr("seed: int = 0")
 
+// The tail of an op that makes, or finds by shared_name on its device, a
+// het resource, and outputs its handle.
 #define HET_SHARED_RESOURCE()           \
   Attr("container: string = ''")        \
       .Attr("shared_name: string = ''") \
