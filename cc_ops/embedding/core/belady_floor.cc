@@ -5,6 +5,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -172,10 +173,8 @@ Status ReplayBelady(const int64_t* keys, const int64_t* offsets, int64_t steps,
   const Steps s = UniqueSteps(keys, offsets, steps);
   // Under "refresh" a row the shard makes for this worker's first touch
   // comes as its clock alone; under "check" every row comes whole.
-  std::unordered_map<int64_t, bool> made;  // key -> its first touch still to come
-  if (config.sync == SyncMode::kRefresh) {
-    for (int64_t i = 0; i < num_made; ++i) made.emplace(made_keys[i], true);
-  }
+  std::unordered_set<int64_t> made;  // keys whose first touch is still to come
+  if (config.sync == SyncMode::kRefresh) made.insert(made_keys, made_keys + num_made);
   struct Entry {
     int64_t order = kNever;  // its place in by_next_use
     int64_t pending = 0;     // local updates not pushed
@@ -207,9 +206,7 @@ Status ReplayBelady(const int64_t* keys, const int64_t* offsets, int64_t steps,
       auto it = cache.find(key);
       if (it == cache.end()) {
         const int shard = ShardOf(key, shards);
-        auto first = made.find(key);
-        const bool makes = first != made.end() && first->second;
-        if (makes) first->second = false;
+        const bool makes = made.erase(key) > 0;
         out->made += makes;
         m.misses[shard].push_back(key);
         m.made[shard].push_back(makes);

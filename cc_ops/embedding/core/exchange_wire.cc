@@ -249,8 +249,7 @@ Status DecodeAnswer(const std::string& table, const uint8_t* data, size_t size, 
   Reader reader(table, "answer", data, size);
   ReadHeader(reader, kAnswerMagic, kAnswerMagicV1, "cache", a->width);
   if (reader.ok()) AnswerFields(reader, *a);
-  int64_t rebuilt = 0;
-  for (uint8_t byte : a->miss_rebuilt) rebuilt += __builtin_popcount(byte);
+  const int64_t rebuilt = RebuiltCount(a->miss_rebuilt);
   const size_t misses = a->miss_clocks.size();
   reader.Check(
       a->miss_rebuilt.empty() || (a->miss_rebuilt.size() == (misses + 7) / 8 &&

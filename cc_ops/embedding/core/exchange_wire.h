@@ -75,9 +75,14 @@ struct ExchangeAnswer {
   std::vector<int64_t> refresh_clocks;
 };
 
-// Whether answer miss i is rebuilt.
+// Whether answer miss i is rebuilt, and how many are.
 inline bool Rebuilt(const std::vector<uint8_t>& bits, size_t i) {
   return i / 8 < bits.size() && (bits[i / 8] >> (i % 8) & 1) != 0;
+}
+inline int64_t RebuiltCount(const std::vector<uint8_t>& bits) {
+  int64_t n = 0;
+  for (uint8_t byte : bits) n += __builtin_popcount(byte);
+  return n;
 }
 
 void EncodeRequest(const ExchangeRequest& request, std::vector<uint8_t>* out);

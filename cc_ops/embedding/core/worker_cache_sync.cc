@@ -152,11 +152,8 @@ Status WorkerCache::TakeAnswers(const int64_t* keys, int64_t u, const std::vecto
   fresh->assign(u, nullptr);
   fresh_clocks->assign(u, 0);
   std::vector<int64_t> next(shards, 0), sent(shards, 0);
-  size_t made = 0;
-  for (const wire::ExchangeAnswer& answer : a) {
-    for (size_t j = 0; j < answer.miss_clocks.size(); ++j)
-      made += wire::Rebuilt(answer.miss_rebuilt, j);
-  }
+  int64_t made = 0;
+  for (const wire::ExchangeAnswer& answer : a) made += wire::RebuiltCount(answer.miss_rebuilt);
   rebuilt->resize(made * width_);  // the pointers into it stay valid
   made = 0;
   for (int64_t i = 0; i < u; ++i) {

@@ -67,15 +67,14 @@ def first_touches(traces):
     keys, steps, workers = (np.concatenate(a) for a in (keys, steps, workers))
     order = np.lexsort((workers, steps, keys))
     keys, workers = keys[order], workers[order]
-    owner = workers[np.concatenate([[True], keys[1:] != keys[:-1]])]
-    firsts = keys[np.concatenate([[True], keys[1:] != keys[:-1]])]
-    return [firsts[owner == w] for w in range(len(traces))]
+    first = np.concatenate([[True], keys[1:] != keys[:-1]])  # each key's earliest touch
+    return [keys[first & (workers == w)] for w in range(len(traces))]
 
 
 def floor(run):
     """{"floor_bytes_per_sample", "training_bytes_per_sample", "ratio",
-    "misses_per_sample" (the replay's), per-table counts}, or
-    {"not_replayed": why}."""
+    "unique_keys" (the replay's) and "trained_unique_keys" (the caches'),
+    "floor_misses_per_sample", per-table "tables"}, or {"not_replayed": why}."""
     why = not_replayed(run)
     if why:
         return {"not_replayed": why}
