@@ -17,7 +17,10 @@ CORE_TEST_SOURCES := $(wildcard cc_ops/common/tests/*.cc cc_ops/common/tests/*.h
 # Debian's bazel-bootstrap (4.2.3, offline) installs bazel-4; elsewhere
 # `bazel` is bazelisk, which reads .bazelversion.
 BAZEL ?= $(shell command -v bazel-4 || echo bazel)
-BAZEL_FLAGS := --repo_env=PYTHON_BIN_PATH=$(abspath $(PY))
+# Compiled actions are kept by content outside the repo, so a clean clone
+# (CI's) rebuilds only what changed.
+HET_TF_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/het_tf
+BAZEL_FLAGS := --repo_env=PYTHON_BIN_PATH=$(abspath $(PY)) --disk_cache=$(HET_TF_CACHE)/bazel-actions
 
 .PHONY: setup build test lint fuzz soak demo bench cc-test sanitize bazel-build clean \
   setup-tf2.21 test-tf2.21

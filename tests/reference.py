@@ -66,10 +66,9 @@ def ftrl_weight(lr, linear, acc):
                     np.float32(0.0)).astype(np.float32)
 
 
-def project(constraint, state, delta=None):
+def project(constraint, state):
     """A row constraint, (kind, min_value, max_value, rate) or None, applied
-    to state's row as Keras' constraint computes it for one row; with
-    `delta`, each value's change joins delta's."""
+    to state's row as Keras' constraint computes it for one row."""
     if constraint is None:
         return
     kind, low, high, rate = constraint
@@ -89,35 +88,22 @@ def project(constraint, state, delta=None):
             clipped = min(max(norm, np.float32(low)), np.float32(high))
             desired = np.float32(rate) * clipped + (np.float32(1) - np.float32(rate)) * norm
         projected = w * np.float32(desired / (np.float32(1e-7) + norm))
-    if delta is not None:
-        delta["w"] = delta["w"] + (projected - w)
     state["w"] = projected
 
 
-def optimizer_step(optimizer, state, g, lr, step, delta=None, constraint=None):
+def optimizer_step(optimizer, state, g, lr, step, constraint=None):
     """One update of `state` (a dict of the FIELDS arrays) with gradient g,
-    then the row constraint; returns the new step count. With `delta`, each
-    field's increment is also added to delta's, exactly as applied (the
-    cache's pending delta)."""
-    def add(field, increment):
-        state[field] = state[field] + increment
-        if delta is not None:
-            delta[field] = delta[field] + increment
-
+    then the row constraint; returns the new step count."""
     def average(field, x, decay):
-        """An exponential average's step; the delta averages from zero."""
         decay = np.float32(decay)
-        fresh = np.float32(1 - decay) * x
-        state[field] = decay * state[field] + fresh
-        if delta is not None:
-            delta[field] = decay * delta[field] + fresh
+        state[field] = decay * state[field] + np.float32(1 - decay) * x
 
     lr32 = np.float32(lr)
     if optimizer == "sgd":
-        add("w", -(lr32 * g))
+        state["w"] = state["w"] + -(lr32 * g)
     elif optimizer == "adagrad":
-        add("acc", g * g)
-        add("w", -(lr32 * g / np.sqrt(state["acc"] + np.float32(1e-7))))
+        state["acc"] = state["acc"] + g * g
+        state["w"] = state["w"] + -(lr32 * g / np.sqrt(state["acc"] + np.float32(1e-7)))
     elif optimizer == "adam":
         step += 1
         # The C++ takes powers of the float32 betas in double precision.
@@ -125,20 +111,41 @@ def optimizer_step(optimizer, state, g, lr, step, delta=None, constraint=None):
         alpha = np.float32(float(lr32) * math.sqrt(1 - b2 ** step) / (1 - b1 ** step))
         average("m", g, 0.9)
         average("v", g * g, 0.999)
-        add("w", -(alpha * state["m"] / (np.sqrt(state["v"]) + np.float32(1e-7))))
+        state["w"] = state["w"] + -(alpha * state["m"] / (np.sqrt(state["v"]) + np.float32(1e-7)))
     elif optimizer == "ftrl":
         acc_new = state["acc"] + g * g
         sigma = (powf(acc_new, 0.5) - powf(state["acc"], 0.5)) / lr32
-        add("lin", g - sigma * state["w"])
-        add("acc", g * g)
-        w_new = ftrl_weight(lr, state["lin"], state["acc"])
-        if delta is not None:
-            delta["w"] = delta["w"] + (w_new - state["w"])
-        state["w"] = w_new
+        state["lin"] = state["lin"] + (g - sigma * state["w"])
+        state["acc"] = state["acc"] + g * g
+        state["w"] = ftrl_weight(lr, state["lin"], state["acc"])
     else:
         raise ValueError(optimizer)
-    project(constraint, state, delta)
+    project(constraint, state)
     return step
+
+
+def copy_state(state):
+    return {f: v.copy() for f, v in state.items()}
+
+
+def decay(optimizer, field, count):
+    """beta^count of an Adam moment (1 for every other field), as the C++
+    takes it: the float32 beta's power in double precision, rounded."""
+    if optimizer != "adam" or field not in ("m", "v"):
+        return np.float32(1)
+    return np.float32(float(np.float32(0.9 if field == "m" else 0.999)) ** count)
+
+
+def take_delta(optimizer, state, base, count):
+    """The delta that takes `base` to `state` in `count` local updates, as
+    merge() takes it back: each field's difference from its base (an Adam
+    moment's from its decayed base); sums and averages of squared
+    gradients never below 0."""
+    delta = {}
+    for f in FIELDS[optimizer]:
+        d = state[f] - (decay(optimizer, f, count) * base[f] if f in ("m", "v") else base[f])
+        delta[f] = np.where(d < 0, np.float32(0), d) if f in ("acc", "v") else d
+    return delta
 
 
 def concurrent_share(optimizer, count, others):
@@ -155,8 +162,7 @@ def merge(optimizer, state, delta, count, lr, share=None, constraint=None):
     its slots; the row keeps `share` of its change, then the constraint."""
     for f in FIELDS[optimizer]:
         if optimizer == "adam" and f in ("m", "v"):
-            decay = np.float32(float(np.float32(0.9 if f == "m" else 0.999)) ** count)
-            state[f] = decay * state[f] + delta[f]
+            state[f] = decay(optimizer, f, count) * state[f] + delta[f]
         elif f == "w" and share is not None and share != 1:
             state[f] = state[f] + share * delta[f]
         else:
@@ -254,15 +260,20 @@ class RefTable:
 
     def push_delta(self, key, delta, count, base_clock, lr, sender=None):
         """A cache's write: every field takes its change (FTRL's row is
-        recomputed from its merged slots), Adam's row its share."""
+        recomputed from its merged slots), Adam's row its share. Returns
+        the row's state, its clock and whether the push is lean: no other
+        writer reached the row since base_clock (not FTRL's), so the cache
+        computes this merge itself."""
+        lean = key in self.rows and self.optimizer != "ftrl"
         r = self.row(key)
+        lean = lean and r["clock"] == base_clock
         merge(self.optimizer, r, delta, count, lr,
               concurrent_share(self.optimizer, count, r["clock"] - base_clock), self.constraint)
         r["step"] += count
         r["clock"] += count
         self.updates_applied += count
         self._moved(key, sender)
-        return self.state(key), r["clock"]
+        return self.state(key), r["clock"], lean
 
 
 class RefCache:
@@ -291,8 +302,8 @@ class RefCache:
         self.fetched_ahead = set()  # inserted by the last prefetch, until the next lookup
         self.counters = dict(lookups=0, unique_keys=0, hits=0, misses=0, stale_refreshes=0,
                              evictions=0, dirty_evictions=0, passed_through=0, rows_pulled=0,
-                             rows_pushed=0, updates_pushed=0, prefetched=0, prefetch_hits=0,
-                             rows_rebuilt=0)
+                             rows_pushed=0, rows_pushed_lean=0, updates_pushed=0, prefetched=0,
+                             prefetch_hits=0, rows_rebuilt=0)
 
     def _bucket(self, touches):
         if self.policy == "lru":
@@ -305,25 +316,31 @@ class RefCache:
         e["touches"], e["attached"], e["seq"] = touches, True, self.seq
         self.seq += 1
 
-    def _zeros(self):
-        return {f: np.zeros(self.table.dim, np.float32) for f in self.table.fields}
-
     def clear(self):
         """As after a restore: nothing cached or pending, a new generation."""
         self.entries, self.outbox, self.unreported, self.passing = {}, [], [], {}
         self.due, self.batch, self.fetched_ahead = [], [], set()
         self.generation += 1
 
-    def _refresh(self, e, fresh, clock):
-        """The entry takes a fresh state, its pending delta merged back."""
+    def _pending(self, e):
+        return take_delta(self.table.optimizer, e["state"], e["base"], e["cc"] - e["cs"])
+
+    def _rebase(self, e, fresh, clock):
+        """The entry takes a fresh state as its base, its pending delta
+        merged back (the share the merge would keep, for Adam's row)."""
         pending = e["cc"] - e["cs"]
+        state = copy_state(fresh)
         if pending:
-            e["pd"]["w"] = e["pd"]["w"] * concurrent_share(
-                self.table.optimizer, pending, clock - e["cs"])
-            merge(self.table.optimizer, fresh, e["pd"], pending, self.lr,
+            delta = self._pending(e)
+            delta["w"] = delta["w"] * concurrent_share(self.table.optimizer, pending,
+                                                       clock - e["cs"])
+            merge(self.table.optimizer, state, delta, pending, self.lr,
                   constraint=self.table.constraint)
-        e["state"] = fresh
+        e["state"], e["base"] = state, copy_state(fresh)
         e["cs"], e["cc"] = clock, clock + pending
+
+    def _refresh(self, e, fresh, clock):
+        self._rebase(e, fresh, clock)
         self.counters["stale_refreshes"] += 1
 
     def _check_bound(self, unique):
@@ -397,7 +414,7 @@ class RefCache:
                 else:
                     share = concurrent_share(self.table.optimizer, e["cc"] - e["cs"],
                                              answer[i][1] - e["cs"])
-                    seen = dict(w=answer[i][0]["w"] + share * e["pd"]["w"])
+                    seen = dict(w=answer[i][0]["w"] + share * self._pending(e)["w"])
                     project(self.table.constraint, seen)  # as the merge would
                     out.append(seen["w"])
                     self.counters["stale_refreshes"] += 1
@@ -449,7 +466,7 @@ class RefCache:
     def _evict(self, attached):
         victim = min(attached, key=lambda e: (self._bucket(e["touches"]), e["seq"]))
         if victim["cc"] > victim["cs"]:
-            self.outbox.append((victim["key"], victim["pd"], victim["cc"] - victim["cs"],
+            self.outbox.append((victim["key"], self._pending(victim), victim["cc"] - victim["cs"],
                                 victim["cs"]))
             self.counters["dirty_evictions"] += 1
         del self.entries[victim["key"]]
@@ -458,8 +475,8 @@ class RefCache:
         self.counters["evictions"] += 1
 
     def _insert(self, k, fresh, clock):
-        self.entries[k] = e = dict(key=k, state=fresh, cs=clock, cc=clock, pd=self._zeros(),
-                                   touches=0, attached=False)
+        self.entries[k] = e = dict(key=k, state=fresh, base=copy_state(fresh), cs=clock,
+                                   cc=clock, touches=0, attached=False)
         return e
 
     def stage(self, ids):
@@ -514,26 +531,26 @@ class RefCache:
         self.lr = lr  # FTRL's refreshes recompute rows with it
         for k, g in zip(keys, grads):  # rows passed through: one step, pushed now
             if k in self.passing:
-                state, clock = self.passing[k]
-                delta = self._zeros()
+                base, clock = self.passing[k]
+                state = copy_state(base)
                 optimizer_step(self.table.optimizer, state, g.astype(np.float32), lr, clock,
-                               delta=delta, constraint=self.table.constraint)
-                self.outbox.append((k, delta, 1, clock))
+                               constraint=self.table.constraint)
+                self.outbox.append((k, take_delta(self.table.optimizer, state, base, 1), 1, clock))
         self.passing = {}
-        due = list(self.outbox)
+        due = []
         for k, g in zip(keys, grads):
             if k not in self.entries:
                 continue
             e = self.entries[k]
             optimizer_step(self.table.optimizer, e["state"], g.astype(np.float32), lr, e["cc"],
-                           delta=e["pd"], constraint=self.table.constraint)
+                           constraint=self.table.constraint)
             e["cc"] += 1
             if self.s_w >= 0 and e["cc"] - e["cs"] > self.s_w:
-                due.append((k, dict(e["pd"]), e["cc"] - e["cs"], e["cs"]))
-        if self.sync == "refresh":
-            self.due += [k for k, *_ in due[len(self.outbox):]]
+                due.append(k)
+        if self.sync == "refresh":  # they go with the next exchange
+            self.due += due
         else:
-            self._push_and_ack(due, lr)
+            self._push_and_ack(list(self.outbox) + [self._take(self.entries[k]) for k in due], lr)
 
     def drop(self, keys):
         """Herald's plan: drops the copies of `keys` (the rows other workers
@@ -544,7 +561,7 @@ class RefCache:
             if e is None:
                 continue
             if e["cc"] > e["cs"]:
-                self.outbox.append((k, e["pd"], e["cc"] - e["cs"], e["cs"]))
+                self.outbox.append((k, self._pending(e), e["cc"] - e["cs"], e["cs"]))
                 self.counters["dirty_evictions"] += 1
             self.unreported.append(k)
             self.counters["evictions"] += 1
@@ -560,26 +577,45 @@ class RefCache:
             if e is None or e["cc"] == e["cs"] or k in queued:
                 continue
             queued.add(k)
-            pushes.append((k, dict(e["pd"]), e["cc"] - e["cs"], e["cs"]))
+            pushes.append(self._take(e))
         return pushes
 
+    def _take(self, e):
+        """An entry's push as its round starts: its pending delta, and the
+        entry becomes the merge a shard makes of it where no other writer
+        reached the row since its base."""
+        count, base_clock = e["cc"] - e["cs"], e["cs"]
+        delta = self._pending(e)
+        state = copy_state(e["base"])
+        merge(self.table.optimizer, state, delta, count, self.lr,
+              constraint=self.table.constraint)
+        e["state"], e["base"], e["cs"] = state, copy_state(state), e["cc"]
+        return (e["key"], delta, count, base_clock)
+
     def flush(self, lr):
-        due = list(self.outbox) + [(k, dict(e["pd"]), e["cc"] - e["cs"], e["cs"])
-                                   for k, e in self.entries.items() if e["cc"] > e["cs"]]
+        due = list(self.outbox) + [self._take(e) for e in self.entries.values()
+                                   if e["cc"] > e["cs"]]
         self.due = []  # all of it pending, so in the flush
         self._push_and_ack(due, lr)
 
     def _push_and_ack(self, due, lr):
         outbox_keys = {k for k, _, _, _ in self.outbox}
         for k, delta, count, base_clock in due:
-            state, clock = self.table.push_delta(k, delta, count, base_clock, lr,
-                                                 sender=(self.worker, self.generation))
+            state, clock, lean = self.table.push_delta(k, delta, count, base_clock, lr,
+                                                       sender=(self.worker, self.generation))
             self.counters["rows_pushed"] += 1
             self.counters["updates_pushed"] += count
             if k in outbox_keys:
                 continue
             e = self.entries[k]
-            e["pd"] = self._zeros()
-            e["state"], e["cs"], e["cc"] = state, clock, clock
+            if lean:
+                # The proof of the rule: the entry computed the shard's merge.
+                self.counters["rows_pushed_lean"] += 1
+                assert e["cc"] == e["cs"] == clock
+                for f in self.table.fields:
+                    assert np.array_equal(e["state"][f], state[f]), (k, f, e["state"][f], state[f])
+                continue
+            e["state"], e["base"] = state, copy_state(state)
+            e["cs"], e["cc"] = clock, clock
         pushed = {k for k, *_ in due}
         self.outbox = [p for p in self.outbox if p[0] not in pushed]

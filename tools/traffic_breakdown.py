@@ -59,7 +59,7 @@ def measure(sync, args, data):
     samples = 2 * args.steps * args.batch_size
     per = {name: total[name] / samples for name in (
         "unique_keys", "misses", "rows_rebuilt", "stale_refreshes", "evictions",
-        "passed_through", "rows_pushed", "bytes_sent", "bytes_received")}
+        "passed_through", "rows_pushed", "rows_pushed_lean", "bytes_sent", "bytes_received")}
     per["first_touches"] = table.stats()["rows"] / samples
     per["bytes"] = per["bytes_sent"] + per["bytes_received"]
     made = first_touches(traces)

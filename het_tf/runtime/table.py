@@ -154,11 +154,13 @@ class ShardedTable:
     def push_deltas(self, keys, deltas, counts, base_clocks, learning_rate, keys_checked=False,
                     senders=None, unanswered=0):
         """Merges caches' state deltas, taken from rows at `base_clocks` (see
-        HetTablePushDeltas); the rows' states after the merge and their
-        clocks come back in the order of `keys`, but for the first
-        `unanswered` keys (rows the cache evicted), which get none, and then
-        each shard's epoch (a shard restored since the sender's round began
-        merged nothing).
+        HetTablePushDeltas). Returns, for the keys after the first
+        `unanswered` (rows the cache evicted, which get no answer) in the
+        order of `keys`: the rows' states after the merge but for those
+        acknowledged lean (by their clocks alone: no other writer reached
+        them, and the cache computes the merge itself), their clocks, each
+        shard's epoch (a shard restored since the sender's round began
+        merged nothing), and whether each was lean.
         keys_checked as for pull; senders: the pushing cache's round, a row
         for each shard of (worker id, generation, sequence, epoch) as its
         accumulate and flush ops give it, so that each shard merges the
@@ -187,12 +189,16 @@ class ShardedTable:
                                           keys_checked=keys_checked, per_shard=leading)
         epochs = tf.stack([a[2] for a in answers])
         if origin is None:
-            return answers[0][0], answers[0][1], epochs
+            return answers[0][0], answers[0][1], epochs, answers[0][3]
         # Each part's answered rows, numbered among the push's answered rows.
         answered = [tf.boolean_mask(o, tf.cast(o, tf.int64) >= unanswered)
                     - tf.cast(unanswered, o.dtype) for o in origin]
-        return (tf.dynamic_stitch(answered, [a[0] for a in answers]),
-                tf.dynamic_stitch(answered, [a[1] for a in answers]), epochs)
+        lean = tf.dynamic_stitch(answered, [a[3] for a in answers])
+        # The states that came, numbered among the push's rows not lean.
+        place = tf.cumsum(tf.cast(~lean, tf.int32)) - 1
+        whole = [tf.gather(place, tf.boolean_mask(at, ~a[3])) for at, a in zip(answered, answers)]
+        return (tf.dynamic_stitch(whole, [a[0] for a in answers]),
+                tf.dynamic_stitch(answered, [a[1] for a in answers]), epochs, lean)
 
     def _check_finite(self, values, what):
         return tf.debugging.check_numerics(

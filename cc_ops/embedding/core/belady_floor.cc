@@ -73,7 +73,9 @@ void CountBytes(const FloorConfig& config, const Messages& m, int64_t unique,
     out->bytes_received += wire::PullAnswer(fetched, config.width);
     if (pushed > 0) {
       out->bytes_sent += wire::PushRequest(pushed, config.width, /*delta=*/true, shards);
-      out->bytes_received += wire::DeltaPushAnswer(answered, config.width);
+      // Every push the write bound makes is taken as one no other writer
+      // met, acknowledged by its clock alone: the least it can cost.
+      out->bytes_received += wire::DeltaPushAnswer(answered, config.width, answered);
     }
     return;
   }
@@ -96,17 +98,14 @@ void CountBytes(const FloorConfig& config, const Messages& m, int64_t unique,
     request.push_deltas = {zeros->data(), pushes};
     wire::ExchangeAnswer answer;
     answer.width = config.width;
-    answer.push_states = {zeros->data(), static_cast<int64_t>(m.bound[s].size())};
+    answer.push_states = {zeros->data(), 0};
     answer.push_clocks.assign(m.bound[s].size(), 0);
+    const std::vector<uint8_t> lean(m.bound[s].size(), 1);
+    answer.push_lean = wire::PackFlags(lean.data(), lean.size());
     const size_t misses = m.misses[s].size();
-    int64_t made = 0;
-    for (size_t i = 0; i < misses; ++i) {
-      if (!m.made[s][i]) continue;
-      answer.miss_rebuilt.resize((misses + 7) / 8, 0);
-      answer.miss_rebuilt[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
-      ++made;
-    }
-    answer.miss_states = {zeros->data(), static_cast<int64_t>(misses) - made};
+    answer.miss_rebuilt = wire::PackFlags(m.made[s].data(), misses);
+    answer.miss_states = {zeros->data(),
+                          static_cast<int64_t>(misses) - wire::FlagCount(answer.miss_rebuilt)};
     answer.miss_clocks.assign(misses, 0);
     std::vector<uint8_t> bytes;
     wire::EncodeRequest(request, &bytes);

@@ -51,8 +51,9 @@ struct CacheCounters {
   uint64_t dirty_evictions = 0;  // evicted with pending updates, which are pushed
   uint64_t passed_through = 0;   // missing rows a full batch left no room for
   uint64_t rows_pulled = 0;
-  uint64_t rows_rebuilt = 0;  // of those, made here from their initial state (first touches)
-  uint64_t rows_pushed = 0;   // acknowledged pushes
+  uint64_t rows_rebuilt = 0;      // of those, made here from their initial state (first touches)
+  uint64_t rows_pushed = 0;       // acknowledged pushes
+  uint64_t rows_pushed_lean = 0;  // of those, acknowledged by their clocks alone
   uint64_t updates_pushed = 0;
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;

@@ -187,6 +187,7 @@ void AnswerFields(Io& io, Answer& a) {
   io.Scalar(a.epoch);
   io.RowsOf(a.push_states, a.width);
   io.Ints(a.push_clocks);
+  io.Bits(a.push_lean);
   io.RowsOf(a.miss_states, a.width);
   io.Ints(a.miss_clocks);
   io.Bits(a.miss_rebuilt);
@@ -245,17 +246,40 @@ Status DecodeRequest(const std::string& table, const uint8_t* data, size_t size,
   return reader.Finish();
 }
 
+std::vector<uint8_t> PackFlags(const uint8_t* flags, size_t n) {
+  std::vector<uint8_t> bits;
+  for (size_t i = 0; i < n; ++i) {
+    if (!flags[i]) continue;
+    bits.resize((n + 7) / 8, 0);
+    bits[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
+  }
+  return bits;
+}
+
+namespace {
+
+// Whether flag bits fit n rows: none, or a byte per 8 rows with no bit
+// past the last row.
+bool FlagsFit(const std::vector<uint8_t>& bits, size_t n) {
+  return bits.empty() ||
+         (bits.size() == (n + 7) / 8 && (n % 8 == 0 || bits.back() >> (n % 8) == 0));
+}
+
+}  // namespace
+
 Status DecodeAnswer(const std::string& table, const uint8_t* data, size_t size, ExchangeAnswer* a) {
   Reader reader(table, "answer", data, size);
   ReadHeader(reader, kAnswerMagic, kAnswerMagicV1, "cache", a->width);
   if (reader.ok()) AnswerFields(reader, *a);
-  const int64_t rebuilt = RebuiltCount(a->miss_rebuilt);
+  const int64_t rebuilt = FlagCount(a->miss_rebuilt);
   const size_t misses = a->miss_clocks.size();
+  reader.Check(FlagsFit(a->miss_rebuilt, misses),
+               "the rebuilt misses' bits do not fit " + std::to_string(misses) + " misses");
   reader.Check(
-      a->miss_rebuilt.empty() || (a->miss_rebuilt.size() == (misses + 7) / 8 &&
-                                  (misses % 8 == 0 || a->miss_rebuilt.back() >> (misses % 8) == 0)),
-      "the rebuilt misses' bits do not fit " + std::to_string(misses) + " misses");
-  reader.Check(a->push_states.rows == static_cast<int64_t>(a->push_clocks.size()) &&
+      FlagsFit(a->push_lean, a->push_clocks.size()),
+      "the lean pushes' bits do not fit " + std::to_string(a->push_clocks.size()) + " pushes");
+  reader.Check(a->push_states.rows + FlagCount(a->push_lean) ==
+                       static_cast<int64_t>(a->push_clocks.size()) &&
                    a->miss_states.rows + rebuilt == static_cast<int64_t>(misses) &&
                    a->refresh_states.rows == static_cast<int64_t>(a->refresh_keys.size()) &&
                    a->refresh_clocks.size() == a->refresh_keys.size(),

@@ -38,8 +38,9 @@ struct Rows {
 // 2: requests carry their round's sequence number and the epoch the worker
 // last saw (sender_log.h). 3: requests name the initial states the worker
 // can rebuild, and answers send a row made for the request as its clock
-// alone (a first touch moves no row).
-constexpr uint32_t kWireVersion = 3;
+// alone (a first touch moves no row). 4: answers acknowledge a push no
+// other writer met by its clock alone (lean acknowledgements).
+constexpr uint32_t kWireVersion = 4;
 
 struct ExchangeRequest {
   Sender sender;               // with the round's sequence and the epoch the worker saw
@@ -61,12 +62,17 @@ struct ExchangeRequest {
 struct ExchangeAnswer {
   int64_t epoch = 0;  // the shard's (TableShard::epoch)
   int32_t width = 0;
-  Rows push_states;  // each answered push's row after the merge, in order
+  // Each answered push's clock after the merge, in order, and the rows of
+  // those not lean. A push is lean (its flag in push_lean set) when no
+  // other writer reached the row since the push's base clock: the worker
+  // computed the merge itself.
+  Rows push_states;
   std::vector<int64_t> push_clocks;
+  std::vector<uint8_t> push_lean;  // empty: none
   // Every miss's clock, in the request's order; the states of those not
-  // rebuilt, in the same order. A miss is rebuilt (its bit in miss_rebuilt,
-  // bit i % 8 of byte i / 8, is set) when the shard made its row for this
-  // request from the initial state the request named: the worker makes it.
+  // rebuilt, in the same order. A miss is rebuilt (its flag in
+  // miss_rebuilt set) when the shard made its row for this request from the
+  // initial state the request named: the worker makes it.
   Rows miss_states;
   std::vector<int64_t> miss_clocks;
   std::vector<uint8_t> miss_rebuilt;  // empty: none
@@ -75,15 +81,18 @@ struct ExchangeAnswer {
   std::vector<int64_t> refresh_clocks;
 };
 
-// Whether answer miss i is rebuilt, and how many are.
-inline bool Rebuilt(const std::vector<uint8_t>& bits, size_t i) {
+// Flags of an answer's rows, a bit each (bit i % 8 of byte i / 8), empty
+// when none is set: whether row i is flagged, how many are, and one byte a
+// flag packed into bits.
+inline bool Flagged(const std::vector<uint8_t>& bits, size_t i) {
   return i / 8 < bits.size() && (bits[i / 8] >> (i % 8) & 1) != 0;
 }
-inline int64_t RebuiltCount(const std::vector<uint8_t>& bits) {
+inline int64_t FlagCount(const std::vector<uint8_t>& bits) {
   int64_t n = 0;
   for (uint8_t byte : bits) n += __builtin_popcount(byte);
   return n;
 }
+std::vector<uint8_t> PackFlags(const uint8_t* flags, size_t n);
 
 void EncodeRequest(const ExchangeRequest& request, std::vector<uint8_t>* out);
 void EncodeAnswer(const ExchangeAnswer& answer, std::vector<uint8_t>* out);

@@ -53,6 +53,13 @@ Status ValidateOptimizer(const OptimizerConfig& c) {
   return Status::Ok();
 }
 
+bool DeltaFinite(const float* state, const float* base, size_t n) {
+  for (size_t j = 0; j < n; ++j) {
+    if (!std::isfinite(std::fabs(state[j]) + std::fabs(base[j]))) return false;
+  }
+  return true;
+}
+
 bool AllFinite(const float* values, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     if (!std::isfinite(values[i])) return false;
@@ -131,15 +138,11 @@ float NormScale(const RowConstraint& k, int dim, const float* w) {
 
 }  // namespace
 
-void ApplyConstraint(const RowConstraint& k, int dim, float* w, float* delta) {
+void ApplyConstraint(const RowConstraint& k, int dim, float* w) {
   if (k.kind == ConstraintKind::kNone) return;
   const bool non_neg = k.kind == ConstraintKind::kNonNeg;
   const float scale = non_neg ? 1.0f : NormScale(k, dim, w);
-  for (int j = 0; j < dim; ++j) {
-    const float projected = non_neg ? (w[j] >= 0.0f ? w[j] : 0.0f) : w[j] * scale;
-    if (delta != nullptr) delta[j] += projected - w[j];
-    w[j] = projected;
-  }
+  for (int j = 0; j < dim; ++j) w[j] = non_neg ? (w[j] >= 0.0f ? w[j] : 0.0f) : w[j] * scale;
 }
 
 namespace {
@@ -151,22 +154,18 @@ float FtrlWeight(const OptimizerConfig& c, float lr, float linear, float acc) {
   return std::fabs(linear) > c.l1 ? (std::copysign(c.l1, linear) - linear) / quadratic : 0.0f;
 }
 
-// One update of each optimizer. With kTrack, each field's increment also
-// joins its place in `delta` (laid out as a state). The variants are
-// separate loops with non-aliasing pointers, so that the compiler
-// vectorizes them: a cache's local step runs once per unique key per batch.
-// Vector and scalar code round alike (no reassociation, no contraction
-// without FMA in the target), so the cache and the shards stay bit-equal.
-template <bool kTrack>
+// One update of each optimizer. The variants are separate loops with
+// non-aliasing pointers, so that the compiler vectorizes them: a cache's
+// local step runs once per unique key per batch. Vector and scalar code
+// round alike (no reassociation, no contraction without FMA in the
+// target), so the cache and the shards stay bit-equal.
 void Update(const OptimizerConfig& c, float lr, const float* __restrict__ g, int dim,
             float* __restrict__ w, float* __restrict__ slot_a, float* __restrict__ slot_b,
-            int64_t* step, float* __restrict__ dw, float* __restrict__ da, float* __restrict__ db) {
+            int64_t* step) {
   switch (c.kind) {
     case OptimizerKind::kSGD:
       for (int j = 0; j < dim; ++j) {
-        const float increment = -(lr * g[j]);
-        w[j] += increment;
-        if (kTrack) dw[j] += increment;
+        w[j] += -(lr * g[j]);
       }
       break;
     case OptimizerKind::kAdagrad: {
@@ -174,12 +173,7 @@ void Update(const OptimizerConfig& c, float lr, const float* __restrict__ g, int
       for (int j = 0; j < dim; ++j) {
         const float squared = g[j] * g[j];
         slot_a[j] += squared;
-        const float increment = -(lr * g[j] / std::sqrt(slot_a[j] + epsilon));
-        w[j] += increment;
-        if (kTrack) {
-          da[j] += squared;
-          dw[j] += increment;
-        }
+        w[j] += -(lr * g[j] / std::sqrt(slot_a[j] + epsilon));
       }
       break;
     }
@@ -191,20 +185,14 @@ void Update(const OptimizerConfig& c, float lr, const float* __restrict__ g, int
       const float beta_1 = c.beta_1, beta_2 = c.beta_2, epsilon = c.epsilon;
       for (int j = 0; j < dim; ++j) {
         // The moments are averages, not sums: what a run of updates adds to
-        // one is its average started from zero (tracked in the delta), and
-        // the rest is the decay of the value it started from, which a merge
-        // applies to the shard's own value (ApplyDelta).
+        // one is its average started from zero, and the rest is the decay
+        // of the value it started from, which a merge applies to the
+        // shard's own value (ApplyDelta, TakeDelta).
         const float fresh_m = (1.0f - beta_1) * g[j];
         const float fresh_v = (1.0f - beta_2) * (g[j] * g[j]);
         slot_a[j] = beta_1 * slot_a[j] + fresh_m;
         slot_b[j] = beta_2 * slot_b[j] + fresh_v;
-        const float increment = -(alpha * slot_a[j] / (std::sqrt(slot_b[j]) + epsilon));
-        w[j] += increment;
-        if (kTrack) {
-          da[j] = beta_1 * da[j] + fresh_m;
-          db[j] = beta_2 * db[j] + fresh_v;
-          dw[j] += increment;
-        }
+        w[j] += -(alpha * slot_a[j] / (std::sqrt(slot_b[j]) + epsilon));
       }
       break;
     }
@@ -216,16 +204,9 @@ void Update(const OptimizerConfig& c, float lr, const float* __restrict__ g, int
         const float squared = g[j] * g[j];
         const float acc_new = acc[j] + squared;
         const float sigma = (std::pow(acc_new, p) - std::pow(acc[j], p)) / lr;
-        const float linear_increment = g[j] - sigma * w[j];
-        linear[j] += linear_increment;
+        linear[j] += g[j] - sigma * w[j];
         acc[j] += squared;
-        const float w_new = FtrlWeight(c, lr, linear[j], acc[j]);
-        if (kTrack) {
-          db[j] += linear_increment;
-          da[j] += squared;
-          dw[j] += w_new - w[j];
-        }
-        w[j] = w_new;
+        w[j] = FtrlWeight(c, lr, linear[j], acc[j]);
       }
       break;
     }
@@ -235,18 +216,10 @@ void Update(const OptimizerConfig& c, float lr, const float* __restrict__ g, int
 }  // namespace
 
 void ApplyUpdate(const OptimizerConfig& c, float lr, const float* g, int dim, float* w,
-                 float* slots, int64_t* step, float* delta) {
-  // Slot k is at slots[k * dim]; field f of a state delta at delta[f * dim].
-  const int num_slots = NumSlots(c.kind);
-  float* slot_b = num_slots > 1 ? slots + dim : nullptr;
-  if (delta == nullptr) {
-    Update<false>(c, lr, g, dim, w, slots, slot_b, step, nullptr, nullptr, nullptr);
-    ApplyConstraint(c.constraint, dim, w);
-    return;
-  }
-  Update<true>(c, lr, g, dim, w, slots, slot_b, step, delta, num_slots > 0 ? delta + dim : nullptr,
-               num_slots > 1 ? delta + 2 * dim : nullptr);
-  ApplyConstraint(c.constraint, dim, w, delta);
+                 float* slots, int64_t* step) {
+  // Slot k is at slots[k * dim].
+  Update(c, lr, g, dim, w, slots, NumSlots(c.kind) > 1 ? slots + dim : nullptr, step);
+  ApplyConstraint(c.constraint, dim, w);
 }
 
 void ApplyDelta(const OptimizerConfig& c, float lr, const float* delta, int64_t count, int dim,
@@ -278,6 +251,26 @@ void ApplyDelta(const OptimizerConfig& c, float lr, const float* delta, int64_t 
   // A share of 1 multiplies exactly: the merge of a sole writer stays exact.
   for (int j = 0; j < dim; ++j) w[j] += value_share * delta[j];
   ApplyConstraint(c.constraint, dim, w);
+}
+
+void TakeDelta(const OptimizerConfig& c, const float* state, const float* base, int64_t count,
+               int dim, float* delta) {
+  const int width = StateWidth(c.kind, dim);
+  for (int j = 0; j < width; ++j) delta[j] = state[j] - base[j];
+  if (c.kind == OptimizerKind::kAdam) {
+    // As ApplyDelta decays them: the same float factors, so that the merge
+    // of one update adds back exactly what it takes away here.
+    const float decay_1 = static_cast<float>(std::pow(double{c.beta_1}, double(count)));
+    const float decay_2 = static_cast<float>(std::pow(double{c.beta_2}, double(count)));
+    for (int j = 0; j < dim; ++j) {
+      delta[dim + j] = state[dim + j] - decay_1 * base[dim + j];
+      delta[2 * dim + j] = state[2 * dim + j] - decay_2 * base[2 * dim + j];
+    }
+  }
+  const int squares = NonNegativeSlot(c.kind);
+  if (squares < 0) return;
+  float* sum = delta + (1 + squares) * dim;
+  for (int j = 0; j < dim; ++j) sum[j] = std::max(sum[j], 0.0f);
 }
 
 float ConcurrentShare(OptimizerKind kind, int64_t count, int64_t others) {

@@ -34,9 +34,8 @@ struct RowConstraint {
 // Accepts "none", "non_neg", "max_norm", "unit_norm" and "min_max_norm".
 Status ParseConstraintKind(const std::string& name, ConstraintKind* kind);
 
-// Projects `dim` values in place, as the Keras constraint would; with
-// `delta`, each value's change joins it.
-void ApplyConstraint(const RowConstraint& constraint, int dim, float* row, float* delta = nullptr);
+// Projects `dim` values in place, as the Keras constraint would.
+void ApplyConstraint(const RowConstraint& constraint, int dim, float* row);
 
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::kSGD;
@@ -65,6 +64,9 @@ Status CheckLearningRate(const std::string& name, const OptimizerConfig& config,
 // error for an update that would make id `key`'s row or slots non-finite:
 // caches and shards refuse it before anything changes.
 bool AllFinite(const float* values, size_t n);
+// Whether every field of TakeDelta(state, base) is finite: |state| + |base|
+// bounds each (an Adam moment's base decays by at most 1).
+bool DeltaFinite(const float* state, const float* base, size_t n);
 Status NonFiniteUpdate(const std::string& name, int64_t key);
 
 // Number of dim-sized float slots a row carries.
@@ -78,30 +80,37 @@ void InitializeSlots(const OptimizerConfig& config, int dim, float* slots);
 // the row's dim values followed by its slots, StateWidth floats in all.
 int StateWidth(OptimizerKind kind, int dim);
 
-// Applies one update with gradient `grad` to `row`. `slots` holds
-// NumSlots() * dim floats; `step` is the row's step count (Adam only). When
-// `delta` is not null it holds StateWidth floats laid out as a state, and
-// each field's change is added to it: exactly the increment the field took,
-// so that ApplyDelta of one update's delta reproduces the update to the bit.
-// A constraint's projection is part of the values' increment.
+// Applies one update with gradient `grad` to `row`, then the constraint.
+// `slots` holds NumSlots() * dim floats; `step` is the row's step count
+// (Adam only).
 void ApplyUpdate(const OptimizerConfig& config, float learning_rate, const float* grad, int dim,
-                 float* row, float* slots, int64_t* step, float* delta = nullptr);
+                 float* row, float* slots, int64_t* step);
 
-// Merges a worker's accumulated state delta of `count` local updates into a
+// Merges a worker's state delta of `count` local updates (TakeDelta) into a
 // shard's row (or into a fresh copy of it, on a cache's refresh): values and
 // sums (Adagrad's and FTRL's slots) take their change; Adam's moments decay
 // by beta^count and take the worker's averages, and its step advances by
 // `count`; FTRL's values are recomputed from the merged slots (they are a
-// function of them). With no other writer since the worker's copy was taken,
-// the row ends where the worker's copy did: to the bit for one update, up to
-// the rounding of summing the increments separately for more
-// (docs/consistency.md). The constraint projects the merged values.
+// function of them). The constraint projects the merged values. With no
+// other writer since the worker's copy was taken, the row ends where the
+// worker computes it will (WorkerCache::StartRound).
 //
 // `value_share` (0, 1] scales the values' part of the delta: the share of a
 // worker's movement that a merge keeps (ConcurrentShare).
 void ApplyDelta(const OptimizerConfig& config, float learning_rate, const float* delta,
                 int64_t count, int dim, float* row, float* slots, int64_t* step,
                 float value_share = 1.0f);
+
+// The delta that takes `base` to `state` in `count` local updates: what
+// ApplyDelta merges into `base` to reach `state` again. Values and sums
+// take their difference, Adam's moments their difference from the base's
+// decayed value; a sum or average of squared gradients never goes below 0.
+// A cache keeps the base it fetched, not the delta, so that it can compute
+// the merge a shard makes of it to the bit (docs/consistency.md): for one
+// update ApplyDelta(base, TakeDelta(state, base)) is `state` exactly,
+// since fl(b + fl(fl(b + x) - b)) = fl(b + x) when rounding to nearest.
+void TakeDelta(const OptimizerConfig& config, const float* state, const float* base, int64_t count,
+               int dim, float* delta);
 
 // The share of a delta's movement of the values that a merge keeps, when the
 // delta holds `count` local updates and `others` updates by other writers

@@ -57,19 +57,19 @@ class TableShard {
   // is missing on the worker or when its server clock exceeds the worker's
   // clock by more than read_staleness (negative: never stale). With slots,
   // each row comes as its whole state (values then optimizer slots), for a
-  // cache that takes the optimizer's steps locally.
-  // With admission, a miss of an id not admitted comes back as the default
-  // state (zeros, and the optimizer's initial slots) at clock kNotAdmitted.
+  // cache that takes the optimizer's steps locally. With admission, a miss
+  // of an id not admitted comes back as the default state at kNotAdmitted.
   Status Pull(const int64_t* keys, const int64_t* clocks, int64_t n, int64_t read_staleness,
               bool with_slots, PulledRows* out, bool training = true);
 
   // A training step's exchange under sync="refresh" (exchange_wire.h):
-  // the pushes the request carries are merged as PushDeltas merges them;
-  // then the sender's evicted copies leave its record, and the answer holds
-  // the pushes' rows, the states of its misses (a row made for one, by its
-  // clock alone if the request names this shard's initial states) and the
-  // fresh states of its copies past its read bound, all recorded at their
-  // clocks (copy_records.h); a newer generation starts a new record. All or
+  // the pushes the request carries are merged as PushDeltas merges them
+  // (lean ones answered by their clocks alone); then the sender's evicted
+  // copies leave its record, and the answer holds the pushes' rows, the
+  // states of its misses (a row made for one by its clock alone if the
+  // request names this shard's initial states) and the fresh states of its
+  // copies past its read bound, all recorded at their clocks
+  // (copy_records.h); a newer generation starts a new record. All or
   // nothing: the request is checked, and the rows it may create reserved,
   // before anything changes. Exactly once (sender_log.h): a repeated round
   // merges nothing and answers its pushes with the rows as they are, and its
@@ -88,25 +88,25 @@ class TableShard {
   Status Push(const int64_t* keys, const float* grads, const int64_t* counts, int64_t n,
               float learning_rate, float* values, int64_t* clocks);
 
-  // A cache's push: merges deltas[i] (StateWidth floats, what counts[i]
-  // local optimizer steps changed in the row's state) with ApplyDelta and
-  // advances the clock by counts[i]. base_clocks[i] is the row's clock when
-  // the cache took its copy: the updates since then are other writers', and
-  // set the share of the delta the merge keeps (ConcurrentShare). When
-  // states or clocks are not null they receive each row's state after the
-  // merge, for the cache to take. The sender's recorded copies take the
-  // merged rows; other workers' copies may go stale (copy_records.h).
-  // The first `unanswered` rows get no state or clock back (the cache
-  // evicted them): states and clocks hold the others', in order. A
-  // sequenced sender's push is merged once, as an exchange's pushes are.
-  // `*epoch` receives the epoch the push met: a push that saw another one
-  // merges nothing (its states and clocks are zeros), and the cache learns
-  // from the epoch that its copies belong to an old table. Without `epoch`
+  // A cache's push: merges deltas[i] (TakeDelta of counts[i] local steps)
+  // with ApplyDelta and advances the clock by counts[i]. base_clocks[i] is
+  // the row's clock when the cache took its copy: the updates since are
+  // other writers', and set the share of the delta the merge keeps
+  // (ConcurrentShare). States and clocks, when not null, receive each row's
+  // state and clock after the merge, in order, but for the first
+  // `unanswered` rows (the cache evicted them) and, with `lean` (a flag per
+  // answered row), the states of rows no other writer reached since their
+  // base clock, acknowledged by their clocks alone (docs/consistency.md). The
+  // sender's recorded copies take the merged rows; other workers' copies
+  // may go stale (copy_records.h). A sequenced sender's push is merged once,
+  // as an exchange's are. `*epoch` receives the epoch the push met: one that
+  // saw another merges nothing (its states and clocks are zeros), and the
+  // cache learns that its copies belong to an old table. Without `epoch`
   // such a push is refused with Aborted.
   Status PushDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
                     const int64_t* base_clocks, int64_t n, float learning_rate, float* states,
                     int64_t* clocks, const Sender& sender, int64_t unanswered,
-                    int64_t* epoch = nullptr);
+                    int64_t* epoch = nullptr, uint8_t* lean = nullptr);
 
   int64_t Size() const;
   size_t BytesPerRow() const { return row_bytes_; }
@@ -259,19 +259,22 @@ class TableShard {
   // lock (taking the copy if the row has not moved since); advances its
   // clock by counts[i] and, when out and clocks are not null, copies the
   // row's first `width` floats and its clock back for every row from
-  // `unanswered` on; tells the copy records and the changes; then counts
-  // the push (its bytes are the caller's to count). An exchange reserves
-  // its pushes' rows with its misses' (`reserved`).
+  // `unanswered` on, flagging in `lean` those no other writer reached since
+  // lean_base_clocks[i]; tells the copy records and the changes; then
+  // counts the push (its bytes are the caller's). An exchange reserves its
+  // pushes' rows with its misses' (`reserved`).
   template <typename Apply>
   Status ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width,
                      const Sender& sender, int64_t unanswered, float* out, int64_t* clocks,
-                     bool reserved, Apply apply);
+                     bool reserved, const int64_t* lean_base_clocks, uint8_t* lean, Apply apply);
   // A push's bytes as the op's tensors carry them, `answered` rows back.
-  void CountPushBytes(int64_t n, int width, bool delta, int64_t answered);
-  // PushDeltas' merge, after its checks.
+  void CountPushBytes(int64_t n, int width, bool delta, int64_t answered, int64_t lean);
+  // PushDeltas' merge, after its checks (`lean` as there; *lean_rows
+  // counts the rows flagged).
   Status MergeDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
                      const int64_t* base_clocks, int64_t n, float learning_rate, float* states,
-                     int64_t* clocks, const Sender& sender, int64_t unanswered, bool reserved);
+                     int64_t* clocks, const Sender& sender, int64_t unanswered, bool reserved,
+                     uint8_t* lean = nullptr, int64_t* lean_rows = nullptr);
   // An exchange's read half, checked and its new rows reserved: drops the
   // evicted copies from the sender's record, answers its misses (with
   // `rebuild`, a row made for one by its clock alone) and queued refreshes,
@@ -279,17 +282,14 @@ class TableShard {
   void Serve(const Sender& sender, const std::vector<int64_t>& misses,
              const std::vector<int64_t>& evicted, int64_t read_staleness, bool rebuild,
              const RowReservation* room, SyncedRows* out);
-  // Queues the sender's copies of `keys`, whose refresh it never got (the
-  // answer was lost): its next exchange takes them.
+  // Queues the sender's copies of `keys`, whose refresh was lost.
   void Requeue(const Sender& sender, const std::vector<int64_t>& keys);
   // A repeated round's pushes: nothing is merged and no row is made; the
-  // rows from `unanswered` on are answered as they are now (an id not held
-  // as a dropped update is: the default row at kNotAdmitted), and the
-  // sender's record takes them.
+  // rows from `unanswered` on are answered whole as they are now (an id not
+  // held at kNotAdmitted), and the sender's record takes them.
   void AnswerRepeat(const int64_t* keys, int64_t n, const Sender& sender, int64_t unanswered,
                     float* states, int64_t* clocks);
-  // Whether the sender last saw another epoch than `epoch`, the shard's as
-  // its request met it (counted as refused): the request merges nothing.
+  // Whether the sender saw another epoch than `epoch` (refused, no merge).
   bool SawOtherEpoch(const Sender& sender, int64_t epoch);
   // Admits a sequenced sender's round (an unsequenced one passes as new).
   Status AdmitRound(const Sender& sender, SenderLog::Turn* turn);

@@ -13,7 +13,8 @@ namespace het {
 template <typename Apply>
 Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width,
                                const Sender& sender, int64_t unanswered, float* out,
-                               int64_t* clocks, bool reserved, Apply apply) {
+                               int64_t* clocks, bool reserved, const int64_t* lean_base_clocks,
+                               uint8_t* lean, Apply apply) {
   std::unique_ptr<RowReservation> reservation;
   if (!reserved) HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, Admit::kAll, 0, &reservation));
   // First each row's update on a copy of its state: one that would make a
@@ -24,6 +25,7 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
   const bool stepped = NeedsStepCount(config_.optimizer.kind);
   std::vector<float> next(size_t(n) * state);
   std::vector<int64_t> seen(n), steps(n);
+  std::vector<uint8_t> held(lean != nullptr ? n : 0);  // the row existed before
   int64_t bad = -1;
   // A table that admits ids drops the updates of ids it does not hold (not
   // admitted, or dropped since), counted: they are not lost unseen.
@@ -42,6 +44,7 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
       char* p = RowAt(stripe, row);
       std::memcpy(copy, Values(p), sizeof(float) * state);
       seen[i] = *Clock(p);
+      if (lean != nullptr) held[i] = 1;
       steps[i] = stepped ? *Step(p) : 0;
     }
     apply(i, seen[i], copy, &steps[i]);
@@ -62,7 +65,8 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
     uint32_t slot;
     char* p = FindOrCreate(stripe, keys[i], &created, &slot);
     MarkChanged(stripe, slot);
-    if (*Clock(p) == seen[i]) {
+    const bool unmoved = *Clock(p) == seen[i];
+    if (unmoved) {
       std::memcpy(Values(p), next.data() + size_t(i) * state, sizeof(float) * state);
       if (stepped) *Step(p) = steps[i];
     } else {
@@ -80,6 +84,12 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
       std::memcpy(out + (i - unanswered) * width, Values(p), sizeof(float) * width);
     }
     if (clocks != nullptr) clocks[i - unanswered] = *Clock(p);
+    // No other writer reached the row between the sender's base and this
+    // merge, which was made once on the row as the sender last saw it: the
+    // sender computes the same merge itself (WorkerCache::StartRound).
+    if (lean != nullptr) {
+      lean[i - unanswered] = held[i] && !created && unmoved && seen[i] == lean_base_clocks[i];
+    }
   });
   push_requests_.fetch_add(1, std::memory_order_relaxed);
   rows_pushed_.fetch_add(n, std::memory_order_relaxed);
@@ -93,20 +103,20 @@ Status TableShard::Push(const int64_t* keys, const float* grads, const int64_t* 
   const int dim = config_.dim;
   HET_RETURN_IF_ERROR(CheckPush(keys, grads, dim, counts, n, learning_rate, "gradient"));
   std::vector<float> mean(dim);
-  HET_RETURN_IF_ERROR(
-      ApplyToRows(keys, counts, n, dim, Sender(), 0, values, clocks,
-                  /*reserved=*/false, [&](int32_t i, int64_t, float* state, int64_t* step) {
-                    ApplyUpdates(config_.optimizer, learning_rate, grads + int64_t{i} * dim,
-                                 counts[i], dim, state, state + dim, step, &mean);
-                  }));
-  CountPushBytes(n, dim, /*delta=*/false, values != nullptr ? n : 0);
+  HET_RETURN_IF_ERROR(ApplyToRows(
+      keys, counts, n, dim, Sender(), 0, values, clocks,
+      /*reserved=*/false, nullptr, nullptr, [&](int32_t i, int64_t, float* state, int64_t* step) {
+        ApplyUpdates(config_.optimizer, learning_rate, grads + int64_t{i} * dim, counts[i], dim,
+                     state, state + dim, step, &mean);
+      }));
+  CountPushBytes(n, dim, /*delta=*/false, values != nullptr ? n : 0, 0);
   return Status::Ok();
 }
 
 Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
                               const int64_t* base_clocks, int64_t n, float learning_rate,
                               float* states, int64_t* clocks, const Sender& sender,
-                              int64_t unanswered, int64_t* epoch) {
+                              int64_t unanswered, int64_t* epoch, uint8_t* lean) {
   const int width = state_width();
   HET_RETURN_IF_ERROR(CheckPush(keys, deltas, width, counts, n, learning_rate, "delta"));
   HET_RETURN_IF_ERROR(CheckDeltaPush(keys, deltas, base_clocks, n));
@@ -127,45 +137,75 @@ Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const in
     const int64_t answered = states != nullptr ? n - unanswered : 0;
     if (states != nullptr) std::fill(states, states + answered * width, 0.0f);
     if (clocks != nullptr) std::fill(clocks, clocks + answered, int64_t{0});
-    CountPushBytes(n, width, /*delta=*/true, answered);
+    if (lean != nullptr) std::fill(lean, lean + answered, uint8_t{0});
+    CountPushBytes(n, width, /*delta=*/true, answered, 0);
     return Status::Ok();
   }
   SenderLog::Turn turn;
   HET_RETURN_IF_ERROR(AdmitRound(sender, &turn));
+  const int64_t answered = states != nullptr ? n - unanswered : 0;
+  int64_t lean_rows = 0;
   if (turn.repeat()) {
+    // The rows are answered as they are now, whole: other pushes may have
+    // reached them since the round was merged.
     AnswerRepeat(keys, n, sender, unanswered, states, clocks);
+    if (lean != nullptr) std::fill(lean, lean + answered, uint8_t{0});
     Requeue(sender, turn.lost_refreshes());
   } else {
     HET_RETURN_IF_ERROR(MergeDeltas(keys, deltas, counts, base_clocks, n, learning_rate, states,
-                                    clocks, sender, unanswered, /*reserved=*/false));
+                                    clocks, sender, unanswered, /*reserved=*/false,
+                                    states != nullptr ? lean : nullptr, &lean_rows));
   }
   // A push refreshes nothing; refreshes lost before it were queued again.
   turn.Done({});
-  CountPushBytes(n, width, /*delta=*/true, states != nullptr ? n - unanswered : 0);
+  CountPushBytes(n, width, /*delta=*/true, answered, lean_rows);
   return Status::Ok();
 }
 
-void TableShard::CountPushBytes(int64_t n, int width, bool delta, int64_t answered) {
+void TableShard::CountPushBytes(int64_t n, int width, bool delta, int64_t answered, int64_t lean) {
   bytes_received_.fetch_add(wire::PushRequest(n, width, delta), std::memory_order_relaxed);
   bytes_sent_.fetch_add(
-      delta ? wire::DeltaPushAnswer(answered, width) : wire::PushAnswer(answered, width),
+      delta ? wire::DeltaPushAnswer(answered, width, lean) : wire::PushAnswer(answered, width),
       std::memory_order_relaxed);
 }
 
 Status TableShard::MergeDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
                                const int64_t* base_clocks, int64_t n, float learning_rate,
                                float* states, int64_t* clocks, const Sender& sender,
-                               int64_t unanswered, bool reserved) {
+                               int64_t unanswered, bool reserved, uint8_t* lean,
+                               int64_t* lean_rows) {
   const int width = state_width();
   const OptimizerKind kind = config_.optimizer.kind;
-  return ApplyToRows(keys, counts, n, width, sender, unanswered, states, clocks, reserved,
-                     [&](int32_t i, int64_t clock, float* state, int64_t* step) {
-                       // A clock behind the cache's copy (the table was
-                       // restored since) counts as no other writer.
-                       const float share = ConcurrentShare(kind, counts[i], clock - base_clocks[i]);
-                       ApplyDelta(config_.optimizer, learning_rate, deltas + int64_t{i} * width,
-                                  counts[i], config_.dim, state, state + config_.dim, step, share);
-                     });
+  const int64_t answered = n - unanswered;
+  // FTRL's values are computed from its slots with the learning rate,
+  // which a flush may carry otherwise than the cache's last step did: its
+  // pushes are answered whole.
+  const bool lean_ok = lean != nullptr && kind != OptimizerKind::kFtrl;
+  if (lean != nullptr && !lean_ok) std::fill(lean, lean + answered, uint8_t{0});
+  HET_RETURN_IF_ERROR(
+      ApplyToRows(keys, counts, n, width, sender, unanswered, states, clocks, reserved,
+                  lean_ok ? base_clocks : nullptr, lean_ok ? lean : nullptr,
+                  [&](int32_t i, int64_t clock, float* state, int64_t* step) {
+                    // A clock behind the cache's copy (the table was restored since)
+                    // counts as no other writer.
+                    const float share = ConcurrentShare(kind, counts[i], clock - base_clocks[i]);
+                    ApplyDelta(config_.optimizer, learning_rate, deltas + int64_t{i} * width,
+                               counts[i], config_.dim, state, state + config_.dim, step, share);
+                  }));
+  if (lean_rows != nullptr) *lean_rows = 0;
+  if (!lean_ok || states == nullptr) return Status::Ok();
+  // The rows acknowledged by their clocks leave the answer: the others
+  // close up, in order.
+  int64_t kept = 0;
+  for (int64_t r = 0; r < answered; ++r) {
+    if (lean[r]) continue;
+    if (kept != r) {
+      std::memmove(states + kept * width, states + r * width, sizeof(float) * width);
+    }
+    ++kept;
+  }
+  if (lean_rows != nullptr) *lean_rows = answered - kept;
+  return Status::Ok();
 }
 
 }  // namespace het

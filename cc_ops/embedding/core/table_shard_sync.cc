@@ -61,6 +61,8 @@ Status TableShard::Exchange(const uint8_t* request, size_t size, std::vector<uin
   const int64_t answered = pushes - r.push_unanswered;
   std::vector<float> push_states(size_t(answered) * r.width);
   a.push_clocks.resize(answered);
+  std::vector<uint8_t> lean(answered, 0);
+  int64_t lean_rows = 0;
   if (pushes > 0 && turn.repeat()) {
     AnswerRepeat(r.push_keys.data(), pushes, r.sender, r.push_unanswered, push_states.data(),
                  a.push_clocks.data());
@@ -68,7 +70,7 @@ Status TableShard::Exchange(const uint8_t* request, size_t size, std::vector<uin
     HET_RETURN_IF_ERROR(MergeDeltas(r.push_keys.data(), r.push_deltas.data, r.push_counts.data(),
                                     r.push_base_clocks.data(), pushes, r.learning_rate,
                                     push_states.data(), a.push_clocks.data(), r.sender,
-                                    r.push_unanswered, /*reserved=*/true));
+                                    r.push_unanswered, /*reserved=*/true, lean.data(), &lean_rows));
   }
   // A worker that makes rows from the same initial states as this shard's
   // is sent only the clocks of rows made for it.
@@ -77,7 +79,8 @@ Status TableShard::Exchange(const uint8_t* request, size_t size, std::vector<uin
   if (turn.repeat()) Requeue(r.sender, turn.lost_refreshes());
   Serve(r.sender, r.misses, r.evicted, r.read_staleness, rebuild, reservation.get(), &rows);
   turn.Done(rows.refresh_keys);
-  a.push_states = {push_states.data(), answered};
+  a.push_states = {push_states.data(), answered - lean_rows};
+  if (lean_rows > 0) a.push_lean = wire::PackFlags(lean.data(), lean.size());
   a.miss_states = {rows.miss_states.data(),
                    static_cast<int64_t>(rows.miss_states.size() / std::max(r.width, 1))};
   a.miss_clocks = std::move(rows.miss_clocks);
@@ -202,7 +205,7 @@ void TableShard::Serve(const Sender& sender, const std::vector<int64_t>& misses,
   } else {  // the states of the rows not rebuilt, in order
     size_t kept = 0;
     for (int64_t i = 0; i < m; ++i) {
-      if (wire::Rebuilt(out->miss_rebuilt, i)) continue;
+      if (wire::Flagged(out->miss_rebuilt, i)) continue;
       if (kept != size_t(i)) {
         std::memmove(out->miss_states.data() + kept * width,
                      out->miss_states.data() + size_t(i) * width, sizeof(float) * width);

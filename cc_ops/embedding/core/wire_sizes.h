@@ -17,7 +17,7 @@ namespace wire {
 constexpr uint64_t kKey = 8, kClock = 8, kPosition = 4, kCount = 8;
 // Per request: an int64 setting (a bound, a worker id, a generation, an
 // epoch) and the float learning rate of a push.
-constexpr uint64_t kSetting = 8, kLearningRate = 4;
+constexpr uint64_t kSetting = 8, kLearningRate = 4, kFlag = 1;
 
 inline uint64_t Row(int width) { return sizeof(float) * static_cast<uint64_t>(width); }
 
@@ -46,7 +46,10 @@ inline uint64_t PullAnswer(int64_t rows, int width) {
 // sender (worker id, generation, the round's sequence number and the epoch
 // it saw) and how many leading rows want no answer (rows the cache
 // evicted). The answer, when asked for, is each answered
-// row's new state and clock; a delta push's also carries the shard's epoch.
+// row's new state and clock. A delta push's answer carries each answered
+// row's clock and a flag (one byte) saying whether it was acknowledged by
+// its clock alone (`lean` rows, whose state the cache computes), the
+// others' states, and the shard's epoch.
 inline uint64_t PushRequest(int64_t rows, int width, bool delta, int64_t requests = 1) {
   return (kKey + kCount + Row(width) + (delta ? kClock : 0)) * rows +
          (kLearningRate + (delta ? 5 * kSetting : 0)) * requests;
@@ -54,8 +57,11 @@ inline uint64_t PushRequest(int64_t rows, int width, bool delta, int64_t request
 inline uint64_t PushAnswer(int64_t rows, int width) { return (kClock + Row(width)) * rows; }
 // The shard's epoch, which every delta push's answer carries.
 inline uint64_t EpochAnswer(int64_t answers = 1) { return kSetting * answers; }
-inline uint64_t DeltaPushAnswer(int64_t rows, int width) {
-  return PushAnswer(rows, width) + EpochAnswer();
+inline uint64_t DeltaPushRows(int64_t rows, int width, int64_t lean) {
+  return (kClock + kFlag) * rows + Row(width) * (rows - lean);
+}
+inline uint64_t DeltaPushAnswer(int64_t rows, int width, int64_t lean) {
+  return DeltaPushRows(rows, width, lean) + EpochAnswer();
 }
 
 }  // namespace wire

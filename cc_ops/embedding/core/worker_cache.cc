@@ -44,7 +44,8 @@ WorkerCacheData::WorkerCacheData(const CacheConfig& config)
       order_(config.policy, config.capacity, config.pin_threshold),
       entries_(static_cast<size_t>(config.capacity)),
       rows_(size_t(config.capacity) * 2 * width_),
-      generation_(NextGeneration()) {}
+      generation_(NextGeneration()),
+      delta_(size_t(width_)) {}
 
 bool WorkerCache::FirstPassThrough() {
   std::lock_guard<std::mutex> lock(mu_);

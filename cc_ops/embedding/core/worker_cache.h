@@ -144,16 +144,18 @@ class WorkerCache : private WorkerCacheData {
                     std::vector<int64_t>* uncached = nullptr);
 
   // Ends the round in flight, whose pushes `keys` and `counts` must be (a
-  // push of no rows needs no round). With states and clocks from the
-  // shards (one for each ledger row that was cached, in order: the evicted
-  // ones lead the push and get none), an entry still cached becomes the
-  // server's row and slots, with any updates made since merged back.
+  // push of no rows needs no round). With clocks from the shards (one for
+  // each ledger row that was cached, in order: the evicted ones lead the
+  // push and get none), an entry still cached becomes the server's row and
+  // slots (`states`, in order, for the rows not flagged in `lean`; a lean
+  // row's is the entry's already), with any updates made since merged back.
   // `epochs`, when given, are the shards' as their answers carried them
   // (num_shards): the first push of a cache that checks its keys learns
   // them; a shard whose epoch changed since merged nothing, and the
   // acknowledgement fails with Aborted as an exchange's would.
   Status AckPush(const int64_t* keys, int64_t n, const int64_t* counts, const float* states,
-                 const int64_t* clocks, int64_t answered, const int64_t* epochs = nullptr);
+                 const int64_t* clocks, int64_t answered, const int64_t* epochs = nullptr,
+                 const uint8_t* lean = nullptr);
 
   // Everything pending, for a flush before checkpoints and at the end, as
   // a round of its own (its sender: RoundSender). While an earlier round is
@@ -245,9 +247,15 @@ class WorkerCache : private WorkerCacheData {
   // their slots.
   Status BeginLookup(const int64_t* ids, int64_t n, std::vector<int64_t>* unique_keys,
                      std::vector<int32_t>* inverse);
-  // A cached entry takes a fresh state at server clock `clock`, with its
-  // own pending delta merged back in as the shard will merge it.
+  // A cached entry's pending delta (TakeDelta of its state from its base),
+  // in delta_ until the next call.
+  float* PendingDelta(int32_t slot);
+  // A cached entry takes a fresh state at server clock `clock` as its base,
+  // with its own pending delta merged back in as the shard will merge it.
   void Refresh(int32_t slot, const float* fresh, int64_t clock);
+  // The same with `delta` (of the entry's pending count, which it may
+  // scale) as the pending delta.
+  void Rebase(int32_t slot, const float* fresh, int64_t clock, float* delta);
   // A training lookup's rows: fresh[i], when not null, is unique key i's
   // fresh state (a whole state) at clock fresh_clocks[i]. Cached keys with
   // one are refreshed, missing ones inserted, and every row written to

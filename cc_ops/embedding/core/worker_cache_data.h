@@ -25,10 +25,15 @@ class WorkerCacheData {
  protected:
   explicit WorkerCacheData(const CacheConfig& config);
 
-  // A slot's row holds its state, then its pending delta.
+  // A slot's row holds its state, then its base: the state the shard last
+  // gave it (fetched, refreshed or acknowledged), from which its pending
+  // delta follows (TakeDelta). Keeping the base rather than the delta lets
+  // the cache compute a push's merge to the bit, so a push no other writer
+  // met is acknowledged by its clock alone (docs/consistency.md).
   float* State(int32_t slot) { return rows_.data() + size_t(slot) * 2 * width_; }
   const float* State(int32_t slot) const { return rows_.data() + size_t(slot) * 2 * width_; }
-  float* PendingDelta(int32_t slot) { return State(slot) + width_; }
+  float* Base(int32_t slot) { return State(slot) + width_; }
+  const float* Base(int32_t slot) const { return State(slot) + width_; }
   int64_t PendingCount(int32_t slot) const {
     return entries_[slot].local_clock - entries_[slot].server_clock;
   }
@@ -42,8 +47,8 @@ class WorkerCacheData {
   KeyIndex index_;
   EvictionOrder order_;
   KeyIndex pinned_;  // Pin's keys
-  // Each slot's key and clocks together, and its state and pending delta
-  // together (State): a batch touches each slot's fields at once.
+  // Each slot's key and clocks together, and its state and base together
+  // (State): a batch touches each slot's fields at once.
   struct Entry {
     int64_t key;
     int64_t server_clock;  // c_s
@@ -124,6 +129,7 @@ class WorkerCacheData {
   // FTRL's refresh recomputes a row from its slots with it; an entry has
   // pending updates only after an Accumulate has set it.
   float last_learning_rate_ = 0.0f;
+  std::vector<float> delta_;  // PendingDelta's, width_ floats
   CacheCounters counters_;
 };
 

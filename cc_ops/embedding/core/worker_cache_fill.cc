@@ -43,16 +43,27 @@ int32_t WorkerCache::TakeSlot() {
   return slot;
 }
 
+float* WorkerCache::PendingDelta(int32_t slot) {
+  TakeDelta(config_.optimizer, State(slot), Base(slot), PendingCount(slot), config_.dim,
+            delta_.data());
+  return delta_.data();
+}
+
 void WorkerCache::Refresh(int32_t slot, const float* fresh, int64_t clock) {
+  Rebase(slot, fresh, clock, PendingCount(slot) > 0 ? PendingDelta(slot) : nullptr);
+}
+
+void WorkerCache::Rebase(int32_t slot, const float* fresh, int64_t clock, float* delta) {
   const int64_t pending = PendingCount(slot);
   float* state = State(slot);
   std::memcpy(state, fresh, sizeof(float) * width_);
+  std::memcpy(Base(slot), fresh, sizeof(float) * width_);
   if (pending > 0) {
     // The shard would keep this share of the pending delta if it came now;
-    // the delta keeps only that share from here on, so that the push that
-    // carries it later is judged against the writers since.
+    // the delta keeps only that share from here on (the state moves from
+    // the new base by it), so that the push that carries it later is
+    // judged against the writers since.
     const float share = PendingShare(slot, clock);
-    float* delta = PendingDelta(slot);
     if (share != 1.0f) {
       for (int j = 0; j < config_.dim; ++j) delta[j] *= share;
     }
@@ -227,18 +238,17 @@ void WorkerCache::Reclaim(int32_t slot, const float* fresh, int64_t clock, Outbo
   // update has pushed them yet): they become the entry's pending updates
   // again, merged into the fetched row as a refresh merges them.
   unsent.taken[o] = 1;
-  std::memcpy(PendingDelta(slot), outbox_.deltas.data() + size_t(o) * width_,
-              sizeof(float) * width_);
+  std::memcpy(delta_.data(), outbox_.deltas.data() + size_t(o) * width_, sizeof(float) * width_);
   entries_[slot].server_clock = outbox_.base_clocks[o];
   entries_[slot].local_clock = outbox_.base_clocks[o] + outbox_.counts[o];
-  Refresh(slot, fresh, clock);
+  Rebase(slot, fresh, clock, delta_.data());
 }
 
 void WorkerCache::InsertRow(int32_t slot, int64_t key, const float* state, int64_t clock) {
   entries_[slot].key = key;
   index_.Insert(key, static_cast<uint32_t>(slot));
   std::memcpy(State(slot), state, sizeof(float) * width_);
-  std::memset(PendingDelta(slot), 0, sizeof(float) * width_);
+  std::memcpy(Base(slot), state, sizeof(float) * width_);
   entries_[slot].server_clock = entries_[slot].local_clock = clock;
 }
 

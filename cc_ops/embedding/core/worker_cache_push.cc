@@ -73,11 +73,11 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
     }
     slots[i] = cached[i] >= 0 ? int64_t{cached[i]} : -1 - int64_t{passing};
   }
-  // Each row's step is taken on a copy first (its state and pending delta,
-  // or a passed-through row's state and a zero delta): one that would make
-  // anything non-finite (a huge gradient squared, say) refuses the whole
-  // update before it changes anything, and the cache trains on.
-  const size_t span = 2 * size_t(width_);
+  // Each row's step is taken on a copy of its state first: one that would
+  // make the state or its pending delta non-finite (a huge gradient
+  // squared, say) refuses the whole update before it changes anything, and
+  // the cache trains on.
+  const size_t span = size_t(width_);
   std::vector<float> next(size_t(n) * span);
   for (int64_t i = 0; i < n; ++i) {
     if (i + kHintAhead < n && slots[i + kHintAhead] != kUncached) {
@@ -86,21 +86,25 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
     if (slots[i] == kUncached || NotAdmitted(slots[i])) continue;
     float* row = next.data() + size_t(i) * span;
     int64_t step;
+    const float* base;
     if (slots[i] >= 0) {
       const int32_t slot = static_cast<int32_t>(slots[i]);
       std::memcpy(row, State(slot), sizeof(float) * span);
+      base = Base(slot);
       // Adam's step count is the row's clock: the shard advances both by
       // one per update applied.
       step = entries_[slot].local_clock;
     } else {
       const size_t p = static_cast<size_t>(-1 - slots[i]);
-      std::memcpy(row, passing_.states.data() + p * width_, sizeof(float) * width_);
-      std::fill(row + width_, row + span, 0.0f);
+      base = passing_.states.data() + p * width_;
+      std::memcpy(row, base, sizeof(float) * width_);
       step = passing_.clocks[p];
     }
     ApplyUpdate(config_.optimizer, learning_rate, grads + size_t(i) * dim, dim, row, row + dim,
-                &step, row + width_);
-    if (!AllFinite(row, span)) return NonFiniteUpdate(Name(), keys[i]);
+                &step);
+    if (!AllFinite(row, span) || !DeltaFinite(row, base, width_)) {
+      return NonFiniteUpdate(Name(), keys[i]);
+    }
   }
   last_learning_rate_ = learning_rate;
   for (int64_t i = 0; i < n; ++i) {
@@ -114,7 +118,8 @@ Status WorkerCache::Accumulate(const int64_t* keys, int64_t n, const float* grad
       // A row passed through takes its one step and joins the outbox,
       // which keeps it until a push of it is acknowledged.
       const size_t p = static_cast<size_t>(-1 - slots[i]);
-      outbox_.Add(keys[i], row + width_, width_, 1, passing_.clocks[p]);
+      TakeDelta(config_.optimizer, row, passing_.states.data() + p * width_, 1, dim, delta_.data());
+      outbox_.Add(keys[i], delta_.data(), width_, 1, passing_.clocks[p]);
       continue;
     }
     const int32_t slot = static_cast<int32_t>(slots[i]);
@@ -176,10 +181,21 @@ bool WorkerCache::StartRound(const KeyIndex* misses, const std::vector<int64_t>*
     const int64_t key = entries_[slot].key;
     if (PendingCount(slot) == 0 || queued.Find(key) != KeyIndex::kAbsent) return;
     queued.Insert(key, 0);
-    ledger_.Add(key, PendingDelta(slot), width_, PendingCount(slot), entries_[slot].server_clock);
-    // The shard will hold these updates: the entry's server clock counts
-    // them, so its next push is judged against the writers since.
-    std::memset(PendingDelta(slot), 0, sizeof(float) * width_);
+    const int64_t count = PendingCount(slot);
+    float* delta = PendingDelta(slot);
+    ledger_.Add(key, delta, width_, count, entries_[slot].server_clock);
+    // The entry becomes the merge a shard makes of the push where no other
+    // writer reached the row since its base, the same ApplyDelta on the
+    // same floats: such a push is acknowledged by its clock alone, and the
+    // entry already holds the shard's row to the bit. Its server clock
+    // counts the updates, so its next push is judged against the writers
+    // since.
+    float* state = State(slot);
+    std::memcpy(state, Base(slot), sizeof(float) * width_);
+    int64_t unused_step = 0;  // a cached row's step count is its clock
+    ApplyDelta(config_.optimizer, last_learning_rate_, delta, count, config_.dim, state,
+               state + config_.dim, &unused_step);
+    std::memcpy(Base(slot), state, sizeof(float) * width_);
     entries_[slot].server_clock = entries_[slot].local_clock;
   };
   if (all) {
@@ -203,15 +219,13 @@ void WorkerCache::EndRound(const std::vector<const float*>& states, const int64_
   uint64_t updates = 0;
   for (size_t i = 0; i < ledger_.size(); ++i) {
     updates += ledger_.counts[i];
+    // Evicted rows want no state back, and a push acknowledged by its
+    // clock alone left the entry where StartRound put it.
     if (states[i] == nullptr) continue;
     const int32_t slot = SlotOf(ledger_.keys[i]);
     if (slot < 0) continue;  // evicted since: its later updates went to the outbox
-    if (PendingCount(slot) == 0) {
-      std::memcpy(State(slot), states[i], sizeof(float) * width_);
-      entries_[slot].server_clock = entries_[slot].local_clock = clocks[i];
-    } else {
-      Refresh(slot, states[i], clocks[i]);  // updated while the round was in flight
-    }
+    // Updates made while the round was in flight stay pending.
+    Refresh(slot, states[i], clocks[i]);
   }
   counters_.rows_pushed += ledger_.size();
   counters_.updates_pushed += updates;
@@ -221,7 +235,7 @@ void WorkerCache::EndRound(const std::vector<const float*>& states, const int64_
 
 Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* counts,
                             const float* states, const int64_t* clocks, int64_t answered,
-                            const int64_t* epochs) {
+                            const int64_t* epochs, const uint8_t* lean) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!in_flight_) {
     if (n == 0) return Status::Ok();  // a push with nothing in it
@@ -231,7 +245,7 @@ Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* count
   if (epochs != nullptr) HET_RETURN_IF_ERROR(CheckEpochs(epochs));
   const int64_t evicted = ledger_.evicted;
   bool same =
-      n == static_cast<int64_t>(ledger_.size()) && (states == nullptr || answered == n - evicted);
+      n == static_cast<int64_t>(ledger_.size()) && (clocks == nullptr || answered == n - evicted);
   for (int64_t i = 0; same && i < n; ++i) {
     same = keys[i] == ledger_.keys[i] && counts[i] == ledger_.counts[i];
   }
@@ -241,16 +255,21 @@ Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* count
                                       std::to_string(ledger_.size()) +
                                       " rows); nothing was acknowledged");
   }
+  // A lean row's state is the entry's already (StartRound).
   std::vector<const float*> rows(n, nullptr);
-  for (int64_t i = evicted; i < n && states != nullptr; ++i) {
-    rows[i] = states + size_t(i - evicted) * width_;
+  int64_t whole = 0;
+  for (int64_t i = evicted; i < n && clocks != nullptr; ++i) {
+    if (lean == nullptr || !lean[i - evicted]) rows[i] = states + size_t(whole++) * width_;
   }
   std::vector<int64_t> row_clocks(n, 0);
   if (clocks != nullptr) std::copy(clocks, clocks + answered, row_clocks.begin() + evicted);
   EndRound(rows, row_clocks.data());
   if (epochs != nullptr) LearnEpochs(epochs);
   counters_.bytes_sent += wire::PushRequest(n, width_, /*delta=*/true, config_.num_shards);
-  if (states != nullptr) counters_.bytes_received += wire::PushAnswer(answered, width_);
+  if (clocks != nullptr) {
+    counters_.bytes_received += wire::DeltaPushRows(answered, width_, answered - whole);
+    counters_.rows_pushed_lean += answered - whole;
+  }
   if (epochs != nullptr) counters_.bytes_received += wire::EpochAnswer(config_.num_shards);
   return Status::Ok();
 }

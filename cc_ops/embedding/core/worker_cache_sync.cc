@@ -153,7 +153,7 @@ Status WorkerCache::TakeAnswers(const int64_t* keys, int64_t u, const std::vecto
   fresh_clocks->assign(u, 0);
   std::vector<int64_t> next(shards, 0), sent(shards, 0);
   int64_t made = 0;
-  for (const wire::ExchangeAnswer& answer : a) made += wire::RebuiltCount(answer.miss_rebuilt);
+  for (const wire::ExchangeAnswer& answer : a) made += wire::FlagCount(answer.miss_rebuilt);
   rebuilt->resize(made * width_);  // the pointers into it stay valid
   made = 0;
   for (int64_t i = 0; i < u; ++i) {
@@ -161,7 +161,7 @@ Status WorkerCache::TakeAnswers(const int64_t* keys, int64_t u, const std::vecto
     const int s = ShardOf(keys[i], static_cast<int>(shards));
     const int64_t j = next[s]++;
     if (j >= static_cast<int64_t>(a[s].miss_clocks.size())) break;
-    if (wire::Rebuilt(a[s].miss_rebuilt, j)) {
+    if (wire::Flagged(a[s].miss_rebuilt, j)) {
       if (a[s].miss_clocks[j] == kNotAdmitted) {  // a default row is no initializer's
         return Status::InvalidArgument(Name() + ": shard " + std::to_string(s) +
                                        " sent a row not admitted to rebuild");
@@ -176,16 +176,22 @@ Status WorkerCache::TakeAnswers(const int64_t* keys, int64_t u, const std::vecto
   }
   // The ledger's rows by shard: each shard answers those it did not take
   // as evicted, in order.
-  std::vector<int64_t> taken(shards, 0);
+  // A lean one's state is the entry's already (StartRound).
+  std::vector<int64_t> taken(shards, 0), whole(shards, 0);
+  uint64_t lean = 0;
   std::vector<const float*> states(ledger_.size(), nullptr);
   std::vector<int64_t> clocks(ledger_.size(), 0);
   for (size_t i = 0; i < ledger_.size(); ++i) {
     const int s = ShardOf(ledger_.keys[i], static_cast<int>(shards));
     if (static_cast<int64_t>(i) < ledger_.evicted) continue;
     const int64_t j = taken[s]++;
-    if (j >= a[s].push_states.rows) continue;  // refused below
-    states[i] = a[s].push_states.data + size_t(j) * width_;
+    if (j >= static_cast<int64_t>(a[s].push_clocks.size())) continue;  // refused below
     clocks[i] = a[s].push_clocks[j];
+    if (wire::Flagged(a[s].push_lean, j)) {
+      ++lean;
+      continue;
+    }
+    states[i] = a[s].push_states.data + size_t(whole[s]++) * width_;
   }
   for (int64_t s = 0; s < shards; ++s) {
     if (next[s] != static_cast<int64_t>(a[s].miss_clocks.size())) {
@@ -194,9 +200,9 @@ Status WorkerCache::TakeAnswers(const int64_t* keys, int64_t u, const std::vecto
                                      std::to_string(next[s]) +
                                      " ids not cached; run one lookup at a time per cache");
     }
-    if (a[s].push_states.rows != taken[s]) {
+    if (static_cast<int64_t>(a[s].push_clocks.size()) != taken[s]) {
       return Status::InvalidArgument(Name() + ": shard " + std::to_string(s) + " answered " +
-                                     std::to_string(a[s].push_states.rows) + " pushed rows of " +
+                                     std::to_string(a[s].push_clocks.size()) + " pushed rows of " +
                                      std::to_string(taken[s]));
     }
   }
@@ -221,6 +227,7 @@ Status WorkerCache::TakeAnswers(const int64_t* keys, int64_t u, const std::vecto
   evictions_in_flight_ = 0;
   counters_.rows_pulled += missing + refreshes;
   counters_.rows_rebuilt += made;
+  counters_.rows_pushed_lean += lean;
   for (int64_t s = 0; s < shards; ++s) counters_.bytes_received += sizes[s];
   return Status::Ok();
 }

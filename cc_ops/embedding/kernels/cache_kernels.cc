@@ -160,6 +160,7 @@ class HetCacheStatsOp : public CacheKernel {
                                              {"rows_pulled", int64_t(c.rows_pulled)},
                                              {"rows_rebuilt", int64_t(c.rows_rebuilt)},
                                              {"rows_pushed", int64_t(c.rows_pushed)},
+                                             {"rows_pushed_lean", int64_t(c.rows_pushed_lean)},
                                              {"updates_pushed", int64_t(c.updates_pushed)},
                                              {"bytes_sent", int64_t(c.bytes_sent)},
                                              {"bytes_received", int64_t(c.bytes_received)},

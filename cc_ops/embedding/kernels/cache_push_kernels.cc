@@ -1,6 +1,7 @@
 // Thin adapters from the cache ops of an update to het::WorkerCache: the
 // local step (Accumulate), the acknowledgement of a push (AckPush) and the
 // flush.
+#include <algorithm>
 #include <vector>
 
 #include "cc_ops/common/kernel_util.h"
@@ -75,25 +76,35 @@ class HetCacheAckPushOp : public CacheKernel {
     const int64_t n = ctx->input(1).NumElements();
     OP_REQUIRES_OK(ctx, CheckVector(name, "pushed keys", ctx->input(1)));
     OP_REQUIRES_OK(ctx, CheckShape(name, "pushed counts", ctx->input(2), n, 0));
-    // States [m, width] are the shards' answer for the m keys still cached;
-    // anything else (an empty vector) acknowledges without taking states.
+    // Clocks [m] and states [m - lean, width] are the shards' answer for the
+    // m keys still cached; anything else (an empty vector of states)
+    // acknowledges without taking states.
     const bool with_rows = ctx->input(3).dims() == 2;
-    const int64_t m = with_rows ? ctx->input(3).dim_size(0) : 0;
+    const int64_t m = with_rows ? ctx->input(4).NumElements() : 0;
+    const bool with_lean = ctx->input(6).NumElements() > 0;
+    std::vector<uint8_t> lean;
     if (with_rows) {
-      OP_REQUIRES_OK(ctx, CheckShape(name, "pushed states", ctx->input(3), m, cache.width()));
       OP_REQUIRES_OK(ctx, CheckShape(name, "pushed clocks", ctx->input(4), m, 0));
+      if (with_lean) {
+        OP_REQUIRES_OK(ctx, CheckShape(name, "lean pushes", ctx->input(6), m, 0));
+        const auto flags = ctx->input(6).flat<bool>();
+        lean.assign(flags.data(), flags.data() + m);
+      }
+      const int64_t whole = m - std::count(lean.begin(), lean.end(), uint8_t{1});
+      OP_REQUIRES_OK(ctx, CheckShape(name, "pushed states", ctx->input(3), whole, cache.width()));
     }
     const bool with_epochs = ctx->input(5).NumElements() > 0;
     if (with_epochs) {
       OP_REQUIRES_OK(
           ctx, CheckShape(name, "shards' epochs", ctx->input(5), cache.config().num_shards, 0));
     }
-    OP_REQUIRES_OK(
-        ctx, ToTf(cache.AckPush(ctx->input(1).flat<int64_t>().data(), n,
-                                ctx->input(2).flat<int64_t>().data(),
-                                with_rows ? ctx->input(3).flat<float>().data() : nullptr,
-                                with_rows ? ctx->input(4).flat<int64_t>().data() : nullptr, m,
-                                with_epochs ? ctx->input(5).flat<int64_t>().data() : nullptr)));
+    OP_REQUIRES_OK(ctx,
+                   ToTf(cache.AckPush(ctx->input(1).flat<int64_t>().data(), n,
+                                      ctx->input(2).flat<int64_t>().data(),
+                                      with_rows ? ctx->input(3).flat<float>().data() : nullptr,
+                                      with_rows ? ctx->input(4).flat<int64_t>().data() : nullptr, m,
+                                      with_epochs ? ctx->input(5).flat<int64_t>().data() : nullptr,
+                                      lean.empty() ? nullptr : lean.data())));
   }
 };
 

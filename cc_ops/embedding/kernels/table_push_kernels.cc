@@ -1,6 +1,8 @@
 // Thin adapters from the table's push ops to het::TableShard: a worker's
 // gradients (HetTablePush) and a cache's state deltas (HetTablePushDeltas).
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "cc_ops/common/kernel_util.h"
 #include "cc_ops/common/tf_status.h"
@@ -72,18 +74,27 @@ class HetTablePushDeltasOp : public TableKernel {
         ctx, unanswered >= 0 && unanswered <= n,
         tensorflow::errors::InvalidArgument(TableLabel(table.config().name), ": ", unanswered,
                                             " unanswered rows in a push of ", n));
-    Tensor* states = nullptr;
+    const int64_t answered = n - unanswered;
+    std::vector<float> states(size_t(answered) * width);
+    std::vector<uint8_t> lean(answered);
     Tensor* clocks = nullptr;
     Tensor* epoch = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n - unanswered, width}), &states));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({n - unanswered}), &clocks));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({answered}), &clocks));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({}), &epoch));
     OP_REQUIRES_OK(
         ctx, ToTf(table.PushDeltas(keys.flat<int64_t>().data(), ctx->input(2).flat<float>().data(),
                                    ctx->input(3).flat<int64_t>().data(),
                                    ctx->input(5).flat<int64_t>().data(), n, learning_rate,
-                                   states->flat<float>().data(), clocks->flat<int64_t>().data(),
-                                   sender, unanswered, &epoch->scalar<int64_t>()())));
+                                   states.data(), clocks->flat<int64_t>().data(), sender,
+                                   unanswered, &epoch->scalar<int64_t>()(), lean.data())));
+    // The states of the rows not acknowledged lean lead `states`.
+    const int64_t whole = answered - std::count(lean.begin(), lean.end(), uint8_t{1});
+    Tensor* out = nullptr;
+    Tensor* flags = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({whole, width}), &out));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({answered}), &flags));
+    std::copy(states.begin(), states.begin() + whole * width, out->flat<float>().data());
+    std::copy(lean.begin(), lean.end(), flags->flat<bool>().data());
   }
 
  private:

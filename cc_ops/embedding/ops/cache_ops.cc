@@ -223,11 +223,14 @@ REGISTER_OP("HetCacheAckPush")
     .Input("values: float")
     .Input("row_clocks: int64")
     .Input("epochs: int64")
+    .Input("lean: bool")
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
     .Doc(R"doc(
-Marks pushes as delivered. With the states and clocks HetTablePushDeltas
-returned (non-empty `values`: one for each pushed key after the evicted ones
-that lead the push), the entries become the server's rows. `epochs`, one per
+Marks pushes as delivered. With the clocks HetTablePushDeltas returned
+(`values` a matrix, `row_clocks` one for each pushed key after the evicted
+ones that lead the push), the entries become the server's rows: `values`
+holds the states of those `lean` does not flag (empty `lean`: none is), in
+order; a lean row's state is the cache's own already. `epochs`, one per
 shard as HetTablePushDeltas returned them (or empty), tell a shard restarted
 or restored since the cache's copies were taken: the acknowledgement then
 fails with Aborted and the cache's next lookup starts empty.

@@ -144,6 +144,7 @@ REGISTER_OP("HetTablePushDeltas")
     .Output("states: float")
     .Output("row_clocks: int64")
     .Output("epoch: int64")
+    .Output("lean: bool")
     .Attr("dim: int >= 1")
     .Attr("num_slots: int >= 0")
     .SetShapeFn([](InferenceContext* c) {
@@ -155,9 +156,10 @@ REGISTER_OP("HetTablePushDeltas")
       DimensionHandle width;
       TF_RETURN_IF_ERROR(StateWidthAttr(c, &width));
       DimensionHandle answered = c->UnknownDim();
-      c->set_output(0, c->Matrix(answered, width));
+      c->set_output(0, c->Matrix(c->UnknownDim(), width));
       c->set_output(1, c->Vector(answered));
       c->set_output(2, c->Scalar());
+      c->set_output(3, c->Vector(answered));
       return tensorflow::OkStatus();
     })
     .Doc(R"doc(
@@ -166,12 +168,14 @@ steps changed in its values and slots) is merged into the row and its clock
 advances by the count. `base_clocks` are the row clocks the cache's copies
 were taken at: the updates since are other writers', and with Adam they set
 the share of the values' change the merge keeps. All keys and values are
-checked before any row changes. The rows' states after the merge and their
-clocks come back for the cache to take. `worker` and `generation` name the
-sender (HetCacheAccumulate gives them; 0 for none): its recorded copies take
-the merged rows, and other workers' copies may be queued as stale. The
-first `unanswered` keys (rows the cache evicted) get no state back: the
-outputs hold the others', in order.
+checked before any row changes. The rows' clocks after the merge come back
+for the cache to take, and their states but for the rows `lean` flags: a
+row no other writer reached since its base clock, whose merge the cache
+computes itself (acknowledged by its clock alone). `worker` and
+`generation` name the sender (HetCacheAccumulate gives them; 0 for none):
+its recorded copies take the merged rows, and other workers' copies may be
+queued as stale. The first `unanswered` keys (rows the cache evicted) get
+no answer: the outputs hold the others', in order.
 )doc");
 
 REGISTER_OP("HetTablePush")

@@ -58,8 +58,10 @@ HET_TEST(ExchangeMessagesComeBackExactlyAndNarrowWhereValuesFit) {
   wire::ExchangeAnswer a;
   a.epoch = -5;
   a.width = width;
+  // Two pushes answered, the first lean: one state.
   a.push_states = {deltas.data(), 1};
-  a.push_clocks = {13};
+  a.push_clocks = {13, 14};
+  a.push_lean = {0x1};
   // Three misses, the second rebuilt by the worker: two states.
   a.miss_states = {deltas.data(), 2};
   a.miss_clocks = {0, 5, 2};
@@ -75,13 +77,22 @@ HET_TEST(ExchangeMessagesComeBackExactlyAndNarrowWhereValuesFit) {
   EXPECT_TRUE(got.push_clocks == a.push_clocks && got.miss_clocks == a.miss_clocks);
   EXPECT_TRUE(got.refresh_keys == a.refresh_keys && got.refresh_clocks == a.refresh_clocks);
   EXPECT_EQ(got.miss_states.rows, 2);
-  EXPECT_TRUE(got.miss_rebuilt == a.miss_rebuilt && wire::Rebuilt(got.miss_rebuilt, 1));
-  EXPECT_TRUE(!wire::Rebuilt(got.miss_rebuilt, 0) && !wire::Rebuilt(got.miss_rebuilt, 2));
-  // Bits that do not add up to the misses are refused.
+  EXPECT_TRUE(got.miss_rebuilt == a.miss_rebuilt && wire::Flagged(got.miss_rebuilt, 1));
+  EXPECT_TRUE(!wire::Flagged(got.miss_rebuilt, 0) && !wire::Flagged(got.miss_rebuilt, 2));
+  EXPECT_TRUE(got.push_lean == a.push_lean && got.push_states.rows == 1);
+  EXPECT_EQ(got.push_states.data[0], deltas[0]);
+  // Bits that do not add up to the misses or the pushes are refused.
   for (const std::vector<uint8_t>& bad :
        {std::vector<uint8_t>{0x3}, std::vector<uint8_t>{0x8}, std::vector<uint8_t>{0x2, 0x0}}) {
     wire::ExchangeAnswer wrong = a;
     wrong.miss_rebuilt = bad;
+    wire::EncodeAnswer(wrong, &bytes);
+    EXPECT_TRUE(!wire::DecodeAnswer("emb", bytes.data(), bytes.size(), &got).ok());
+  }
+  for (const std::vector<uint8_t>& bad :
+       {std::vector<uint8_t>{0x3}, std::vector<uint8_t>{0x4}, std::vector<uint8_t>{0x1, 0x0}}) {
+    wire::ExchangeAnswer wrong = a;
+    wrong.push_lean = bad;
     wire::EncodeAnswer(wrong, &bytes);
     EXPECT_TRUE(!wire::DecodeAnswer("emb", bytes.data(), bytes.size(), &got).ok());
   }
@@ -112,7 +123,7 @@ HET_TEST(MalformedExchangeMessagesAreRefusedNotReadPast) {
   EXPECT_INVALID(wire::DecodeRequest("emb", other.data(), other.size(), &r), "wire version 1");
   other = bytes;
   std::memcpy(other.data() + 4, &next, 4);
-  EXPECT_INVALID(wire::DecodeRequest("emb", other.data(), other.size(), &r), "wire version 4");
+  EXPECT_INVALID(wire::DecodeRequest("emb", other.data(), other.size(), &r), "wire version 5");
   // Every truncation and random corruption is refused or read within bounds
   // (the sanitizer builds check the latter).
   std::mt19937 rng(1);

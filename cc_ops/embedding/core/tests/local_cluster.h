@@ -185,6 +185,7 @@ class LocalCluster {
   // A round's push: each shard gets its part (its evicted rows leading)
   // with the round's sender, as HetTablePushDeltas gets it; `drop_answer`
   // loses the answer of shard s after it merged (nothing is acknowledged).
+  // Rows acknowledged lean come without their states, as the op's do.
   het::Status PushAndAck(het::WorkerCache& cache, const het::Pushes& p, float lr,
                          int drop_answer = -1) {
     const int width = cache.width();
@@ -198,28 +199,36 @@ class LocalCluster {
       origin[s].push_back(i);
     }
     const int64_t answered = static_cast<int64_t>(p.size()) - p.evicted;
-    std::vector<float> states(answered * width);
+    std::vector<const float*> rows(answered, nullptr);
+    std::vector<std::vector<float>> part_states(n);
     std::vector<int64_t> clocks(answered);
+    std::vector<uint8_t> lean(answered, 0);
     std::vector<int64_t> epochs(n);
     for (int s = 0; s < n; ++s) {
       const het::Pushes& part = parts[s];
       const int64_t m = static_cast<int64_t>(part.size()) - part.evicted;
-      std::vector<float> part_states(m * width);
+      part_states[s].resize(m * width);
       std::vector<int64_t> part_clocks(m);
+      std::vector<uint8_t> part_lean(m);
       HET_RETURN_IF_ERROR(shards_[s]->PushDeltas(
           part.keys.data(), part.deltas.data(), part.counts.data(), part.base_clocks.data(),
-          static_cast<int64_t>(part.size()), lr, part_states.data(), part_clocks.data(),
-          cache.RoundSender(s), part.evicted, &epochs[s]));
+          static_cast<int64_t>(part.size()), lr, part_states[s].data(), part_clocks.data(),
+          cache.RoundSender(s), part.evicted, &epochs[s], part_lean.data()));
       if (s == drop_answer) return het::Status::Aborted("the answer was lost");
+      int64_t whole = 0;
       for (int64_t j = 0; j < m; ++j) {
         const size_t at = origin[s][part.evicted + j] - p.evicted;
-        std::copy(part_states.begin() + j * width, part_states.begin() + (j + 1) * width,
-                  states.begin() + at * width);
         clocks[at] = part_clocks[j];
+        lean[at] = part_lean[j];
+        if (!lean[at]) rows[at] = part_states[s].data() + whole++ * width;
       }
     }
+    std::vector<float> states;
+    for (const float* row : rows) {
+      if (row != nullptr) states.insert(states.end(), row, row + width);
+    }
     return cache.AckPush(p.keys.data(), p.size(), p.counts.data(), states.data(), clocks.data(),
-                         answered, epochs.data());
+                         answered, epochs.data(), lean.data());
   }
 
  private:
