@@ -129,7 +129,8 @@ TF221_SKIPPED := \
   "tests/test_exactly_once.py::test_hybrid_ranks_end_at_the_data[8-fresh]" \
   "tests/test_exactly_once.py::test_hybrid_ranks_end_at_the_data[8-repeated]" \
   "tests/test_hybrid.py::test_ranks_share_tables_and_keep_dense_weights_identical[2]" \
-  tests/test_cluster.py::test_a_ragged_model_with_a_row_constraint_trains_and_exports
+  tests/test_cluster.py::test_a_ragged_model_with_a_row_constraint_trains_and_exports \
+  tests/test_train_command.py::test_train_ps_mode_starts_and_stops_its_own_cluster
 
 setup-tf2.21: $(TF221_VENV)/.deps
 

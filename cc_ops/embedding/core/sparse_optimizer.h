@@ -64,8 +64,9 @@ Status CheckLearningRate(const std::string& name, const OptimizerConfig& config,
 // error for an update that would make id `key`'s row or slots non-finite:
 // caches and shards refuse it before anything changes.
 bool AllFinite(const float* values, size_t n);
-// Whether every field of TakeDelta(state, base) is finite: |state| + |base|
-// bounds each (an Adam moment's base decays by at most 1).
+// Whether every field of TakeDelta(state, base) is finite: |state - base|
+// bounds an Adam moment's too when their signs differ (its base decays by
+// at most 1), and max(|state|, |base|) when they agree.
 bool DeltaFinite(const float* state, const float* base, size_t n);
 Status NonFiniteUpdate(const std::string& name, int64_t key);
 

@@ -125,6 +125,8 @@ Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const in
                                    " unanswered rows in a push of " + std::to_string(n) +
                                    "; nothing was applied");
   }
+  // Only rows merged now may be flagged lean (MergeDeltas).
+  if (lean != nullptr) std::fill(lean, lean + n - unanswered, uint8_t{0});
   const int64_t met = this->epoch();
   if (epoch != nullptr) *epoch = met;
   if (SawOtherEpoch(sender, met)) {
@@ -137,7 +139,6 @@ Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const in
     const int64_t answered = states != nullptr ? n - unanswered : 0;
     if (states != nullptr) std::fill(states, states + answered * width, 0.0f);
     if (clocks != nullptr) std::fill(clocks, clocks + answered, int64_t{0});
-    if (lean != nullptr) std::fill(lean, lean + answered, uint8_t{0});
     CountPushBytes(n, width, /*delta=*/true, answered, 0);
     return Status::Ok();
   }
@@ -149,7 +150,6 @@ Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const in
     // The rows are answered as they are now, whole: other pushes may have
     // reached them since the round was merged.
     AnswerRepeat(keys, n, sender, unanswered, states, clocks);
-    if (lean != nullptr) std::fill(lean, lean + answered, uint8_t{0});
     Requeue(sender, turn.lost_refreshes());
   } else {
     HET_RETURN_IF_ERROR(MergeDeltas(keys, deltas, counts, base_clocks, n, learning_rate, states,
@@ -181,7 +181,9 @@ Status TableShard::MergeDeltas(const int64_t* keys, const float* deltas, const i
   // which a flush may carry otherwise than the cache's last step did: its
   // pushes are answered whole.
   const bool lean_ok = lean != nullptr && kind != OptimizerKind::kFtrl;
-  if (lean != nullptr && !lean_ok) std::fill(lean, lean + answered, uint8_t{0});
+  // Rows dropped (not admitted) are never lean: only the rows merged are
+  // flagged.
+  if (lean != nullptr) std::fill(lean, lean + answered, uint8_t{0});
   HET_RETURN_IF_ERROR(
       ApplyToRows(keys, counts, n, width, sender, unanswered, states, clocks, reserved,
                   lean_ok ? base_clocks : nullptr, lean_ok ? lean : nullptr,

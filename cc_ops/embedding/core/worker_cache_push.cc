@@ -215,19 +215,39 @@ bool WorkerCache::StartRound(const KeyIndex* misses, const std::vector<int64_t>*
   return true;
 }
 
-void WorkerCache::EndRound(const std::vector<const float*>& states, const int64_t* clocks) {
-  uint64_t updates = 0;
+void WorkerCache::EndRound(const std::vector<const float*>& states, const int64_t* clocks,
+                           const std::vector<uint8_t>& lean) {
+  uint64_t updates = 0, lean_rows = 0;
+  std::vector<float> merged;
   for (size_t i = 0; i < ledger_.size(); ++i) {
     updates += ledger_.counts[i];
-    // Evicted rows want no state back, and a push acknowledged by its
-    // clock alone left the entry where StartRound put it.
-    if (states[i] == nullptr) continue;
+    if (states[i] == nullptr && !lean[i]) continue;  // evicted: no state back
     const int32_t slot = SlotOf(ledger_.keys[i]);
+    if (lean[i]) {
+      ++lean_rows;
+      // The entry StartRound made is the merge. A copy fetched again since
+      // (the entry evicted while the round waited to be sent again) at the
+      // round's base clock, before the shard merged it, lacks the round's
+      // updates: it takes the merge, computed the same way from its base,
+      // which is the shard's row before the merge (no other writer came).
+      if (slot < 0 || entries_[slot].server_clock != ledger_.base_clocks[i] ||
+          entries_[slot].server_clock >= clocks[i]) {
+        continue;
+      }
+      merged.assign(Base(slot), Base(slot) + width_);
+      int64_t unused_step = 0;
+      ApplyDelta(config_.optimizer, last_learning_rate_, ledger_.deltas.data() + i * width_,
+                 ledger_.counts[i], config_.dim, merged.data(), merged.data() + config_.dim,
+                 &unused_step);
+      Refresh(slot, merged.data(), clocks[i]);
+      continue;
+    }
     if (slot < 0) continue;  // evicted since: its later updates went to the outbox
     // Updates made while the round was in flight stay pending.
     Refresh(slot, states[i], clocks[i]);
   }
   counters_.rows_pushed += ledger_.size();
+  counters_.rows_pushed_lean += lean_rows;
   counters_.updates_pushed += updates;
   ledger_ = Pushes();
   in_flight_ = false;
@@ -255,20 +275,23 @@ Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* count
                                       std::to_string(ledger_.size()) +
                                       " rows); nothing was acknowledged");
   }
-  // A lean row's state is the entry's already (StartRound).
   std::vector<const float*> rows(n, nullptr);
+  std::vector<uint8_t> lean_rows(n, 0);
   int64_t whole = 0;
   for (int64_t i = evicted; i < n && clocks != nullptr; ++i) {
-    if (lean == nullptr || !lean[i - evicted]) rows[i] = states + size_t(whole++) * width_;
+    if (lean != nullptr && lean[i - evicted]) {
+      lean_rows[i] = 1;
+    } else {
+      rows[i] = states + size_t(whole++) * width_;
+    }
   }
   std::vector<int64_t> row_clocks(n, 0);
   if (clocks != nullptr) std::copy(clocks, clocks + answered, row_clocks.begin() + evicted);
-  EndRound(rows, row_clocks.data());
+  EndRound(rows, row_clocks.data(), lean_rows);
   if (epochs != nullptr) LearnEpochs(epochs);
   counters_.bytes_sent += wire::PushRequest(n, width_, /*delta=*/true, config_.num_shards);
   if (clocks != nullptr) {
     counters_.bytes_received += wire::DeltaPushRows(answered, width_, answered - whole);
-    counters_.rows_pushed_lean += answered - whole;
   }
   if (epochs != nullptr) counters_.bytes_received += wire::EpochAnswer(config_.num_shards);
   return Status::Ok();

@@ -176,11 +176,11 @@ Status WorkerCache::TakeAnswers(const int64_t* keys, int64_t u, const std::vecto
   }
   // The ledger's rows by shard: each shard answers those it did not take
   // as evicted, in order.
-  // A lean one's state is the entry's already (StartRound).
+  // A lean one's state is the merge StartRound computed.
   std::vector<int64_t> taken(shards, 0), whole(shards, 0);
-  uint64_t lean = 0;
   std::vector<const float*> states(ledger_.size(), nullptr);
   std::vector<int64_t> clocks(ledger_.size(), 0);
+  std::vector<uint8_t> lean(ledger_.size(), 0);
   for (size_t i = 0; i < ledger_.size(); ++i) {
     const int s = ShardOf(ledger_.keys[i], static_cast<int>(shards));
     if (static_cast<int64_t>(i) < ledger_.evicted) continue;
@@ -188,7 +188,7 @@ Status WorkerCache::TakeAnswers(const int64_t* keys, int64_t u, const std::vecto
     if (j >= static_cast<int64_t>(a[s].push_clocks.size())) continue;  // refused below
     clocks[i] = a[s].push_clocks[j];
     if (wire::Flagged(a[s].push_lean, j)) {
-      ++lean;
+      lean[i] = 1;
       continue;
     }
     states[i] = a[s].push_states.data + size_t(whole[s]++) * width_;
@@ -206,7 +206,7 @@ Status WorkerCache::TakeAnswers(const int64_t* keys, int64_t u, const std::vecto
                                      std::to_string(taken[s]));
     }
   }
-  EndRound(states, clocks.data());
+  EndRound(states, clocks.data(), lean);
   LearnEpochs(epochs.data());
   uint64_t refreshed = 0, refreshes = 0, missing = 0;
   for (const wire::ExchangeAnswer& answer : a) {
@@ -227,7 +227,6 @@ Status WorkerCache::TakeAnswers(const int64_t* keys, int64_t u, const std::vecto
   evictions_in_flight_ = 0;
   counters_.rows_pulled += missing + refreshes;
   counters_.rows_rebuilt += made;
-  counters_.rows_pushed_lean += lean;
   for (int64_t s = 0; s < shards; ++s) counters_.bytes_received += sizes[s];
   return Status::Ok();
 }

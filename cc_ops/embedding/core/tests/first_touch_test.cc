@@ -28,20 +28,13 @@ het::TableConfig AdagradTable(int64_t seed,
 }
 
 std::unique_ptr<het::WorkerCache> Cache(const het::TableConfig& table, bool rebuilds, int shards) {
-  het::CacheConfig c;
-  c.table_name = table.name;
-  c.dim = table.dim;
-  c.optimizer = table.optimizer;
+  het::CacheConfig c = het_test::CacheConfigOf(table, shards);
   c.capacity = 12;
   c.policy = het::CachePolicy::kLFU;
   c.read_staleness = 2;
   c.write_staleness = 2;
-  c.num_shards = shards;
   c.rebuilds_rows = rebuilds;
-  c.initializer = table.initializer;
-  std::unique_ptr<het::WorkerCache> cache;
-  if (!het::WorkerCache::Create(c, &cache).ok()) std::abort();
-  return cache;
+  return het_test::MakeCache(c);
 }
 
 // Trains `steps` random batches through `cache`, returning every row the

@@ -23,19 +23,13 @@ constexpr int kKeys = 30;
 
 std::unique_ptr<het::WorkerCache> Cache(const het::TableConfig& table, het::SyncMode sync,
                                         int shards) {
-  het::CacheConfig c;
-  c.table_name = table.name;
-  c.dim = table.dim;
-  c.optimizer = table.optimizer;
+  het::CacheConfig c = het_test::CacheConfigOf(table, shards);
   c.capacity = 10;
   c.policy = het::CachePolicy::kLFU;
   c.read_staleness = 2;
   c.write_staleness = 3;
-  c.num_shards = shards;
   c.sync = sync;
-  std::unique_ptr<het::WorkerCache> cache;
-  if (!het::WorkerCache::Create(c, &cache).ok()) std::abort();
-  return cache;
+  return het_test::MakeCache(c);
 }
 
 // Every key's row as `cache` reads it for evaluation (a copy not behind its
@@ -151,4 +145,40 @@ HET_TEST(ALoneWritersPushesComeBackAsClocks) {
   // Three clocks and flags and two shards' epochs back; no state.
   EXPECT_EQ(after.bytes_received - before.bytes_received, 3u * (8 + 1) + 2 * 8);
   EXPECT_TRUE(ReadsTheShardsRows(cluster, *cache));
+}
+
+// A copy fetched again while its round waits to be sent again (one shard
+// never got it; the entry was dropped meanwhile) is the row before the
+// merge: when the round goes again and the shard acknowledges it lean, the
+// copy takes the round's updates, which this worker must read.
+HET_TEST(ACopyFetchedBeforeItsRoundIsMergedTakesTheMerge) {
+  const het::TableConfig table = het_test::SgdTable(2);
+  LocalCluster cluster(table, 2);
+  het::CacheConfig c = het_test::CacheConfigOf(table, 2);
+  c.capacity = 10;
+  c.policy = het::CachePolicy::kLRU;
+  c.read_staleness = 100;  // a stale copy would be read as it is
+  c.write_staleness = 0;
+  c.sync = het::SyncMode::kCheck;
+  std::unique_ptr<het::WorkerCache> cache = het_test::MakeCache(c);
+  int64_t k = 0, j = 0;
+  while (het::ShardOf(k, 2) != 1) ++k;
+  while (het::ShardOf(j, 2) != 0) ++j;
+  het::LookupPlan plan;
+  std::vector<float> rows;
+  EXPECT_OK(cluster.Lookup(*cache, {k, j}, true, &plan, &rows));
+  het::Pushes due;
+  const std::vector<float> grads = {1.0f, 2.0f, 3.0f, 4.0f};
+  EXPECT_OK(cache->Accumulate(plan.unique_keys.data(), 2, grads.data(), 0.5f, &due));
+  // Shard 0 merges its part; shard 1 never gets the round.
+  EXPECT_TRUE(!cluster.PushAndAck(*cache, due, 0.5f, /*drop_answer=*/0).ok());
+  cache->Drop(&k, 1);
+  EXPECT_OK(cluster.Lookup(*cache, {k}, true, &plan, &rows));  // the row before the merge
+  EXPECT_OK(cluster.Lookup(*cache, {j}, true, &plan, &rows));
+  EXPECT_OK(cache->Accumulate(&j, 1, grads.data(), 0.5f, &due));
+  EXPECT_OK(cluster.PushAndAck(*cache, due, 0.5f));  // the round again: k's is lean
+  EXPECT_TRUE(cache->Counters().rows_pushed_lean >= 1);
+  EXPECT_OK(cluster.Lookup(*cache, {k}, true, &plan, &rows));
+  const std::vector<float> merged = cluster.Contents().at(k);
+  EXPECT_TRUE(std::equal(merged.begin(), merged.end(), rows.begin()));
 }

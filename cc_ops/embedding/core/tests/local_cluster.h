@@ -41,6 +41,23 @@ inline std::unique_ptr<het::WorkerCache> RefreshCache(int dim, int64_t capacity,
   return cache;
 }
 
+// The settings of a cache of `table` on `shards` shards, for the caller to
+// adjust, and a cache made from them.
+inline het::CacheConfig CacheConfigOf(const het::TableConfig& table, int shards) {
+  het::CacheConfig c;
+  c.table_name = table.name;
+  c.dim = table.dim;
+  c.optimizer = table.optimizer;
+  c.initializer = table.initializer;
+  c.num_shards = shards;
+  return c;
+}
+inline std::unique_ptr<het::WorkerCache> MakeCache(const het::CacheConfig& config) {
+  std::unique_ptr<het::WorkerCache> cache;
+  if (!het::WorkerCache::Create(config, &cache).ok()) std::abort();
+  return cache;
+}
+
 class LocalCluster {
  public:
   LocalCluster(const het::TableConfig& table, int num_shards) : dim_(table.dim) {
