@@ -128,8 +128,8 @@ def test_bench_refuses_what_it_cannot_do(tmp_path):
 def test_accuracy_sweep_reports_mean_spread_and_paired_differences(tmp_path):
     out = tmp_path / "sweep"
     # One worker a run: what is checked is the sweep's bookkeeping.
-    done = run(["--sweep", "--repeats", "2", "--only", "sgd-s0", "sgd-s100", "--samples", "40960",
-                "--eval-samples", "8192", "--workers", "1", "--out", str(out)])
+    done = run(["--sweep", "--repeats", "2", "--only", "sgd-s0", "sgd-s100", "--samples", "16384",
+                "--eval-samples", "4096", "--workers", "1", "--out", str(out)])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     assert sorted(results["runs"]) == ["sgd-s0-seed0", "sgd-s0-seed1", "sgd-s100-seed0",
