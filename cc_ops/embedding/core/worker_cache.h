@@ -258,6 +258,9 @@ class WorkerCache : private WorkerCacheData {
   // The same with `delta` (of the entry's pending count, which it may
   // scale) as the pending delta.
   void Rebase(int32_t slot, const float* fresh, int64_t clock, float* delta);
+  // The merge a shard makes of `delta` (`count` updates) on a row no other
+  // writer reached since the entry's base: ApplyDelta on the base, in `out`.
+  void MergeOnBase(int32_t slot, const float* delta, int64_t count, float* out);
   // A training lookup's rows: fresh[i], when not null, is unique key i's
   // fresh state (a whole state) at clock fresh_clocks[i]. Cached keys with
   // one are refreshed, missing ones inserted, and every row written to

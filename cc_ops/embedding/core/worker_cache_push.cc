@@ -190,12 +190,8 @@ bool WorkerCache::StartRound(const KeyIndex* misses, const std::vector<int64_t>*
     // entry already holds the shard's row to the bit. Its server clock
     // counts the updates, so its next push is judged against the writers
     // since.
-    float* state = State(slot);
-    std::memcpy(state, Base(slot), sizeof(float) * width_);
-    int64_t unused_step = 0;  // a cached row's step count is its clock
-    ApplyDelta(config_.optimizer, last_learning_rate_, delta, count, config_.dim, state,
-               state + config_.dim, &unused_step);
-    std::memcpy(Base(slot), state, sizeof(float) * width_);
+    MergeOnBase(slot, delta, count, State(slot));
+    std::memcpy(Base(slot), State(slot), sizeof(float) * width_);
     entries_[slot].server_clock = entries_[slot].local_clock;
   };
   if (all) {
@@ -213,6 +209,13 @@ bool WorkerCache::StartRound(const KeyIndex* misses, const std::vector<int64_t>*
   ++sequence_;
   in_flight_ = true;
   return true;
+}
+
+void WorkerCache::MergeOnBase(int32_t slot, const float* delta, int64_t count, float* out) {
+  std::memmove(out, Base(slot), sizeof(float) * width_);
+  int64_t unused_step = 0;  // a cached row's step count is its clock
+  ApplyDelta(config_.optimizer, last_learning_rate_, delta, count, config_.dim, out,
+             out + config_.dim, &unused_step);
 }
 
 void WorkerCache::EndRound(const std::vector<const float*>& states, const int64_t* clocks,
@@ -234,11 +237,8 @@ void WorkerCache::EndRound(const std::vector<const float*>& states, const int64_
           entries_[slot].server_clock >= clocks[i]) {
         continue;
       }
-      merged.assign(Base(slot), Base(slot) + width_);
-      int64_t unused_step = 0;
-      ApplyDelta(config_.optimizer, last_learning_rate_, ledger_.deltas.data() + i * width_,
-                 ledger_.counts[i], config_.dim, merged.data(), merged.data() + config_.dim,
-                 &unused_step);
+      merged.resize(width_);
+      MergeOnBase(slot, ledger_.deltas.data() + i * width_, ledger_.counts[i], merged.data());
       Refresh(slot, merged.data(), clocks[i]);
       continue;
     }
