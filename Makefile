@@ -22,7 +22,16 @@ BAZEL ?= $(shell command -v bazel-4 || echo bazel)
 HET_TF_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/het_tf
 BAZEL_FLAGS := --repo_env=PYTHON_BIN_PATH=$(abspath $(PY)) --disk_cache=$(HET_TF_CACHE)/bazel-actions
 
-.PHONY: setup build test lint fuzz soak demo bench cc-test sanitize bazel-build clean \
+# Compiles go through ccache when it is there (tools/system_deps.sh installs
+# it), its cache kept outside the repo by content, so a clean clone (CI's)
+# recompiles only the files that changed; paths are hashed relative to the
+# tree, wherever it is cloned.
+CCACHE = $$(command -v ccache)
+export CCACHE_DIR := $(HET_TF_CACHE)/ccache
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := 1
+
+.PHONY: setup build test lint fuzz soak demo bench core-tests cc-test sanitize bazel-build clean \
   setup-tf2.21 test-tf2.21
 
 setup: $(VENV)/.deps
@@ -36,32 +45,48 @@ $(VENV)/.deps: requirements.txt tools/horovod_wheel.sh tools/system_deps.sh
 
 # The op library, compiled by setup.py against the venv's TensorFlow.
 het_tf/_het_ops.so: $(VENV)/.deps $(CC_SOURCES) setup.py
-	$(PIP) install -q --no-build-isolation --no-deps -e .
+	CXX="$(CCACHE) g++" $(PIP) install -q --no-build-isolation --no-deps -e .
 	@test -f $@ || { echo "the build did not produce $@"; exit 1; }
 
 build: het_tf/_het_ops.so
 
-# The plain C++ core's own tests: no TensorFlow involved.
-build/core_tests: $(CORE_SOURCES) $(CORE_TEST_SOURCES)
-	@mkdir -p build
-	g++ -std=c++17 -O3 -fno-math-errno -g -Wall -Wextra -I. $(filter %.cc,$^) -o $@ -lpthread
-
-cc-test: build/core_tests
-	./build/core_tests
-
+# The plain C++ core's own tests: no TensorFlow involved. Each file is its
+# own object, so that the three builds below compile two files at a time
+# (core-tests) and a cached object is reused.
+CORE_CC := $(filter %.cc,$(CORE_SOURCES) $(CORE_TEST_SOURCES))
+CORE_HEADERS := $(filter %.h,$(CORE_SOURCES) $(CORE_TEST_SOURCES))
+CORE_FLAGS := -std=c++17 -O3 -fno-math-errno -g -Wall -Wextra -I.
 # The core's tests under AddressSanitizer + UndefinedBehaviorSanitizer, and
 # under ThreadSanitizer (the concurrent push/pull test among them).
 SANITIZE_FLAGS := -std=c++17 -O1 -g -fno-omit-frame-pointer -I.
-build/core_tests_asan: $(CORE_SOURCES) $(CORE_TEST_SOURCES)
-	@mkdir -p build
-	clang++ $(SANITIZE_FLAGS) -fsanitize=address,undefined -fno-sanitize-recover=all \
-	  $(filter %.cc,$^) -o $@ -lpthread
+ASAN_FLAGS := $(SANITIZE_FLAGS) -fsanitize=address,undefined -fno-sanitize-recover=all
+TSAN_FLAGS := $(SANITIZE_FLAGS) -fsanitize=thread
 
-build/core_tests_tsan: $(CORE_SOURCES) $(CORE_TEST_SOURCES)
-	@mkdir -p build
-	clang++ $(SANITIZE_FLAGS) -fsanitize=thread $(filter %.cc,$^) -o $@ -lpthread
+build/obj/core/%.o: %.cc $(CORE_HEADERS)
+	@mkdir -p $(@D)
+	$(CCACHE) g++ $(CORE_FLAGS) -c $< -o $@
+build/obj/asan/%.o: %.cc $(CORE_HEADERS)
+	@mkdir -p $(@D)
+	$(CCACHE) clang++ $(ASAN_FLAGS) -c $< -o $@
+build/obj/tsan/%.o: %.cc $(CORE_HEADERS)
+	@mkdir -p $(@D)
+	$(CCACHE) clang++ $(TSAN_FLAGS) -c $< -o $@
 
-sanitize: $(VENV)/.deps build/core_tests_asan build/core_tests_tsan
+build/core_tests: $(CORE_CC:%.cc=build/obj/core/%.o)
+	g++ $(CORE_FLAGS) $^ -o $@ -lpthread
+build/core_tests_asan: $(CORE_CC:%.cc=build/obj/asan/%.o)
+	clang++ $(ASAN_FLAGS) $^ -o $@ -lpthread
+build/core_tests_tsan: $(CORE_CC:%.cc=build/obj/tsan/%.o)
+	clang++ $(TSAN_FLAGS) $^ -o $@ -lpthread
+
+# The three builds of the core's tests, on every core.
+core-tests: $(VENV)/.deps
+	$(MAKE) -j$(shell nproc) build/core_tests build/core_tests_asan build/core_tests_tsan
+
+cc-test: core-tests
+	./build/core_tests
+
+sanitize: core-tests
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 ./build/core_tests_asan
 	TSAN_OPTIONS=halt_on_error=1 ./build/core_tests_tsan
 
@@ -142,7 +167,7 @@ $(TF221_VENV)/.deps: requirements-tf2.21.txt tools/horovod_wheel.sh tools/system
 	touch $@
 
 $(TF221_LIBRARY): $(TF221_VENV)/.deps $(CC_SOURCES) setup.py
-	HET_TF_OPS_LIBRARY=$@ $(TF221_PY) -m pip install -q --no-build-isolation --no-deps -e .
+	CXX="$(CCACHE) g++" HET_TF_OPS_LIBRARY=$@ $(TF221_PY) -m pip install -q --no-build-isolation --no-deps -e .
 	@test -f $@ || { echo "the build did not produce $@"; exit 1; }
 
 # The loader's Bazel check loads Bazel's build, which is made for the default stack.

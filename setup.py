@@ -3,6 +3,7 @@ cc_ops/ with the installed TensorFlow's own compile and link flags."""
 import concurrent.futures
 import glob
 import os
+import shlex
 import subprocess
 import sys
 
@@ -35,7 +36,8 @@ class BuildOpLibrary(build_ext):
         # The version the loader checks (cc_ops/common/build_tag.cc).
         compile_flags = [*tf.sysconfig.get_compile_flags(), f'-DHET_TF_VERSION="{tf.__version__}"']
         link_flags = tf.sysconfig.get_link_flags()
-        cxx = os.environ.get("CXX", "g++")
+        # CXX may be a launcher and a compiler ("ccache g++", as make sets it).
+        cxx = shlex.split(os.environ.get("CXX") or "g++")
         out = self.get_ext_fullpath(ext.name)
         obj_dir = os.path.join(self.build_temp, "het_ops")
         # A second TensorFlow's build (make test-tf2.21) goes where the loader
@@ -51,7 +53,7 @@ class BuildOpLibrary(build_ext):
             obj = os.path.join(obj_dir, src.replace(os.sep, "_") + ".o")
             # -O3 and no errno from sqrt: the per-row optimizer loops vectorize.
             # TensorFlow 2.21's own headers use what it deprecates.
-            cmd = [cxx, "-c", "-fPIC", "-O3", "-fno-math-errno", "-Wall",
+            cmd = [*cxx, "-c", "-fPIC", "-O3", "-fno-math-errno", "-Wall",
                    "-Wno-deprecated-declarations", "-I", ROOT,
                    *compile_flags, os.path.join(ROOT, src), "-o", obj]
             subprocess.run(cmd, check=True)
@@ -61,7 +63,7 @@ class BuildOpLibrary(build_ext):
         print(f"het_tf: compiling {len(ext.sources)} files with {jobs} jobs", flush=True)
         with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
             objects = list(pool.map(compile_one, ext.sources))
-        subprocess.run([cxx, "-shared", *objects, "-o", out, *link_flags], check=True)
+        subprocess.run([*cxx, "-shared", *objects, "-o", out, *link_flags], check=True)
 
     def copy_extensions_to_source(self):
         # An editable install copies the library into the tree, unless it

@@ -4,7 +4,8 @@
 # clang with its sanitizer runtimes for the core's ASan/UBSan/TSan builds;
 # iproute2 (ip, tc) for the benchmark's rate-limited links (--link);
 # procps (pgrep) for the link tests' check that no rank outlives its job;
-# clang-format for `make lint`.
+# clang-format for `make lint`; ccache, which keeps compiled files by
+# content between clean clones (the Makefile's CCACHE).
 set -euo pipefail
 needed=()
 command -v bazel >/dev/null 2>&1 || needed+=(bazel-bootstrap)
@@ -16,6 +17,7 @@ ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.tsan-x86_64.a >/dev/null 2
 { command -v ip && command -v tc; } >/dev/null 2>&1 || needed+=(iproute2)
 command -v pgrep >/dev/null 2>&1 || needed+=(procps)
 command -v clang-format-14 >/dev/null 2>&1 || needed+=(clang-format-14)
+command -v ccache >/dev/null 2>&1 || needed+=(ccache)
 [ ${#needed[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ]; then
   echo "het_tf setup: please install these Debian packages as root: ${needed[*]}" >&2
