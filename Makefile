@@ -51,7 +51,7 @@ het_tf/_het_ops.so: $(VENV)/.deps $(CC_SOURCES) setup.py
 build: het_tf/_het_ops.so
 
 # The plain C++ core's own tests: no TensorFlow involved. Each file is its
-# own object, so that the three builds below compile two files at a time
+# own object, so that the three builds below compile in parallel
 # (core-tests) and a cached object is reused.
 CORE_CC := $(filter %.cc,$(CORE_SOURCES) $(CORE_TEST_SOURCES))
 CORE_HEADERS := $(filter %.h,$(CORE_SOURCES) $(CORE_TEST_SOURCES))
@@ -79,14 +79,16 @@ build/core_tests_asan: $(CORE_CC:%.cc=build/obj/asan/%.o)
 build/core_tests_tsan: $(CORE_CC:%.cc=build/obj/tsan/%.o)
 	clang++ $(TSAN_FLAGS) $^ -o $@ -lpthread
 
-# The three builds of the core's tests, on every core.
+# The three builds of the core's tests, a file on each core at a time
+# (unless make was given its own -j).
 core-tests: $(VENV)/.deps
-	$(MAKE) -j$(shell nproc) build/core_tests build/core_tests_asan build/core_tests_tsan
+	+$(MAKE) $(if $(filter -j%,$(MAKEFLAGS)),,-j$(shell nproc)) \
+	  build/core_tests build/core_tests_asan build/core_tests_tsan
 
-cc-test: core-tests
+cc-test: build/core_tests
 	./build/core_tests
 
-sanitize: core-tests
+sanitize: $(VENV)/.deps build/core_tests_asan build/core_tests_tsan
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 ./build/core_tests_asan
 	TSAN_OPTIONS=halt_on_error=1 ./build/core_tests_tsan
 
@@ -99,7 +101,7 @@ lint: $(VENV)/.deps
 	$(VENV)/bin/ruff check .
 	$(CLANG_FORMAT) --dry-run --Werror $(CC_SOURCES)
 
-test: lint build cc-test sanitize bazel-build
+test: lint build core-tests cc-test sanitize bazel-build
 	$(PY) -m pytest -q --durations=15 tests
 
 # The second stack, TensorFlow 2.21 with tf-keras 2.21, in its own venv, with

@@ -6,7 +6,8 @@ data's 338,103 ids, scale 0.01, Zipf 1.1) under
 - lfu: the cache as built (touches since the row came in, ties to the least
   recently touched; the step's own rows stay);
 - lfu, next K kept: also never evicting a row of the next K batches, as a
-  lookahead that staged K batches could;
+  lookahead that staged K batches could (a miss with no row to give up
+  passes through, as in the cache);
 - lfu, counts kept: touch counts that survive eviction (an exact count per
   id ever seen, memory the cache does not keep);
 - belady: the floor's replay (het_tf.runtime.belady_floor), which knows
@@ -16,7 +17,7 @@ A worker's first sight of an id is a miss under every rule; the rest are
 capacity misses.
 Pure Python over one trace; no table, no network.
 
-    .venv/bin/python tools/eviction_policies.py [--steps 290] [--keep 1 4]
+    .venv/bin/python tools/eviction_policies.py [--steps 290] [--keep 1 4 16]
 """
 import argparse
 import heapq
@@ -67,28 +68,38 @@ def lfu_misses(steps, capacity, keep=0, counts_kept=False):
         misses += len(missed)
         for key in missed:
             clock += 1
-            if len(cached) >= capacity:
-                aside = []
-                while heap:
-                    touches, last, victim = heapq.heappop(heap)
-                    if cached.get(victim) != (touches, last):
-                        continue  # an entry a later touch replaced
-                    if victim in kept:
-                        aside.append((touches, last, victim))
-                        continue
-                    del cached[victim]
-                    break
-                for entry in aside:
-                    heapq.heappush(heap, entry)
+            if len(cached) >= capacity and not evict(cached, heap, kept):
+                continue  # no row may leave: this one passes through, as in the cache
             cached[key] = (seen[key] if counts_kept else 1, clock)
             heapq.heappush(heap, (*cached[key], key))
+        assert len(cached) <= capacity
     return misses
+
+
+def evict(cached, heap, kept):
+    """Drops the least touched row, the least recently touched of them,
+    outside `kept`; False if every row is kept."""
+    aside = []
+    gone = False
+    while heap:
+        touches, last, victim = heapq.heappop(heap)
+        if cached.get(victim) != (touches, last):
+            continue  # an entry a later touch replaced
+        if victim in kept:
+            aside.append((touches, last, victim))
+            continue
+        del cached[victim]
+        gone = True
+        break
+    for entry in aside:
+        heapq.heappush(heap, entry)
+    return gone
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=290, help="steps per worker")
-    p.add_argument("--keep", type=int, nargs="+", default=[1, 4],
+    p.add_argument("--keep", type=int, nargs="+", default=[1, 4, 16],
                    help="batches ahead whose rows stay (one rule each)")
     args = p.parse_args()
     steps, capacity = traces(args.steps)

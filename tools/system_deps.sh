@@ -17,7 +17,14 @@ ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.tsan-x86_64.a >/dev/null 2
 { command -v ip && command -v tc; } >/dev/null 2>&1 || needed+=(iproute2)
 command -v pgrep >/dev/null 2>&1 || needed+=(procps)
 command -v clang-format-14 >/dev/null 2>&1 || needed+=(clang-format-14)
-command -v ccache >/dev/null 2>&1 || needed+=(ccache)
+# ccache is optional: without root, compiles are just not cached.
+if ! command -v ccache >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    needed+=(ccache)
+  else
+    echo "het_tf setup: no ccache; compiles will not be cached" >&2
+  fi
+fi
 [ ${#needed[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ]; then
   echo "het_tf setup: please install these Debian packages as root: ${needed[*]}" >&2
