@@ -192,6 +192,7 @@ def test_a_keras3_tensor_is_refused_with_a_hint():
     (dict(optimizer=42), "optimizer must be a tf_keras optimizer"),
     (dict(cache_policy="fifo"), "unknown cache policy 'fifo'"),
     (dict(cache_capacity=-3), "cache_capacity must be"),
+    (dict(cache_capacity=1.0), "an int row count, or 0 for no cache; got 1.0"),
     (dict(input_dim=None, cache_capacity=0.1), "is a fraction of input_dim, but input_dim is None"),
     (dict(staleness=-2), "staleness must be 'auto', an int >= 0"),
     (dict(staleness=10, read_staleness="soon"), "read_staleness must be an int >= 0"),
