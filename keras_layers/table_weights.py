@@ -47,14 +47,36 @@ class TableWeights(base_layer_utils.TrackableWeightHandler):
     def num_tensors(self):
         return 1
 
+    # What Keras' and TensorBoard's walkers of `model.weights` read of a
+    # weight (histograms, summary, count_params): the matrix's name, as
+    # tf_keras.layers.Embedding names its own, its shape and its dtype. The
+    # compiled optimizer does not train it (the layer's own optimizer does).
+    @property
+    def name(self):
+        prefix = self._layer.gradient_anchor.name.rpartition("/")[0]
+        return f"{prefix}/embeddings:0" if prefix else "embeddings:0"
+
+    @property
+    def shape(self):
+        return tf.TensorShape([self._layer.input_dim, self._layer.output_dim])
+
+    @property
+    def dtype(self):
+        return self._dtype
+
+    trainable = False
+
+    def numpy(self):
+        return self.get_tensors()[0].numpy()
+
     def _check_size(self):
         layer = self._layer
         if layer.input_dim * layer.output_dim > MATERIALIZE_LIMIT:
             raise ValueError(
                 f"{layer._owner}: the table has {layer.input_dim} x {layer.output_dim} "
-                f"values, more than get_weights()/set_weights() make whole at once "
-                f"({MATERIALIZE_LIMIT}); save and restore it with tf.train.Checkpoint, and "
-                "serve it with het_tf.export_saved_model")
+                f"values, more than get_weights()/set_weights() (or a TensorBoard "
+                f"histogram) make whole at once ({MATERIALIZE_LIMIT}); save and restore it "
+                "with tf.train.Checkpoint, and serve it with het_tf.export_saved_model")
 
     def get_tensors(self):
         """The rows of ids 0 .. input_dim - 1 with every pending cached update
@@ -99,6 +121,21 @@ class TableWeights(base_layer_utils.TrackableWeightHandler):
         all_steps[keys[inside]] = steps[inside]
         layer.table.import_rows(tf.range(layer.input_dim, dtype=tf.int64), matrix,
                                 all_slots, all_clocks + 1, all_steps)
+
+
+def _as_tensor(weights, dtype=None, name=None, as_ref=False):
+    """The matrix, where TensorFlow wants the weight as a tensor (as
+    tf.summary.histogram does)."""
+    if as_ref:
+        raise ValueError(f"{weights._layer._owner}: the table's matrix is read whole, not "
+                         "assigned as a variable; use set_weights")
+    if dtype is not None and tf.as_dtype(dtype) != weights.dtype:  # as a variable refuses
+        raise ValueError(f"{weights._layer._owner}: the table's matrix is float32, not "
+                         f"{tf.as_dtype(dtype).name}")
+    return weights.get_tensors()[0]
+
+
+tf.register_tensor_conversion_function(TableWeights, _as_tensor)
 
 
 def write_initial_rows(layer, initializer):

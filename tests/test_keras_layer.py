@@ -272,6 +272,28 @@ def test_metrics_callback_logs_and_writes_tensorboard(tmp_path, capsys):
     assert "tracked/hit_rate" in tags and "tracked/bytes_per_sample" in tags
 
 
+def test_tensorboard_histograms_summary_and_count_params_see_the_table(tmp_path):
+    """Keras' walkers of model.weights see the table as Embedding's matrix:
+    a weight with a name, shape and dtype that reads whole as a tensor."""
+    layer = HetEmbedding(VOCAB, DIM, cache_capacity=120, staleness=5, name="walked")
+    model = functional_model(layer)
+    model.compile("adam", "binary_crossentropy")
+    x, y = parity_data(64)
+    board = tf_keras.callbacks.TensorBoard(log_dir=str(tmp_path), histogram_freq=1)
+    model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[board])
+    (events,) = (tmp_path / "train").glob("events.out.tfevents.*")
+    histograms = {v.tag: tf.make_ndarray(v.tensor)
+                  for e in tf.compat.v1.train.summary_iterator(str(events))
+                  for v in e.summary.value if v.tag.endswith("/histogram")}
+    assert histograms["walked/embeddings_0/histogram"][:, 2].sum() == VOCAB * DIM
+    (matrix,) = [w for w in layer.weights if w.name == "walked/embeddings:0"]
+    assert matrix.shape == (VOCAB, DIM) and matrix.dtype == tf.float32
+    np.testing.assert_array_equal(tf.convert_to_tensor(matrix).numpy(), layer.get_weights()[0])
+    # The matrix, the anchor and two counters; the Dense kernel and bias.
+    assert layer.count_params() == VOCAB * DIM + 3
+    assert model.count_params() == VOCAB * DIM + 3 + FIELDS * DIM + 1
+
+
 def test_layers_of_the_same_name_do_not_share_rows():
     ids = tf.constant([[1, 2]], tf.int64)
     a = HetEmbedding(VOCAB, DIM, name="twin", optimizer="sgd")
