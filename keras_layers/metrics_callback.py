@@ -8,14 +8,16 @@ from het_tf.runtime.cache import hit_rate
 # Counters reported as per-epoch differences.
 _PER_EPOCH = ("cache_unique_keys", "cache_hits", "cache_evictions", "cache_rows_pulled",
               "cache_rows_pushed", "embedding_bytes", "samples", "table_rows_sent",
-              "table_rows_pushed")
+              "table_rows_pushed", "table_rows_evicted", "table_rows_expired",
+              "table_ids_not_admitted")
 
 
 class HetMetricsCallback(tf_keras.callbacks.Callback):
     """Adds `<layer>/hit_rate`, `rows_pulled_per_sample`,
-    `rows_pushed_per_sample`, `bytes_per_sample` and `evictions` for the
-    epoch to the logs (so History keeps them), prints them when verbose, and
-    writes them as TensorBoard scalars when `log_dir` is given."""
+    `rows_pushed_per_sample`, `bytes_per_sample`, `evictions` (the cache's),
+    and the table's `rows_evicted`, `rows_expired` and `ids_not_admitted`
+    for the epoch to the logs (so History keeps them), prints them when
+    verbose, and writes them as TensorBoard scalars when `log_dir` is given."""
 
     def __init__(self, log_dir=None, verbose=1):
         super().__init__()
@@ -47,6 +49,10 @@ class HetMetricsCallback(tf_keras.callbacks.Callback):
             "rows_pushed_per_sample": pushed / samples,
             "bytes_per_sample": delta["embedding_bytes"] / samples,
             "evictions": float(delta["cache_evictions"]),
+            # The shards' own, under the names metrics.json gives them.
+            "rows_evicted": float(delta["table_rows_evicted"]),
+            "rows_expired": float(delta["table_rows_expired"]),
+            "ids_not_admitted": float(delta["table_ids_not_admitted"]),
         }
 
     def on_epoch_end(self, epoch, logs=None):

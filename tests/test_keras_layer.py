@@ -272,6 +272,24 @@ def test_metrics_callback_logs_and_writes_tensorboard(tmp_path, capsys):
     assert "tracked/hit_rate" in tags and "tracked/bytes_per_sample" in tags
 
 
+def test_metrics_callback_logs_the_tables_evictions_expiries_and_ids_not_admitted():
+    """The shards' own counters, per epoch, apart from the cache's
+    `evictions`: each id is refused once (admit_after=2) in the first epoch
+    and made a row in the second, where the 40-row limit evicts."""
+    layer = HetEmbedding(None, DIM, cache_capacity=0, max_rows=40, on_full="evict",
+                         admit_after=2, ttl=3600, name="stream")
+    model = functional_model(layer)
+    model.compile("adam", "binary_crossentropy")
+    x = np.arange(300, dtype=np.int64).reshape(100, FIELDS)
+    history = model.fit(x, (x[:, 0] % 2).astype(np.float32), batch_size=5, epochs=2,
+                        verbose=0, callbacks=[HetMetricsCallback(verbose=0)]).history
+    stats = layer.het_stats()
+    assert history["stream/ids_not_admitted"] == [300, 0] == [stats["table_ids_not_admitted"], 0]
+    assert history["stream/rows_evicted"] == [0, 300 - 40] == [0, stats["table_rows_evicted"]]
+    assert history["stream/rows_expired"] == [0, 0]
+    assert history["stream/evictions"] == [0, 0]  # the cache's: there is none
+
+
 def test_tensorboard_histograms_summary_and_count_params_see_the_table(tmp_path):
     """Keras' walkers of model.weights see the table as Embedding's matrix:
     a weight with a name, shape and dtype that reads whole as a tensor."""
