@@ -314,3 +314,55 @@ def test_launch_tears_everything_down_on_ctrl_c():
     while processes_mentioning(port) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert processes_mentioning(port) == []
+
+
+# A chief whose TensorFlow has run an op before it asks for the strategy, its
+# inter-op threads set to 3 first, with its servers in the same process.
+AFTER_AN_OP = """
+import json, os
+import tensorflow as tf
+from het_tf import cluster
+from het_tf.apps.launch import free_ports
+from het_tf.distribute.server import server_config
+
+tf.config.threading.set_inter_op_parallelism_threads(3)
+print("op ran:", float(tf.constant(1.0) + 1))
+
+def cluster_of(workers):
+    addresses = [f"127.0.0.1:{p}" for p in free_ports(2 + workers)]
+    return {"chief": addresses[:1], "ps": addresses[1:2], "worker": addresses[2:]}
+
+# 3 workers need 4 threads: refused, naming the fix.
+os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster_of(3),
+                                      "task": {"type": "chief", "index": 0}})
+try:
+    cluster.parameter_server_strategy()
+except ValueError as e:
+    print("refused:", e)
+# 2 workers need 3: the strategy is made and steps run on the workers.
+spec = cluster_of(2)
+servers = [tf.distribute.Server(tf.train.ClusterSpec(spec), job_name=job, task_index=i,
+                                protocol="grpc", config=server_config(2), start=True)
+           for job in ("ps", "worker") for i in range(len(spec[job]))]
+os.environ["TF_CONFIG"] = json.dumps({"cluster": spec, "task": {"type": "chief", "index": 0}})
+strategy = cluster.parameter_server_strategy()
+coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+with strategy.scope():
+    total = tf.Variable(0.0)
+step = tf.function(lambda: total.assign_add(1.0))
+for _ in range(6):
+    coordinator.schedule(step)
+coordinator.join()
+print("trained:", float(total.numpy()))
+"""
+
+
+def test_the_strategy_after_tensorflow_started_uses_or_refuses_its_threads():
+    run = subprocess.run([sys.executable, "-c", AFTER_AN_OP], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+    assert ("refused: parameter_server_strategy: the chief has 3 inter-op threads, and 3 "
+            "workers need at least 4 (with fewer, fit deadlocks)") in run.stdout
+    assert "before any TensorFlow op" in run.stdout
+    assert "set_inter_op_parallelism_threads(5)" in run.stdout
+    assert "trained: 6.0" in run.stdout

@@ -100,11 +100,46 @@ def parameter_server_strategy(variable_partitioner=None):
     by the chief. Connects to every task, so they must all be serving."""
     config = tf_config()
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-    num_workers = len(config["cluster"].get("worker", []))
-    # The coordinator runs a closure per worker at once: size its pools too.
-    tf.config.threading.set_inter_op_parallelism_threads(max(4, num_workers + 2))
+    _size_the_chiefs_pool(len(config["cluster"].get("worker", [])))
     return tf.distribute.experimental.ParameterServerStrategy(
         resolver, variable_partitioner=variable_partitioner)
+
+
+def _size_the_chiefs_pool(num_workers):
+    """The coordinator runs a closure per worker at once: with fewer than
+    num_workers + 1 inter-op threads `fit` deadlocks without a word. They
+    are set before TensorFlow starts (to max(4, num_workers + 2), never
+    lowering a larger setting); once it has run an op they are fixed, and
+    taken as they are if enough, else refused naming the fix."""
+    wanted, needed = max(4, num_workers + 2), num_workers + 1
+    if tf.config.threading.get_inter_op_parallelism_threads() >= wanted:
+        return
+    try:
+        tf.config.threading.set_inter_op_parallelism_threads(wanted)
+    except RuntimeError as e:  # "cannot be modified after initialization"
+        threads = _inter_op_threads()
+        if threads < needed:
+            raise ValueError(
+                f"parameter_server_strategy: the chief has {threads} inter-op threads, and "
+                f"{num_workers} workers need at least {needed} (with fewer, fit deadlocks); "
+                "TensorFlow has run an op, so they can no longer be changed. Call "
+                "het_tf.cluster.parameter_server_strategy() before any TensorFlow op, or "
+                f"call tf.config.threading.set_inter_op_parallelism_threads({wanted}) (at "
+                f"least {needed}) yourself before any") from e
+
+
+def _inter_op_threads():
+    """The inter-op threads TensorFlow runs with: the setting, else
+    TF_NUM_INTEROP_THREADS, else a thread per CPU this process may use (as
+    TensorFlow sizes its pool)."""
+    threads = tf.config.threading.get_inter_op_parallelism_threads()
+    if threads > 0:
+        return threads
+    try:
+        threads = int(os.environ.get("TF_NUM_INTEROP_THREADS", "0"))
+    except ValueError:
+        threads = 0
+    return threads if threads > 0 else len(os.sched_getaffinity(0))
 
 
 def num_tasks(strategy, job):
