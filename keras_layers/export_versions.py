@@ -42,6 +42,28 @@ def versions(folder):
                   and os.path.isdir(os.path.join(folder, name)))
 
 
+def check_folder(folder, who, what="export folder"):
+    """Refuses, before anything is trained, a folder that cannot be written:
+    one that is a file, lies under a file, or that this process may not
+    write in or create. Creates nothing."""
+    path = os.path.abspath(folder)
+    existing = path
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    made = "" if existing == path else f" cannot be made: {existing}"
+    if not os.path.isdir(existing):
+        raise ValueError(f"{who}: the {what} {folder}{made} is a file, not a folder; give "
+                         "another path")
+    if not _writable(existing):
+        raise ValueError(f"{who}: the {what} {folder}{made} is not writable by this "
+                         "process; give another path or change its permissions")
+
+
+def _writable(path):
+    # access() answers for this process, root and read-only mounts included.
+    return os.access(path, os.W_OK | os.X_OK)
+
+
 def _whole(value):
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
@@ -146,6 +168,7 @@ def _write_version(model, folder, keep_versions, verbose=True):
     """Rank 0's (or the only process's) half, after the cut: the next
     version, whole or not at all; returns {"version", "path", "step",
     "bytes"}."""
+    check_folder(folder, "export_version")
     os.makedirs(folder, exist_ok=True)
     _remove_leftovers(folder)
     step = _step(model)
@@ -239,6 +262,17 @@ class ExportVersions(EveryStepsCallback):
         self.keep_versions = None if keep_versions is None else int(keep_versions)
         self.at_end, self.verbose = at_end, verbose
         self.exported, self.cuts = [], 0
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        # A folder that cannot be written fails here, not at the first export.
+        def check():
+            check_folder(self.folder, "ExportVersions")
+
+        if horovod.num_ps() is None:
+            check()
+        else:  # only rank 0 writes; every rank stops if it cannot
+            horovod.on_rank_zero(check, "ExportVersions' check of its folder")
 
     def act(self):
         self.export()

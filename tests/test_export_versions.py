@@ -5,6 +5,7 @@ import argparse
 import errno
 import gc
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -20,7 +21,7 @@ from small_disk import run_on_small_disk
 from test_checkpoint_export import data, make_model
 
 import het_tf
-from het_tf.keras_layers import HetEmbedding
+from het_tf.keras_layers import HetEmbedding, export_versions
 from het_tf.keras_layers.export import ServingLookup
 from het_tf.keras_layers.export_versions import versions
 
@@ -112,6 +113,31 @@ STEPS_REFUSED = r"every_steps must be None \(only when training ends\) or a whol
 def test_bad_settings_are_refused(tmp_path, settings, message):
     with pytest.raises(ValueError, match=message):
         het_tf.ExportVersions(tmp_path, **settings)
+
+
+@pytest.mark.parametrize("where, message", [
+    ("file", "the export folder {file} is a file, not a folder"),
+    ("file/models", "the export folder {file}/models cannot be made: {file} is a file"),
+    ("read-only/models", "the export folder {tmp}/read-only/models cannot be made: "
+                         "{tmp}/read-only is not writable by this process"),
+])
+def test_a_folder_that_cannot_be_written_stops_fit_before_its_first_step(
+        tmp_path, monkeypatch, where, message):
+    """Found as training begins, not at the first export steps later."""
+    (tmp_path / "file").write_text("")
+    (tmp_path / "read-only").mkdir()
+    # As root, chmod would not stop this process: the check asks access().
+    monkeypatch.setattr(export_versions, "_writable",
+                        lambda path: not path.endswith("read-only"))
+    x, y = data()
+    model = make_model(None, cache_capacity=150)
+    exporter = het_tf.ExportVersions(tmp_path / where, every_steps=3, verbose=0)
+    expected = message.format(file=tmp_path / "file", tmp=tmp_path)
+    with pytest.raises(ValueError, match=f"^ExportVersions: {re.escape(expected)}"):
+        model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[exporter])
+    assert int(model.optimizer.iterations.numpy()) == 0
+    with pytest.raises(ValueError, match=f"^export_version: {re.escape(expected)}"):
+        het_tf.export_version(model, tmp_path / where)
 
 
 def big_table_model():

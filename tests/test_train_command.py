@@ -317,3 +317,54 @@ def test_the_command_exits_2_with_the_reason(tmp_path):
     assert result.returncode == 2
     assert "--scheduler herald with --mode ps: ParameterServerStrategy's workers" in result.stderr
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("where", ["export", "run"])
+def test_a_run_folder_that_cannot_take_the_export_is_refused_before_training(tmp_path, capsys,
+                                                                             where):
+    """RUN_DIR/export a file, or RUN_DIR under a file: refused before anything
+    starts, not by the first export after training."""
+    from het_tf.apps import cli
+
+    (tmp_path / "file").write_text("")
+    run_dir = tmp_path / "r" if where == "export" else tmp_path / "file" / "r"
+    if where == "export":
+        run_dir.mkdir()
+        (run_dir / "export").write_text("")
+    with mock.patch.dict(os.environ):
+        code = cli.main(["train", "--run-dir", str(run_dir), "--samples", "2048",
+                         "--batch-size", "256"])
+    assert code == 2
+    expected = (f"het-tf train: the export folder {run_dir}/export is a file, not a folder"
+                if where == "export" else
+                f"het-tf train: the run folder {run_dir} cannot be made: {tmp_path}/file is a "
+                "file, not a folder")
+    assert expected in capsys.readouterr().err
+    # Nothing written: no checkpoint, no metrics.json.
+    assert sorted(os.listdir(tmp_path)) == (["file", "r"] if where == "export" else ["file"])
+    assert where != "export" or os.listdir(run_dir) == ["export"]
+
+
+def test_a_failed_export_keeps_the_checkpoint_and_metrics_json(tmp_path, capsys):
+    """Every export fails (a disk gone full, say): training goes on, the
+    checkpoint and metrics.json are written, the failures are in it, and the
+    command exits 1 saying so."""
+    from het_tf.apps import cli
+    from het_tf.keras_layers import export_versions
+
+    run_dir = tmp_path / "r"
+    full = OSError(28, "No space left on device")
+    with mock.patch.dict(os.environ), mock.patch.object(export_versions, "write_saved_model",
+                                                        side_effect=full):
+        code = cli.main(["train", "--run-dir", str(run_dir), "--samples", "2048",
+                         "--batch-size", "256", "--eval-samples", "256", "--dim", "4",
+                         "--export-every", "4"])
+    assert code == 1
+    metrics = json.load(open(run_dir / "metrics.json"))
+    assert [f["step"] for f in metrics["export_failures"]] == [4, 8]
+    assert all("no space left" in f["error"] for f in metrics["export_failures"])
+    assert metrics["exports"] == [] and 0 <= metrics["auc"] <= 1
+    assert os.path.exists(os.path.join(metrics["checkpoint"] + ".index"))
+    err = capsys.readouterr().err
+    assert "het-tf train: the export at step 4 to" in err and "training goes on" in err
+    assert "het-tf train: 2 export(s) to" in err

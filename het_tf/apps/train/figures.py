@@ -283,5 +283,6 @@ def report(result, run_dir):
         print(f"het-tf train: on the links' wire {fmt('wire_bytes_per_sample', ',.0f')} "
               f"bytes/sample, of which {fmt('wire_ps_bytes_per_sample', ',.0f')} to and from "
               f"the PS tasks", flush=True)
-    saved = "" if result.get("export") is None else ", checkpoint/ and export/"
+    saved = ("" if result.get("export") is None
+             else ", checkpoint/ and export/" if result.get("exports") else ", checkpoint/")
     print(f"het-tf train: wrote {run_dir}/metrics.json{saved}", flush=True)

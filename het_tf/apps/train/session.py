@@ -10,13 +10,14 @@ import tf_keras
 
 import het_tf
 from het_tf.apps.train import arguments, figures, floor_inputs
-from het_tf.apps.train.checkpoints import PeriodicCheckpoints
+from het_tf.apps.train.checkpoints import PeriodicCheckpoints, RunExports
 from het_tf.apps.train.inputs import Inputs
 from het_tf.apps.train.modes import MODES, own_command
 from het_tf.apps.train.wire import WireBytes
 from het_tf.data import parse_stats
 from het_tf.distribute.server import SERVER_IMPORTS_ENV
 from het_tf.keras_layers.evaluation import as_the_caches_stand
+from het_tf.keras_layers.export_versions import check_folder
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 from het_tf.models import EmbeddingSpec, build_model
 
@@ -28,6 +29,11 @@ def run(args, argv):
     """Entry point of `het-tf train`; argv is the command line after `train`."""
     arguments.check(args)
     args.run_dir = arguments.run_dir(args)
+    # Before anything starts: a run folder that cannot be written would
+    # otherwise be found at the first export, or at the end.
+    check_folder(args.run_dir, "het-tf train", "run folder")
+    if not args.no_save:
+        check_folder(os.path.join(args.run_dir, "export"), "het-tf train")
     if args.embedding == "tfra":  # its ops run on the cluster's tasks too
         extra = os.environ.get(SERVER_IMPORTS_ENV, "")
         os.environ[SERVER_IMPORTS_ENV] = ",".join(filter(None, [extra,
@@ -99,9 +105,8 @@ def train(args, mode):
     wire = WireBytes(counted) if rank == 0 else None
     # Versions while training (--export-every); the last is written after
     # the evaluation, unless the last step is already in one.
-    exporter = het_tf.ExportVersions(os.path.join(args.run_dir, "export"), args.export_every,
-                                     keep_versions=args.keep_versions, at_end=False,
-                                     verbose=rank == 0)
+    exporter = RunExports(os.path.join(args.run_dir, "export"), args.export_every,
+                          keep_versions=args.keep_versions, at_end=False, verbose=rank == 0)
     exports = [exporter] * (not args.no_save)
     # Checkpoints while training (--checkpoint-every), with the one after it.
     manager = None if args.no_save else tf.train.CheckpointManager(
@@ -155,6 +160,12 @@ def train(args, mode):
     if rank == 0:
         result["peak_rss_bytes"] = figures.peak_memory(own)
         figures.report(result, args.run_dir)
+    if not args.no_save and exporter.failed:
+        first = exporter.failed[0]
+        print(f"het-tf train: {len(exporter.failed)} export(s) to {exporter.folder} failed, "
+              f"the first at step {first['step']}: {first['error']}; the checkpoint and "
+              "metrics.json (export_failures) are written", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 
@@ -189,9 +200,12 @@ def _save_and_export(model, args, result, inputs, mode, exporter, saver):
         exporter.export()  # every rank in hybrid mode: each pushes, rank 0 writes
     if mode.rank != 0:
         return
-    result["export_seconds"] = exporter.exported[-1]["seconds"]
+    if exporter.exported:
+        result["export_seconds"] = exporter.exported[-1]["seconds"]
     result["export"] = exporter.folder
     result["exports"] = exporter.exported
+    if exporter.failed:
+        result["export_failures"] = exporter.failed
     # A few held-out rows with this model's scores, for checking the newest
     # version in a process without het_tf (examples/serve_export.py).
     features, labels = next(iter(inputs.held_out().take(1)))
