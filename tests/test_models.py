@@ -2,6 +2,7 @@
 same model code over HetEmbedding or tf_keras.layers.Embedding, and real
 learning on the synthetic data."""
 import itertools
+import pathlib
 
 import numpy as np
 import pytest
@@ -18,6 +19,8 @@ from het_tf.models import (
     FieldIndices,
     build_model,
 )
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def test_factorization_machine_is_the_sum_over_field_pairs():
@@ -75,6 +78,28 @@ def test_models_build_and_take_a_training_step(name, kind):
     for layer in het:
         stats = layer.het_stats()
         assert stats["cache_unique_keys"] > 0 and stats["table_rows"] > 0
+
+
+def test_training_md_names_the_tables_each_model_builds():
+    """docs/training.md's Models section against the models: with
+    HetEmbedding one table, `embedding`, of dim + 1 for WDL and DeepFM (their
+    first-order weights share it) and of dim for DCN; with Keras' Embedding
+    WDL and DeepFM have a second, `linear_embedding`."""
+    section = (ROOT / "docs" / "training.md").read_text().split("\n## Models\n")[1]
+    section = " ".join(section.split("\n## ")[0].split())
+    assert "With HetEmbedding each model has one table, `embedding`." in section
+    assert "a row holds `--dim` + 1 values" in section and "DCN's rows hold `--dim`" in section
+    assert ("there WDL and DeepFM have two tables, `embedding` and the first-order "
+            "`linear_embedding`") in section
+    data = SyntheticCriteo(seed=2, scale=0.001)
+    for name in sorted(MODELS):
+        het = build_model(name, EmbeddingSpec("het", data.cardinalities), dim=4, hidden=(8,))
+        assert [(layer.name, layer.output_dim) for layer in het.layers
+                if isinstance(layer, HetEmbedding)] == [("embedding", 4 if name == "dcn" else 5)]
+        keras = build_model(name, EmbeddingSpec("keras", data.cardinalities), dim=4, hidden=(8,))
+        assert sorted(layer.name for layer in keras.layers
+                      if isinstance(layer, tf_keras.layers.Embedding)) == (
+            ["embedding"] if name == "dcn" else ["embedding", "linear_embedding"])
 
 
 def test_unknown_model_and_embedding_kind():
