@@ -1,26 +1,26 @@
-"""Evaluation and prediction read every update training made. Under
-ParameterServerStrategy each worker's cache holds updates that only that
-worker reads until they are pushed, so `Model.evaluate` and
-`Model.predict` (and fit's validation, which runs `evaluate`) first push
-every worker's pending updates of the model's HetEmbedding layers; their
-lookups then read every row a copy is behind on (WorkerCache.lookup). A
-cache that only this process uses is read by its own evaluation as it is,
-and is left alone."""
+"""Evaluation and prediction read every update training made. A cache in
+this process merges its own pending updates into the rows an evaluation
+reads (WorkerCache.lookup), moving nothing. Under ParameterServerStrategy
+each worker's cache holds updates that only that worker reads until they
+are pushed, so `Model.evaluate` and `Model.predict` (and fit's validation,
+which runs `evaluate`) first push every worker's pending updates of the
+model's HetEmbedding layers, and Herald's kept gradients go to the shards
+(layer_state.settle)."""
 import functools
 
 import tf_keras
 
+from het_tf.keras_layers import layer_state
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 from het_tf.runtime.cache import evaluating_as_cached, evaluation_as_cached
 
 
-def flush_workers_caches(model):
-    """Pushes the pending updates of every HetEmbedding cache of `model`
-    that lives on the cluster's workers (eager)."""
+def settle_model(model):
+    """Pushes what the reads of every built HetEmbedding of `model` could
+    not merge themselves (eager)."""
     for layer in het_embedding_layers(model):
-        cache = layer.cache if layer.built else None
-        if cache is not None and any(device is not None for device in cache.worker_devices):
-            layer.flush()
+        if layer.built:
+            layer_state.settle(layer)
 
 
 def as_the_caches_stand():
@@ -42,7 +42,7 @@ def _flushing_first(method):
             model.test_function = model.predict_function = None
         model._het_evaluated_standing = standing
         if not standing:
-            flush_workers_caches(model)
+            settle_model(model)
         return method(model, *args, **kwargs)
 
     flushed_then.het_flushes_first = True

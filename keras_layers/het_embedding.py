@@ -224,10 +224,7 @@ class HetEmbedding(tf_keras.layers.Layer):
     def call(self, inputs, training=None):
         # Keras passes a Python bool; an unknown symbolic value counts as inference.
         training = bool(tf.get_static_value(training) if tf.is_tensor(training) else training)
-        if training and self._serving_lookup is None:
-            batch = (inputs.nrows() if isinstance(inputs, tf.RaggedTensor)
-                     else tf.shape(inputs, out_type=tf.int64)[0])
-            self._samples.assign_add(tf.cast(batch, tf.int64))
+        layer_state.before_lookup(self, inputs, training)
         inputs = self.integer_ids(inputs)
         penalties = []
         out = embed_and_combine(

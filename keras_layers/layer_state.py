@@ -5,6 +5,7 @@ import numpy as np
 import tensorflow as tf
 
 from het_tf.keras_layers.table_lookup import learning_rate
+from het_tf.runtime.cache import evaluating_as_cached
 
 
 def wait_for_scheduled_steps(layer):
@@ -23,6 +24,29 @@ def flush(layer):
     """Pushes every pending update to the table; returns the ops."""
     wait_for_scheduled_steps(layer)
     return layer._route.flush(learning_rate(layer))
+
+
+def settle(layer):
+    """Before a read outside the steps (eager): pushes the pending updates
+    that read could not merge (the workers' caches under
+    ParameterServerStrategy, Herald's kept gradients), so that it sees
+    every write; returns the ops."""
+    wait_for_scheduled_steps(layer)
+    return layer._route.settle(learning_rate(layer))
+
+
+def before_lookup(layer, inputs, training):
+    """A training call counts its samples; a read outside Keras' loops
+    (layer(ids), eagerly) sees what predict sees: it settles first, unless
+    the model is read as the caches stand."""
+    if layer._serving_lookup is not None:
+        return
+    if training:
+        batch = (inputs.nrows() if isinstance(inputs, tf.RaggedTensor)
+                 else tf.shape(inputs, out_type=tf.int64)[0])
+        layer._samples.assign_add(tf.cast(batch, tf.int64))
+    elif tf.executing_eagerly() and not evaluating_as_cached():
+        settle(layer)
 
 
 def clear(layer):

@@ -406,18 +406,28 @@ class RefCache:
             for i, k in enumerate(unique):
                 e = self.entries.get(k)
                 if i not in answer:
-                    out.append(e["state"]["w"].copy())
+                    seen, clock = dict(w=e["state"]["w"].copy()), e["cs"]
                     self.counters["hits"] += 1
                 elif e is None:
-                    out.append(answer[i][0]["w"])
+                    seen, clock = dict(w=answer[i][0]["w"].copy()), answer[i][1]
                     self.counters["misses"] += 1
                 else:
+                    clock = answer[i][1]
                     share = concurrent_share(self.table.optimizer, e["cc"] - e["cs"],
-                                             answer[i][1] - e["cs"])
+                                             clock - e["cs"])
                     seen = dict(w=answer[i][0]["w"] + share * self._pending(e)["w"])
                     project(self.table.constraint, seen)  # as the merge would
-                    out.append(seen["w"])
                     self.counters["stale_refreshes"] += 1
+                # Every read sees this worker's writes: the outbox's rows of
+                # the key, which no shard has merged, are merged in as the
+                # shard will merge them.
+                for key, delta, count, base_clock in self.outbox:
+                    if key == k:
+                        share = concurrent_share(self.table.optimizer, count,
+                                                 max(clock - base_clock, 0))
+                        seen["w"] = seen["w"] + share * delta["w"]
+                        project(self.table.constraint, seen)
+                out.append(seen["w"])
             return unique, out
         return unique, self._fill(unique, answer)
 

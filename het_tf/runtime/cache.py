@@ -21,6 +21,11 @@ _WORKER_GONE = (tf.errors.UnavailableError, tf.errors.CancelledError, tf.errors.
                 tf.errors.DeadlineExceededError)
 
 
+# The most rounds a flush sends before it gives up: each carries a key
+# once, and a key has more than a few rows pending only when its pushes keep
+# failing.
+FLUSH_ROUNDS = 16
+
 # Depth of `evaluation_as_cached` blocks open while lookups are traced.
 _as_cached = [0]
 
@@ -283,20 +288,35 @@ class WorkerCache:
 
     def flush(self, learning_rate):
         """Pushes every pending update of every worker's cache; returns the
-        ops that acknowledge them. Each flush is a round of its own: one
-        that finds an earlier round unanswered (its answer lost) sends that
-        round again first, so the second flush pushes the rest."""
+        ops that acknowledge them. Rounds go until one finds nothing left:
+        a round in flight (its answer lost) goes again first, and a round
+        carries each key once, so a key with several outbox rows, or with a
+        cached entry besides, takes a round for each. A flush that still
+        finds rows after FLUSH_ROUNDS rounds fails naming the table: a
+        checkpoint or export after it would not be a consistent cut."""
+        name = self.table.config.name
+
         def one(device):
             # All of it on the worker, the routing to shards too: placed on
             # the caller (the chief), a whole cache's pending rows would pass
             # through it (4.4 GB of the chief's peak at --scale 3).
             with self._placed(device):
-                acked = []
-                for _ in range(2):
-                    with tf.control_dependencies(acked):
-                        pushes = self._ops.het_cache_flush(self.handle(device), dim=self.dim)
-                    acked = [self._push_and_ack(pushes, learning_rate, device)]
-                return acked[0]
+                def push_round(rounds, _):
+                    pushes = self._ops.het_cache_flush(self.handle(device), dim=self.dim)
+                    acked = self._push_and_ack(pushes, learning_rate, device)
+                    with tf.control_dependencies([acked]):
+                        return rounds + 1, tf.size(pushes[0], out_type=tf.int64)
+
+                rounds, pushed = tf.while_loop(
+                    lambda rounds, pushed: (pushed > 0) & (rounds < FLUSH_ROUNDS), push_round,
+                    (tf.constant(0), tf.constant(1, tf.int64)))
+                done = tf.debugging.assert_equal(
+                    pushed, tf.constant(0, tf.int64),
+                    message=f"table '{name}': a flush still had rows to push after "
+                            f"{FLUSH_ROUNDS} rounds (a shard refuses them, or their answers "
+                            "are lost); nothing pending was dropped")
+                with tf.control_dependencies([done]):
+                    return tf.identity(rounds)
 
         return self._on_every_worker(one)
 

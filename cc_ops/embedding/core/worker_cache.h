@@ -291,6 +291,37 @@ class WorkerCache : private WorkerCacheData {
                      const uint8_t* const* answers, const size_t* sizes, int64_t shards,
                      std::vector<const float*>* fresh, std::vector<int64_t>* fresh_clocks,
                      std::vector<float>* rebuilt);
+  // The rows of some push lists, each key's chained in list order: where
+  // a key's rows are, in the order pushes carry them.
+  struct PushChains {
+    explicit PushChains(std::vector<const Pushes*> lists);
+    struct Row {
+      const Pushes* list;
+      size_t i;
+    };
+    // The first row of `key`'s chain, -1 if it has none.
+    int64_t First(int64_t key) const;
+    std::vector<Row> rows;
+    std::vector<int64_t> next;  // the next row of the same key, -1 at the end
+
+   private:
+    KeyIndex first_;  // key -> its first row
+  };
+  // This worker's updates that no shard has merged and that its entries
+  // lack: the outbox (rows evicted, or passed through) and a round in
+  // flight. An evaluation read merges them into the row it reads, as the
+  // shards will (every read sees every write), without sending them.
+  class UnsentRows {
+   public:
+    explicit UnsentRows(const WorkerCache& cache);
+    // Merges the rows of `key` into `out`, read at shard clock `clock`: a
+    // whole state (a training read's), or dim values (an evaluation's).
+    void MergeInto(int64_t key, int64_t clock, float* out, bool whole_state) const;
+
+   private:
+    const WorkerCache& cache_;
+    PushChains chains_;
+  };
   // A free or evicted slot takes a row fetched at the shard's clock.
   void InsertRow(int32_t slot, int64_t key, const float* state, int64_t clock);
   // The outbox's rows as a fill starts (the first of each key), for
@@ -298,13 +329,14 @@ class WorkerCache : private WorkerCacheData {
   struct OutboxRows {
     explicit OutboxRows(const Pushes& outbox);
     void Finish(Pushes* outbox, int width);
-    KeyIndex index;
+    PushChains chains;
     std::vector<uint8_t> taken;
   };
   // A row just inserted at `slot` (`fresh`, fetched at `clock`) whose key
-  // still has updates in the outbox (not sent before the fetch) takes them
-  // back as its pending updates, merged into the fetched row: this worker
-  // reads its own writes.
+  // still has updates in the outbox (not sent before the fetch: every row
+  // of it, a copy evicted and a row passed through alike) takes them back
+  // as its pending updates, merged into the fetched row: this worker reads
+  // its own writes.
   void Reclaim(int32_t slot, const float* fresh, int64_t clock, OutboxRows& unsent);
   // Puts a cached slot back in the eviction order, pinned if its key is.
   void AttachSlot(int32_t slot, uint64_t touches) {

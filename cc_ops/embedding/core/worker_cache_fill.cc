@@ -4,6 +4,7 @@
 // rows with no room pass through; and the checked lookup's second half.
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "cc_ops/embedding/core/wire_sizes.h"
 #include "cc_ops/embedding/core/worker_cache.h"
@@ -101,6 +102,8 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
   uint64_t hits = 0, misses = 0, refreshes = 0, hits_fetched_ahead = 0, passed = 0;
   uint64_t not_admitted = 0;
   OutboxRows unsent(outbox_);
+  std::optional<UnsentRows> unmerged;  // made at the first row passed through
+  std::vector<float> passed_state;
   const bool prefetched = fetched_ahead_.size() > 0;
   for (int64_t i = 0; i < u; ++i) {
     const float* fresh = fresh_states[i];
@@ -138,10 +141,16 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
     if (slot == EvictionOrder::kNone) {
       // The batch's cached rows fill the cache: this row passes through,
       // read now and pushed with the step's update (Accumulate). Once a
-      // row passes in a step, it keeps the state the step read first.
+      // row passes in a step, it keeps the state the step read first:
+      // the shard's, with this worker's updates no shard has yet merged
+      // in (earlier copies evicted or passed through).
       ++passed;
-      std::memcpy(rows_out + size_t(i) * dim, fresh, sizeof(float) * dim);
       ++misses;
+      if (!unmerged) unmerged.emplace(*this);
+      passed_state.assign(fresh, fresh + width_);
+      unmerged->MergeInto(unique_keys[i], clock, passed_state.data(), /*whole_state=*/true);
+      fresh = passed_state.data();
+      std::memcpy(rows_out + size_t(i) * dim, fresh, sizeof(float) * dim);
       // The shards recorded the copy a sync handed out: it goes at once.
       if (config_.sync == SyncMode::kRefresh) unreported_evictions_.push_back(unique_keys[i]);
       if (passing_.index.Find(unique_keys[i]) != KeyIndex::kAbsent) continue;
@@ -214,36 +223,6 @@ void WorkerCache::ReleaseStep() {
   step_.Clear();
 }
 
-WorkerCache::OutboxRows::OutboxRows(const Pushes& outbox) : index(outbox.size()) {
-  if (outbox.size() == 0) return;
-  for (size_t i = 0; i < outbox.size(); ++i) {
-    if (index.Find(outbox.keys[i]) == KeyIndex::kAbsent) index.Insert(outbox.keys[i], uint32_t(i));
-  }
-  taken.assign(outbox.size(), 0);
-}
-
-void WorkerCache::OutboxRows::Finish(Pushes* outbox, int width) {
-  if (std::find(taken.begin(), taken.end(), uint8_t{1}) != taken.end()) {
-    taken.resize(outbox->size(), 0);  // rows the fill evicted since stay
-    outbox->Remove(taken, width);
-  }
-}
-
-void WorkerCache::Reclaim(int32_t slot, const float* fresh, int64_t clock, OutboxRows& unsent) {
-  if (unsent.index.size() == 0) return;
-  const uint32_t o = unsent.index.Find(entries_[slot].key);
-  if (o == KeyIndex::kAbsent || unsent.taken[o]) return;
-  // The row was fetched without this worker's own updates of an earlier
-  // copy, still in the outbox (a round in flight held them back, or no
-  // update has pushed them yet): they become the entry's pending updates
-  // again, merged into the fetched row as a refresh merges them.
-  unsent.taken[o] = 1;
-  std::memcpy(delta_.data(), outbox_.deltas.data() + size_t(o) * width_, sizeof(float) * width_);
-  entries_[slot].server_clock = outbox_.base_clocks[o];
-  entries_[slot].local_clock = outbox_.base_clocks[o] + outbox_.counts[o];
-  Rebase(slot, fresh, clock, delta_.data());
-}
-
 void WorkerCache::InsertRow(int32_t slot, int64_t key, const float* state, int64_t clock) {
   entries_[slot].key = key;
   index_.Insert(key, static_cast<uint32_t>(slot));
@@ -293,25 +272,30 @@ Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_
     FillForTraining(unique_keys, u, slots, fresh, fresh_clocks, rows_out);
   } else {
     uint64_t hits = 0, misses = 0, refreshes = 0;
+    const UnsentRows unsent(*this);
     for (int64_t i = 0; i < u; ++i) {
       float* out = rows_out + size_t(i) * dim;
+      int64_t clock;
       if (answer[i] < 0) {
         std::memcpy(out, State(slots[i]), sizeof(float) * dim);
+        clock = entries_[slots[i]].server_clock;
         ++hits;
-        continue;
-      }
-      const float* fresh = states + size_t(answer[i]) * answer_width;
-      if (slots[i] < 0) {
-        std::memcpy(out, fresh, sizeof(float) * dim);
-        ++misses;
       } else {
-        const int32_t slot = slots[i];
-        const float* delta = PendingDelta(slot);
-        const float share = PendingShare(slot, clocks[answer[i]]);
-        for (int j = 0; j < dim; ++j) out[j] = fresh[j] + share * delta[j];
-        ApplyConstraint(config_.optimizer.constraint, dim, out);  // as the merge would
-        ++refreshes;
+        const float* fresh = states + size_t(answer[i]) * answer_width;
+        clock = clocks[answer[i]];
+        if (slots[i] < 0) {
+          std::memcpy(out, fresh, sizeof(float) * dim);
+          ++misses;
+        } else {
+          const int32_t slot = slots[i];
+          const float* delta = PendingDelta(slot);
+          const float share = PendingShare(slot, clock);
+          for (int j = 0; j < dim; ++j) out[j] = fresh[j] + share * delta[j];
+          ApplyConstraint(config_.optimizer.constraint, dim, out);  // as the merge would
+          ++refreshes;
+        }
       }
+      unsent.MergeInto(unique_keys[i], clock, out, /*whole_state=*/false);
     }
     counters_.hits += hits;
     counters_.misses += misses;

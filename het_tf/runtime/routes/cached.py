@@ -44,6 +44,13 @@ class CachedRoute(Route):
     def clear(self):
         return [self.cache.clear()]
 
+    def settle(self, learning_rate):
+        # Under ParameterServerStrategy the updates wait in the workers'
+        # caches, which the chief's reads do not meet.
+        if any(device is not None for device in self.cache.worker_devices):
+            return self.flush(learning_rate)
+        return []
+
     def stats(self):
         counters, _, _ = super().stats()
         counters.update({f"cache_{k}": v for k, v in self.cache.stats().items()})

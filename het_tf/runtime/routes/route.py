@@ -29,6 +29,13 @@ class Route:
         """Drops every cached row and pending update; returns the ops."""
         return []
 
+    def settle(self, learning_rate):
+        """Before a read outside the steps (eager): pushes the pending
+        updates that read could not merge itself, so that it sees every
+        write; returns the ops. A cache in this process merges its own
+        (WorkerCache.lookup): nothing moves for it."""
+        return []
+
     @property
     def hot_keys(self):
         """The hot rows' ids, ascending (none but on a route with hot rows)."""
