@@ -31,7 +31,7 @@ export CCACHE_DIR := $(HET_TF_CACHE)/ccache
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: setup build test lint fuzz soak demo bench core-tests cc-test sanitize bazel-build clean \
+.PHONY: setup build test lint fuzz soak conformance demo bench core-tests cc-test sanitize bazel-build clean \
   setup-tf2.21 test-tf2.21
 
 setup: $(VENV)/.deps
@@ -115,6 +115,7 @@ TF221_LIBRARY := $(CURDIR)/build/tf2.21/_het_ops.so
 TF221_TESTS := tests/test_cli.py tests/test_loader.py tests/test_layering.py \
   tests/test_ops_reference.py tests/test_ops_errors.py tests/test_exactly_once.py \
   tests/test_keras_layer.py tests/test_keras_contract.py tests/test_combinations.py \
+  tests/test_conformance.py \
   tests/test_deprecated_aliases.py \
   tests/test_embedding_behaviours.py \
   tests/test_lookahead.py tests/test_hot_rows.py tests/test_hot_block.py \
@@ -199,6 +200,13 @@ soak: build
 	$(PY) tools/exactly_once_soak.py --evict --out $(CURDIR)/build/soak/exactly-once-evict
 	$(PY) tools/exactly_once_soak.py --sync check --staleness 0 \
 		--out $(CURDIR)/build/soak/exactly-once-check
+
+# The whole conformance matrix (tests/conformance.py): every route, cache
+# size, number of calls and optimizer, in one process and under
+# ParameterServerStrategy, each read against Keras' own Embedding. `make
+# test` runs a reduced matrix (one optimizer a cell).
+conformance: build
+	HET_TF_CONFORMANCE=full $(PY) -m pytest -q tests/test_conformance.py
 
 # The main job on the default data: WDL on synthetic Criteo-like data, in
 # ParameterServerStrategy mode on a local cluster (1 PS, 2 workers); then the

@@ -4,8 +4,7 @@ reads (WorkerCache.lookup), moving nothing. Under ParameterServerStrategy
 each worker's cache holds updates that only that worker reads until they
 are pushed, so `Model.evaluate` and `Model.predict` (and fit's validation,
 which runs `evaluate`) first push every worker's pending updates of the
-model's HetEmbedding layers, and Herald's kept gradients go to the shards
-(layer_state.settle)."""
+model's HetEmbedding layers (layer_state.settle)."""
 import functools
 
 import tf_keras

@@ -164,6 +164,7 @@ class HetEmbedding(tf_keras.layers.Layer):
         # Samples seen in training, for per-sample traffic figures.
         self._samples = self.add_weight("het_samples", shape=(), dtype=tf.int64,
                                         initializer="zeros", trainable=False)
+        table_lookup.add_skip_counter(self)
         (self._strategy, self._table, self._cache, self._route,
          self._combination) = route_choice.build(self.name, self._owner, self._settings.config,
                                                  self._choice, f"{id(self):x}")

@@ -29,8 +29,7 @@ def flush(layer):
 def settle(layer):
     """Before a read outside the steps (eager): pushes the pending updates
     that read could not merge (the workers' caches under
-    ParameterServerStrategy, Herald's kept gradients), so that it sees
-    every write; returns the ops."""
+    ParameterServerStrategy), so that it sees every write; returns the ops."""
     wait_for_scheduled_steps(layer)
     return layer._route.settle(learning_rate(layer))
 
@@ -83,7 +82,9 @@ def stats(layer):
     rate and traffic per id looked up."""
     with tf.init_scope():
         counters, traffic, lookups = layer._route.stats()
-    counters["samples"] = int(layer._samples.numpy()) if tf.executing_eagerly() else 0
+    eager = tf.executing_eagerly()
+    counters["samples"] = int(layer._samples.numpy()) if eager else 0
+    counters["rows_skipped_non_finite"] = int(layer._skipped_rows.numpy()) if eager else 0
     counters["embedding_bytes"] = traffic
     counters["bytes_per_id"] = traffic / max(lookups, 1)
     return counters

@@ -4,11 +4,14 @@ layer's route with the gradient Keras' own Embedding gives (the rows'
 IndexedSlices, here on the anchor that stands for the table), and the
 table's update from those slices once the optimizer has clipped, unscaled
 and summed them."""
+import sys
+
 import numpy as np
 import tensorflow as tf
 import tf_keras
 
 from het_tf.runtime.config import UNBOUNDED
+from het_tf.runtime.counters import counter
 
 # The whole numbers each float dtype holds exactly: 2 ** (its precision).
 _EXACT_WHOLE_NUMBERS = {tf.float16: 2**11, tf.bfloat16: 2**8, tf.float32: 2**24,
@@ -146,6 +149,38 @@ def apply_gradient(layer, gradient):
     unique, at = tf.unique(keys, out_idx=tf.int32)
     grads = tf.math.unsorted_segment_sum(tf.cast(gradient.values, tf.float32), at,
                                          tf.size(unique))
+    unique, grads = finite_rows(layer, unique, grads)
     update = layer._route.apply(unique, grads, learning_rate(layer))
     with tf.control_dependencies(tf.nest.flatten(update)):
         return layer._updates.assign_add(1)
+
+
+def add_skip_counter(layer):
+    """The rows whose gradient was not finite, which finite_rows skips: a
+    counter het_stats reports, kept out of Keras' weights and files."""
+    with tf.init_scope():
+        object.__setattr__(layer, "_skipped_rows", counter("het_rows_skipped_non_finite"))
+
+
+def finite_rows(layer, unique, grads):
+    """A step whose gradient is not finite goes on, as with Keras' own
+    Embedding (the loss shows it, and TerminateOnNaN stops the fit), but the
+    table skips the rows whose gradient sum is not finite, so that it never
+    holds a non-finite value; they are counted (het_stats'
+    rows_skipped_non_finite) and the first skip is logged."""
+    finite = tf.reduce_all(tf.math.is_finite(grads), axis=1)
+    skipped = tf.reduce_sum(tf.cast(~finite, tf.int64))
+    before = layer._skipped_rows.read_value()
+    with tf.control_dependencies([before]):
+        counted = layer._skipped_rows.assign_add(skipped)
+
+    def warn():
+        printed = tf.print(f"{layer._owner}: a gradient was not finite; its rows were not "
+                           "updated (counted as rows_skipped_non_finite). This is logged once.",
+                           output_stream=sys.stderr)
+        with tf.control_dependencies([printed]):
+            return tf.constant(True)
+
+    warned = tf.cond((before == 0) & (skipped > 0), warn, lambda: tf.constant(False))
+    with tf.control_dependencies([counted, warned]):
+        return tf.boolean_mask(unique, finite), tf.boolean_mask(grads, finite)

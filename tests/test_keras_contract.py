@@ -280,3 +280,37 @@ def test_hybrid_mode_refuses_a_loss_scale_optimizer():
                   "mse")
     with pytest.raises(ValueError, match="hybrid mode does not take a LossScaleOptimizer"):
         _hybrid_train_step(model, (np.zeros((4, 1), np.int64), np.zeros((4, 1), np.float32)))
+
+
+@pytest.mark.parametrize("route", ["off", "refresh-s100", "check-s100", "small-cache"])
+def test_a_non_finite_step_goes_on_as_with_keras_embedding_and_the_table_stays_finite(route):
+    """A NaN label makes step 3's gradients NaN: with Keras' Embedding the
+    loss shows it and TerminateOnNaN stops the fit there; HetEmbedding
+    does the same, its dense weights moving as Keras' do, but the table
+    skips the rows whose gradient is not finite and counts them."""
+    labels = LABELS.copy()
+    labels[20] = np.nan  # in the third batch of 8
+
+    def fit(kind, callbacks):
+        tf_keras.utils.set_random_seed(0)
+        layer = embedding(kind, **({} if kind == "keras" else ROUTES[route]))
+        model = shared_model(layer, calls=2)
+        model.compile(OPTIMIZERS["sgd"](), "mse")
+        history = model.fit([HISTORY, TARGET], labels, batch_size=8, epochs=1, verbose=0,
+                            shuffle=False, callbacks=callbacks)
+        return model, layer, history.history["loss"]
+
+    for callbacks in ([tf_keras.callbacks.TerminateOnNaN()], []):
+        keras_model, keras_layer, keras_loss = fit("keras", callbacks)
+        model, layer, loss = fit("het", callbacks)
+        assert np.isnan(loss[-1]) and np.isnan(keras_loss[-1])
+        assert int(model.optimizer.iterations) == int(keras_model.optimizer.iterations)
+        rows, expected = rows_of(layer), keras_layer.get_weights()[0]
+        assert np.isfinite(rows).all()
+        finite = np.isfinite(expected).all(axis=1)
+        np.testing.assert_allclose(rows[finite], expected[finite], atol=1e-6)
+        assert layer.het_stats()["rows_skipped_non_finite"] > 0
+        np.testing.assert_allclose(model.get_layer(index=-1).get_weights()[0],
+                                   keras_model.get_layer(index=-1).get_weights()[0],
+                                   atol=1e-6, equal_nan=True)
+    assert int(model.optimizer.iterations) == len(LABELS) // 8  # no stop: every step ran

@@ -77,10 +77,6 @@ class HeraldPlan:
                                             shape=tf.TensorShape([None]),
                                             name="het_plan_direct")
 
-    @property
-    def ranks(self):
-        return self._ranks
-
     # ----- the step -----
 
     def _push_kept(self):

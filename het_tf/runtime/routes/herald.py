@@ -38,14 +38,6 @@ class HeraldRoute(SplitRoute):
         self.plan.clear()
         return super().clear()
 
-    def settle(self, learning_rate):
-        # The direct rows' gradients kept for the next step are no cache's:
-        # they go now, as the next step would send them. One process only:
-        # with other ranks, one of them may still be reading this step's
-        # direct rows, which must not see them yet.
-        kept = [self.plan.flush()] if self.plan.ranks == 1 else []
-        return kept + super().settle(learning_rate)
-
     def stats(self):
         counters, traffic, lookups = super().stats()
         counters.update(self.plan.stats())
