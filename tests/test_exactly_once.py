@@ -30,6 +30,7 @@ from tests.fault_runs import (
     SEED,
     FaultyWorker,
     Oracle,
+    gradients,
     keys_on,
     push_unanswered,
     train,
@@ -99,6 +100,36 @@ def test_a_push_or_flush_whose_answer_is_lost_is_merged_once(unique_name, sync):
     assert len(flushed[0]) > 0
     push_unanswered(table, flushed)
     cache.flush(LR)
+    oracle.check(table)
+
+
+@pytest.mark.parametrize("sync", ["check", "refresh"])
+def test_a_read_sees_the_updates_of_a_round_that_never_reached_the_shards(unique_name, sync):
+    """Rows evicted with pending updates go in a round whose requests never
+    reach the shards. An evaluation read of them sees them (a round in
+    flight that its shard has not merged is merged into the read), and so
+    does every read after the round is sent again; the flush leaves
+    nothing pending."""
+    table = sgd_table(unique_name)
+    cache = het_tf.WorkerCache(table, het_tf.CacheConfig(2, "lru", 100, 100, sync=sync))
+    oracle = Oracle()
+    train(cache, oracle, [0, 1], gradients(2, 4))
+    if sync == "check":  # 0 and 1 evicted, then the step's round is lost on the way
+        _rows, unique, _ = cache.lookup(tf.constant([2, 3], tf.int64), training=True)
+        grads = np.full([2, DIM], 0.5, np.float32)
+        OPS.het_cache_accumulate(cache.handle(), unique, grads, LR, dim=DIM)
+        oracle.trained(unique.numpy(), grads)
+    else:  # 0 and 1 evicted, then the exchange carrying them is lost on the way
+        train(cache, oracle, [2, 3], gradients(2, 2))
+        OPS.het_cache_begin_exchange(cache.handle(), tf.constant([2, 3], tf.int64),
+                                     num_shards=2)
+    keys = [0, 1, 2, 3, 4]
+    rows, _, _ = cache.lookup(tf.constant(keys, tf.int64), training=False)
+    np.testing.assert_allclose(rows.numpy(), oracle.rows(keys), atol=1e-6)
+    assert table.stats()["updates_applied"] == 0  # nothing was sent
+    cache.flush(LR)
+    rows, _, _ = cache.lookup(tf.constant(keys, tf.int64), training=False)
+    np.testing.assert_allclose(rows.numpy(), oracle.rows(keys), atol=1e-6)
     oracle.check(table)
 
 

@@ -50,10 +50,11 @@ void WorkerCache::UnsentRows::MergeInto(int64_t key, int64_t clock, float* out,
     const size_t i = chains_.rows[r].i;
     const int64_t base = list.base_clocks[i], count = list.counts[i];
     // A round in flight may have been merged by its shard, its answer
-    // lost: a row read at a clock that counts its updates has them (with
-    // one writer, exactly; other writers' updates can only make a row
-    // read after them look merged, never one that is not). The outbox was
-    // never sent.
+    // lost: a row read at a clock that counts its updates is taken to have
+    // them. With one writer that is exact; when other workers wrote the
+    // row since, a round its shard never merged can look merged, and the
+    // read misses it until the round is sent again (the next step or
+    // flush). The outbox was never sent.
     if (&list == &cache_.ledger_ && clock >= base + count) continue;
     const float share =
         ConcurrentShare(config.optimizer.kind, count, std::max<int64_t>(0, clock - base));
