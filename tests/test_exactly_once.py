@@ -133,6 +133,28 @@ def test_a_read_sees_the_updates_of_a_round_that_never_reached_the_shards(unique
     oracle.check(table)
 
 
+def test_rows_passing_through_while_a_round_is_lost_read_their_updates_and_flush_once(
+        unique_name):
+    """By check, a one-row cache: id 1 passes through every step, each
+    step's update of it joins the outbox, and each step's round is lost on
+    the way. Every training read of id 1 sees the updates before it (the
+    round in flight and the outbox rows, none merged), and one flush pushes
+    them all, a round for each row of the key."""
+    table = sgd_table(unique_name)
+    cache = het_tf.WorkerCache(table, het_tf.CacheConfig(1, "lru", 100, 100, sync="check"))
+    oracle = Oracle()
+    for step in range(4):
+        rows, unique, _ = cache.lookup(tf.constant([0, 1], tf.int64), training=True)
+        np.testing.assert_allclose(rows.numpy(), oracle.rows([0, 1]), atol=1e-6,
+                                   err_msg=f"step {step}")
+        grads = gradients(2, step + 1)
+        OPS.het_cache_accumulate(cache.handle(), unique, grads, LR, dim=DIM)  # never sent
+        oracle.trained(unique.numpy(), grads)
+    assert cache.stats()["passed_through"] == 4
+    cache.flush(LR)
+    oracle.check(table)
+
+
 def test_an_update_that_would_overflow_is_refused_and_training_goes_on(unique_name):
     """|g| > 1.8e19 overflows Adagrad's squared-gradient sum though g is
     finite: refused naming the table and the id, on the cached and the
