@@ -135,7 +135,9 @@ TF221_TESTS := tests/test_cli.py tests/test_loader.py tests/test_layering.py \
 # while workers train, besides the cluster's other checkpoints; Herald's
 # allocation, besides its plan; 8 rounds of a hybrid exactly-once run,
 # besides 1; 2 hybrid ranks' dense weights, besides 1; a ragged model with
-# a row constraint, besides the sequence model): the second stack checks
+# a row constraint, besides the sequence model; the conformance matrix's
+# cells under ParameterServerStrategy, besides its cells in one process):
+# the second stack checks
 # that everything works, not every figure again.
 TF221_SKIPPED := \
   tests/test_herald.py::test_a_rank_lost_mid_step_fails_the_job_and_it_resumes \
@@ -158,7 +160,9 @@ TF221_SKIPPED := \
   "tests/test_exactly_once.py::test_hybrid_ranks_end_at_the_data[8-repeated]" \
   "tests/test_hybrid.py::test_ranks_share_tables_and_keep_dense_weights_identical[2]" \
   tests/test_cluster.py::test_a_ragged_model_with_a_row_constraint_trains_and_exports \
-  tests/test_train_command.py::test_train_ps_mode_starts_and_stops_its_own_cluster
+  tests/test_train_command.py::test_train_ps_mode_starts_and_stops_its_own_cluster \
+  tests/test_conformance.py::test_every_read_under_parameter_server_strategy_equals_keras_embedding \
+  tests/test_conformance.py::test_every_export_under_parameter_server_strategy_serves_without_het_tf
 
 setup-tf2.21: $(TF221_VENV)/.deps
 
