@@ -4,7 +4,9 @@ the same batches from the same rows; then every way a user reads it.
 
 A cell is (route, cache, calls, optimizer). The routes are the ways a
 layer's rows travel (the cache off, synchronous, by refresh, by check, the
-lookahead, FAE's hot rows, Herald's plan); a cache either holds a step's
+lookahead, FAE's hot rows, and scheduler="herald", which in one process
+takes the cache alone: Herald's plan needs Horovod ranks, and hybrid
+mode's answers are checked apart); a cache either holds a step's
 rows or is smaller than one; the layer is called once (on every id) or
 twice (history, then target) a step. With one worker every route is exact,
 so every read must equal the oracle's to 1e-6. Cells a route refuses (the

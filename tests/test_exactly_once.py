@@ -127,6 +127,16 @@ def test_a_read_sees_the_updates_of_a_round_that_never_reached_the_shards(unique
     rows, _, _ = cache.lookup(tf.constant(keys, tf.int64), training=False)
     np.testing.assert_allclose(rows.numpy(), oracle.rows(keys), atol=1e-6)
     assert table.stats()["updates_applied"] == 0  # nothing was sent
+    # 0 and 1 fetched again for training before the round is sent again
+    # (by check; by refresh the exchange sends it first): the copies take
+    # the round's rows, and keep them once it is acknowledged.
+    rows, unique, _ = cache.lookup(tf.constant([0, 1], tf.int64), training=True)
+    np.testing.assert_allclose(rows.numpy(), oracle.rows([0, 1]), atol=1e-6)
+    grads = gradients(2, 6)
+    cache.apply_gradients(unique, tf.constant(grads), LR)
+    oracle.trained(unique.numpy(), grads)
+    rows, _, _ = cache.lookup(tf.constant(keys, tf.int64), training=False)
+    np.testing.assert_allclose(rows.numpy(), oracle.rows(keys), atol=1e-6)
     cache.flush(LR)
     rows, _, _ = cache.lookup(tf.constant(keys, tf.int64), training=False)
     np.testing.assert_allclose(rows.numpy(), oracle.rows(keys), atol=1e-6)

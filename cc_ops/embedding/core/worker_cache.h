@@ -313,10 +313,12 @@ class WorkerCache : private WorkerCacheData {
   // shards will (every read sees every write), without sending them.
   class UnsentRows {
    public:
-    explicit UnsentRows(const WorkerCache& cache);
+    // The round in flight's rows (`ledger`), the outbox's, or both.
+    UnsentRows(const WorkerCache& cache, bool ledger, bool outbox);
     // Merges the rows of `key` into `out`, read at shard clock `clock`: a
     // whole state (a training read's), or dim values (an evaluation's).
-    void MergeInto(int64_t key, int64_t clock, float* out, bool whole_state) const;
+    // Returns the updates merged.
+    int64_t MergeInto(int64_t key, int64_t clock, float* out, bool whole_state) const;
 
    private:
     const WorkerCache& cache_;

@@ -102,8 +102,9 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
   uint64_t hits = 0, misses = 0, refreshes = 0, hits_fetched_ahead = 0, passed = 0;
   uint64_t not_admitted = 0;
   OutboxRows unsent(outbox_);
-  std::optional<UnsentRows> unmerged;  // made at the first row passed through
-  std::vector<float> passed_state;
+  // Made when first needed: a round in flight's rows, the outbox's.
+  std::optional<UnsentRows> in_flight, outbox;
+  std::vector<float> merged_state;
   const bool prefetched = fetched_ahead_.size() > 0;
   for (int64_t i = 0; i < u; ++i) {
     const float* fresh = fresh_states[i];
@@ -116,9 +117,8 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
       continue;
     }
     if (i + kHintAhead < u) HintSlot(slots[i + kHintAhead]);
-    const int64_t clock = fresh_clocks[i];
     int32_t slot = slots[i];
-    if (clock == kNotAdmitted) {
+    if (fresh_clocks[i] == kNotAdmitted) {
       // Not admitted (row_admission.h): the default row for this step, in
       // no slot, so that the id's next step asks the shard again; its
       // gradient is dropped (Accumulate).
@@ -132,6 +132,21 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
       passing_.clocks.push_back(kNotAdmitted);
       continue;
     }
+    // A row fetched before its shard merged this worker's round in flight
+    // takes the round's rows of the key, base and all, as the shard will
+    // have them: the round's acknowledgement brings no state for a row
+    // evicted before it, and the copy must not lose them when refreshed.
+    int64_t clock = fresh_clocks[i];
+    if (in_flight_) {
+      if (!in_flight) in_flight.emplace(*this, /*ledger=*/true, /*outbox=*/false);
+      merged_state.assign(fresh, fresh + width_);
+      const int64_t merged = in_flight->MergeInto(unique_keys[i], clock, merged_state.data(),
+                                                  /*whole_state=*/true);
+      if (merged > 0) {
+        fresh = merged_state.data();
+        clock += merged;
+      }
+    }
     if (slot >= 0) {
       Refresh(slot, fresh, clock);
       ++refreshes;
@@ -143,13 +158,14 @@ void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
       // read now and pushed with the step's update (Accumulate). Once a
       // row passes in a step, it keeps the state the step read first:
       // the shard's, with this worker's updates no shard has yet merged
-      // in (earlier copies evicted or passed through).
+      // in (earlier copies evicted or passed through), its clock counting
+      // them.
       ++passed;
       ++misses;
-      if (!unmerged) unmerged.emplace(*this);
-      passed_state.assign(fresh, fresh + width_);
-      unmerged->MergeInto(unique_keys[i], clock, passed_state.data(), /*whole_state=*/true);
-      fresh = passed_state.data();
+      if (!outbox) outbox.emplace(*this, /*ledger=*/false, /*outbox=*/true);
+      if (fresh != merged_state.data()) merged_state.assign(fresh, fresh + width_);
+      clock += outbox->MergeInto(unique_keys[i], clock, merged_state.data(), /*whole_state=*/true);
+      fresh = merged_state.data();
       std::memcpy(rows_out + size_t(i) * dim, fresh, sizeof(float) * dim);
       // The shards recorded the copy a sync handed out: it goes at once.
       if (config_.sync == SyncMode::kRefresh) unreported_evictions_.push_back(unique_keys[i]);
@@ -272,7 +288,7 @@ Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_
     FillForTraining(unique_keys, u, slots, fresh, fresh_clocks, rows_out);
   } else {
     uint64_t hits = 0, misses = 0, refreshes = 0;
-    const UnsentRows unsent(*this);
+    const UnsentRows unsent(*this, /*ledger=*/true, /*outbox=*/true);
     for (int64_t i = 0; i < u; ++i) {
       float* out = rows_out + size_t(i) * dim;
       int64_t clock;

@@ -12,7 +12,6 @@
 namespace het {
 
 WorkerCache::PushChains::PushChains(std::vector<const Pushes*> lists) {
-  std::vector<int64_t> last;
   for (const Pushes* list : lists) {
     if (list == nullptr) continue;
     for (size_t i = 0; i < list->size(); ++i) {
@@ -39,12 +38,15 @@ int64_t WorkerCache::PushChains::First(int64_t key) const {
 }
 
 // A round in flight's rows go first, as pushes carry them.
-WorkerCache::UnsentRows::UnsentRows(const WorkerCache& cache)
-    : cache_(cache), chains_({cache.in_flight_ ? &cache.ledger_ : nullptr, &cache.outbox_}) {}
+WorkerCache::UnsentRows::UnsentRows(const WorkerCache& cache, bool ledger, bool outbox)
+    : cache_(cache),
+      chains_({ledger && cache.in_flight_ ? &cache.ledger_ : nullptr,
+               outbox ? &cache.outbox_ : nullptr}) {}
 
-void WorkerCache::UnsentRows::MergeInto(int64_t key, int64_t clock, float* out,
-                                        bool whole_state) const {
+int64_t WorkerCache::UnsentRows::MergeInto(int64_t key, int64_t clock, float* out,
+                                           bool whole_state) const {
   const CacheConfig& config = cache_.config_;
+  int64_t merged = 0;
   for (int64_t r = chains_.First(key); r >= 0; r = chains_.next[r]) {
     const Pushes& list = *chains_.rows[r].list;
     const size_t i = chains_.rows[r].i;
@@ -59,6 +61,7 @@ void WorkerCache::UnsentRows::MergeInto(int64_t key, int64_t clock, float* out,
     const float share =
         ConcurrentShare(config.optimizer.kind, count, std::max<int64_t>(0, clock - base));
     const float* delta = list.deltas.data() + i * cache_.width_;
+    merged += count;
     if (whole_state) {
       int64_t unused_step = 0;  // a copy's step count is its clock
       ApplyDelta(config.optimizer, cache_.last_learning_rate_, delta, count, config.dim, out,
@@ -68,6 +71,7 @@ void WorkerCache::UnsentRows::MergeInto(int64_t key, int64_t clock, float* out,
     for (int j = 0; j < config.dim; ++j) out[j] += share * delta[j];
     ApplyConstraint(config.optimizer.constraint, config.dim, out);  // as each merge would
   }
+  return merged;
 }
 
 WorkerCache::OutboxRows::OutboxRows(const Pushes& outbox)
