@@ -188,6 +188,25 @@ def test_mixed_float16_trains_the_table_as_float32_does(optimizer, mixed_float16
     np.testing.assert_allclose(got, expected, atol=1e-3)
 
 
+def test_reads_right_after_fit_under_mixed_float16_see_every_update(mixed_float16):
+    """A shared table whose cache is smaller than a step, read right after
+    fit with no flush: predict and layer(ids) give what the same model with
+    Keras' Embedding gives (float16's precision apart)."""
+    def fit(kind):
+        tf_keras.utils.set_random_seed(0)
+        layer = embedding(kind, "adagrad", **({} if kind == "keras" else ROUTES["small-cache"]))
+        model = shared_model(layer, 2)
+        model.compile(OPTIMIZERS["adagrad"](), "mse")
+        model.fit([HISTORY, TARGET], LABELS, batch_size=8, epochs=2, verbose=0, shuffle=False)
+        rows = layer(np.arange(VOCAB)).numpy().astype(np.float32)
+        return model.predict([HISTORY, TARGET], verbose=0).astype(np.float32), rows
+
+    (expected_scores, expected_rows), (scores, rows) = fit("keras"), fit("het")
+    assert np.abs(expected_rows - MATRIX).max() > 0.05
+    np.testing.assert_allclose(rows, expected_rows, atol=2e-3)
+    np.testing.assert_allclose(scores, expected_scores, atol=1e-2)
+
+
 def test_a_step_the_loss_scale_skips_changes_no_row_and_no_clock(mixed_float16):
     tf_keras.utils.set_random_seed(0)
     layer = embedding("het", "adagrad", **ROUTES["refresh-s100"])
