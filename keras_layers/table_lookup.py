@@ -167,20 +167,25 @@ def finite_rows(layer, unique, grads):
     Embedding (the loss shows it, and TerminateOnNaN stops the fit), but the
     table skips the rows whose gradient sum is not finite, so that it never
     holds a non-finite value; they are counted (het_stats'
-    rows_skipped_non_finite) and the first skip is logged."""
+    rows_skipped_non_finite) and the first skip is logged. A finite step
+    (every step but these) only checks."""
     finite = tf.reduce_all(tf.math.is_finite(grads), axis=1)
-    skipped = tf.reduce_sum(tf.cast(~finite, tf.int64))
-    before = layer._skipped_rows.read_value()
-    with tf.control_dependencies([before]):
-        counted = layer._skipped_rows.assign_add(skipped)
 
-    def warn():
-        printed = tf.print(f"{layer._owner}: a gradient was not finite; its rows were not "
-                           "updated (counted as rows_skipped_non_finite). This is logged once.",
-                           output_stream=sys.stderr)
-        with tf.control_dependencies([printed]):
-            return tf.constant(True)
+    def skip():
+        skipped = tf.reduce_sum(tf.cast(~finite, tf.int64))
+        before = layer._skipped_rows.read_value()
+        with tf.control_dependencies([before]):
+            counted = layer._skipped_rows.assign_add(skipped)
 
-    warned = tf.cond((before == 0) & (skipped > 0), warn, lambda: tf.constant(False))
-    with tf.control_dependencies([counted, warned]):
-        return tf.boolean_mask(unique, finite), tf.boolean_mask(grads, finite)
+        def warn():
+            printed = tf.print(f"{layer._owner}: a gradient was not finite; its rows were not "
+                               "updated (counted as rows_skipped_non_finite). This is logged "
+                               "once.", output_stream=sys.stderr)
+            with tf.control_dependencies([printed]):
+                return tf.constant(True)
+
+        warned = tf.cond(before == 0, warn, lambda: tf.constant(False))
+        with tf.control_dependencies([counted, warned]):
+            return tf.boolean_mask(unique, finite), tf.boolean_mask(grads, finite)
+
+    return tf.cond(tf.reduce_all(finite), lambda: (unique, grads), skip)

@@ -223,6 +223,9 @@ _runs = itertools.count()
 # through again: they pass again, and its update pushes them in its round.
 @example(sync="refresh", staleness=3,
          actions=[("train_twice", 0, list(range(10)), 1, [8, 9]), ("train", 1, [8], 1)])
+# An exchange that carried no push, its answer lost: the flush's first
+# round sends that empty round again, and the next pushes the pending row.
+@example(sync="refresh", staleness=1, actions=[("train", 0, [0], 0), ("drop_answer", 0, [0], 0)])
 def test_any_run_with_faults_ends_at_the_data(sync, staleness, actions):
     name = f"faults_{os.getpid()}_{next(_runs)}"
     config = het_tf.TableConfig(name, DIM, seed=SEED, optimizer=het_tf.OptimizerConfig("sgd"),

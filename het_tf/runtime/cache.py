@@ -307,11 +307,14 @@ class WorkerCache:
                     with tf.control_dependencies([acked]):
                         return rounds + 1, tf.size(pushes[0], out_type=tf.int64)
 
-                # A round that pushes nothing ends it: FLUSH_ROUNDS rounds
-                # with rows, and one more that must find none left.
+                # A round that pushes nothing ends it, from the second on:
+                # the first may only send again a round in flight, which may
+                # hold no rows at all (an exchange's whose answer was lost).
+                # FLUSH_ROUNDS rounds with rows, and one more that must find
+                # none left.
                 rounds, pushed = tf.while_loop(
-                    lambda rounds, pushed: (pushed > 0) & (rounds <= FLUSH_ROUNDS), push_round,
-                    (tf.constant(0), tf.constant(1, tf.int64)))
+                    lambda rounds, pushed: ((rounds < 2) | (pushed > 0)) & (rounds <= FLUSH_ROUNDS),
+                    push_round, (tf.constant(0), tf.constant(1, tf.int64)))
                 done = tf.debugging.assert_equal(
                     pushed, tf.constant(0, tf.int64),
                     message=f"table '{name}': a flush still had rows to push after "
