@@ -21,9 +21,8 @@ _WORKER_GONE = (tf.errors.UnavailableError, tf.errors.CancelledError, tf.errors.
                 tf.errors.DeadlineExceededError)
 
 
-# The most rounds a flush sends before it gives up: each carries a key
-# once, and a key has more than a few rows pending only when its pushes keep
-# failing.
+# The most rounds with rows a flush sends: each carries a key once, and a
+# key has more than a few rows pending only when its pushes keep failing.
 FLUSH_ROUNDS = 16
 
 # Depth of `evaluation_as_cached` blocks open while lookups are traced.
@@ -307,11 +306,8 @@ class WorkerCache:
                     with tf.control_dependencies([acked]):
                         return rounds + 1, tf.size(pushes[0], out_type=tf.int64)
 
-                # A round that pushes nothing ends it, from the second on:
-                # the first may only send again a round in flight, which may
-                # hold no rows at all (an exchange's whose answer was lost).
-                # FLUSH_ROUNDS rounds with rows, and one more that must find
-                # none left.
+                # A round that pushes nothing ends it from the second on (the
+                # first may resend an empty round in flight, an exchange's).
                 rounds, pushed = tf.while_loop(
                     lambda rounds, pushed: ((rounds < 2) | (pushed > 0)) & (rounds <= FLUSH_ROUNDS),
                     push_round, (tf.constant(0), tf.constant(1, tf.int64)))

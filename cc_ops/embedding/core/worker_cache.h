@@ -299,8 +299,7 @@ class WorkerCache : private WorkerCacheData {
       const Pushes* list;
       size_t i;
     };
-    // The first row of `key`'s chain, -1 if it has none.
-    int64_t First(int64_t key) const;
+    int64_t First(int64_t key) const;  // -1: `key` has no rows
     std::vector<Row> rows;
     std::vector<int64_t> next;  // the next row of the same key, -1 at the end
 
