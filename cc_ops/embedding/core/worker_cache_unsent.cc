@@ -10,6 +10,26 @@
 #include "cc_ops/embedding/core/worker_cache.h"
 
 namespace het {
+namespace {
+
+// Merges a push's row of this worker (`delta`, `count` updates from base
+// clock `base`) into a state read at shard clock `clock`, as its shard will
+// merge it: the whole state, or only its dim values (then the constraint).
+void MergePush(const CacheConfig& config, float learning_rate, const float* delta, int64_t count,
+               int64_t base, int64_t clock, float* out, bool whole_state) {
+  const float share =
+      ConcurrentShare(config.optimizer.kind, count, std::max<int64_t>(0, clock - base));
+  if (whole_state) {
+    int64_t unused_step = 0;  // a copy's step count is its clock
+    ApplyDelta(config.optimizer, learning_rate, delta, count, config.dim, out, out + config.dim,
+               &unused_step, share);
+    return;
+  }
+  for (int j = 0; j < config.dim; ++j) out[j] += share * delta[j];
+  ApplyConstraint(config.optimizer.constraint, config.dim, out);  // as the merge would
+}
+
+}  // namespace
 
 WorkerCache::PushChains::PushChains(std::vector<const Pushes*> lists) {
   for (const Pushes* list : lists) {
@@ -45,7 +65,6 @@ WorkerCache::UnsentRows::UnsentRows(const WorkerCache& cache, bool ledger, bool 
 
 int64_t WorkerCache::UnsentRows::MergeInto(int64_t key, int64_t clock, float* out,
                                            bool whole_state) const {
-  const CacheConfig& config = cache_.config_;
   int64_t merged = 0;
   for (int64_t r = chains_.First(key); r >= 0; r = chains_.next[r]) {
     const Pushes& list = *chains_.rows[r].list;
@@ -58,18 +77,9 @@ int64_t WorkerCache::UnsentRows::MergeInto(int64_t key, int64_t clock, float* ou
     // read misses it until the round is sent again (the next step or
     // flush). The outbox was never sent.
     if (&list == &cache_.ledger_ && clock >= base + count) continue;
-    const float share =
-        ConcurrentShare(config.optimizer.kind, count, std::max<int64_t>(0, clock - base));
-    const float* delta = list.deltas.data() + i * cache_.width_;
+    MergePush(cache_.config_, cache_.last_learning_rate_, list.deltas.data() + i * cache_.width_,
+              count, base, clock, out, whole_state);
     merged += count;
-    if (whole_state) {
-      int64_t unused_step = 0;  // a copy's step count is its clock
-      ApplyDelta(config.optimizer, cache_.last_learning_rate_, delta, count, config.dim, out,
-                 out + config.dim, &unused_step, share);
-      continue;
-    }
-    for (int j = 0; j < config.dim; ++j) out[j] += share * delta[j];
-    ApplyConstraint(config.optimizer.constraint, config.dim, out);  // as each merge would
   }
   return merged;
 }
@@ -99,13 +109,9 @@ void WorkerCache::Reclaim(int32_t slot, const float* fresh, int64_t clock, Outbo
   Rebase(slot, fresh, clock, delta_.data());
   for (r = unsent.chains.next[r]; r >= 0; r = unsent.chains.next[r]) {
     unsent.taken[r] = 1;
-    const int64_t count = outbox_.counts[r];
-    const float share = ConcurrentShare(config_.optimizer.kind, count,
-                                        std::max<int64_t>(0, clock - outbox_.base_clocks[r]));
-    int64_t unused_step = 0;  // a cached row's step count is its clock
-    ApplyDelta(config_.optimizer, last_learning_rate_, outbox_.deltas.data() + size_t(r) * width_,
-               count, config_.dim, State(slot), State(slot) + config_.dim, &unused_step, share);
-    entries_[slot].local_clock += count;
+    MergePush(config_, last_learning_rate_, outbox_.deltas.data() + size_t(r) * width_,
+              outbox_.counts[r], outbox_.base_clocks[r], clock, State(slot), /*whole_state=*/true);
+    entries_[slot].local_clock += outbox_.counts[r];
   }
 }
 
