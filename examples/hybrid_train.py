@@ -119,7 +119,7 @@ def main():
         callbacks.append(tf_keras.callbacks.LambdaCallback(on_train_batch_end=after_step))
     version_scores = {}
     if args.export_every:
-        callbacks += version_exports(args, model, version_scores, hybrid.barrier, rank)
+        callbacks += version_exports(args, model, version_scores, hybrid.flush_and_clear, rank)
     fit_data = dict(x=ids, y=labels, batch_size=args.batch_size, shuffle=False)
     if args.window > 1:
         # Herald's window: the pipeline stages the batches ahead of each step.
@@ -128,8 +128,7 @@ def main():
     history = model.fit(**fit_data, epochs=args.epochs, verbose=2 if rank == 0 else 0,
                         callbacks=callbacks)
 
-    hybrid.flush_and_clear(model)
-    hybrid.barrier()  # every rank's updates are on the shards now
+    hybrid.flush_and_clear(model)  # on every rank: every rank's updates are on the shards now
     keys, values, _, clocks, _ = (t.numpy() for t in layer.table.export_all())
     stats = layer.het_stats()
     if hot is not None:
@@ -160,8 +159,9 @@ def main():
     if args.export_every:
         result.update(export_inputs=serving_inputs(export_probe(args)),
                       version_scores=version_scores)
-    elif args.export_dir and rank == 0:
-        het_tf.export_saved_model(model, args.export_dir)
+    elif args.export_dir:
+        hybrid.export_saved_model(model, args.export_dir)  # on every rank; rank 0 writes
+    if args.export_dir and not args.export_every and rank == 0:
         probe = export_probe(args)
         result["export_inputs"] = serving_inputs(probe)
         result["export_scores"] = model.predict(probe, verbose=0).ravel().tolist()

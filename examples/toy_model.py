@@ -55,11 +55,11 @@ def add_arguments(parser):
                         "input pipeline stages them with het_tf.lookahead)")
 
 
-def version_exports(args, model, scores, barrier=lambda: None, rank=0):
+def version_exports(args, model, scores, settle=None, rank=0):
     """het_tf.ExportVersions for --export-every, and after it a callback
     that records, right after each version, the model's own scores of the
-    probe at the same cut: scores[version] (rank 0's). `barrier` holds the
-    other ranks (hybrid mode) until rank 0 has read them."""
+    probe at the same cut: scores[version] (rank 0's). In hybrid mode
+    `settle` is het_tf.hybrid.flush_and_clear, called on every rank first."""
     exporter = het_tf.ExportVersions(args.export_dir, every_steps=args.export_every)
 
     class ScoresAtTheCut(tf_keras.callbacks.Callback):
@@ -72,15 +72,17 @@ def version_exports(args, model, scores, barrier=lambda: None, rank=0):
             if exporter.cuts == self.cuts:
                 return
             self.cuts = exporter.cuts
+            if settle is not None:  # collective: every rank's updates pushed first
+                settle(self.model)
             if rank == 0:
                 version = exporter.exported[-1]["version"]
                 # Keras calls callbacks inside ParameterServerStrategy's scope,
                 # where predict cannot run (and would unset fit's coordinator):
                 # the model is called as predict calls it, outside the scope.
+                # (predict here would also replace the History fit returns.)
                 probe = export_probe(args)
                 scores[version] = outside_any_strategy(
                     lambda: self.model(probe, training=False).numpy().ravel().tolist())
-            barrier()
 
         def on_train_end(self, logs=None):
             self.on_train_batch_end(None)

@@ -9,14 +9,18 @@ import functools
 
 import tf_keras
 
-from het_tf.keras_layers import layer_state
+from het_tf.keras_layers import every_rank, layer_state
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 from het_tf.runtime.cache import evaluating_as_cached, evaluation_as_cached
 
 
-def settle_model(model):
+def settle_model(model, what="reading"):
     """Pushes what the reads of every built HetEmbedding of `model` could
-    not merge themselves (eager)."""
+    not merge themselves (eager); in hybrid mode refuses `what` on one rank
+    while the other ranks' updates are pending (every_rank.py)."""
+    for layer in het_embedding_layers(model):
+        every_rank.check_flushed(layer, what, f"het_tf.hybrid.{what}(model, ...)",
+                                 through_cache=True)
     for layer in het_embedding_layers(model):
         if layer.built:
             layer_state.settle(layer)
@@ -41,7 +45,7 @@ def _flushing_first(method):
             model.test_function = model.predict_function = None
         model._het_evaluated_standing = standing
         if not standing:
-            settle_model(model)
+            settle_model(model, method.__name__)
         return method(model, *args, **kwargs)
 
     flushed_then.het_flushes_first = True

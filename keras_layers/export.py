@@ -12,6 +12,7 @@ import gc
 
 import tensorflow as tf
 
+from het_tf.keras_layers import every_rank
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 from het_tf.keras_layers.table_weights import model_variables
 from het_tf.runtime.config import MATERIALIZE_LIMIT
@@ -198,6 +199,9 @@ def write_saved_model(model, path, what, flushed=False, verbose=True):
     specs, model_inputs = _input_signature(model)
     layers = _built_het_layers(model)
     if not flushed:
+        for layer in layers:
+            every_rank.check_flushed(layer, "het_tf.export_saved_model",
+                                     "het_tf.hybrid.export_saved_model(model, path)")
         for layer in layers:
             layer.flush()  # before the rows are counted: a flush may make rows
     progress = Progress(what, sum(_rows_to_read(layer) for layer in layers), verbose=verbose)

@@ -4,6 +4,7 @@ hot rows, and count its traffic. Each goes through the layer's route."""
 import numpy as np
 import tensorflow as tf
 
+from het_tf.keras_layers import every_rank
 from het_tf.keras_layers.table_lookup import learning_rate
 from het_tf.runtime.cache import evaluating_as_cached
 
@@ -45,6 +46,8 @@ def before_lookup(layer, inputs, training):
                  else tf.shape(inputs, out_type=tf.int64)[0])
         layer._samples.assign_add(tf.cast(batch, tf.int64))
     elif tf.executing_eagerly() and not evaluating_as_cached():
+        every_rank.check_flushed(layer, "an eager call of the layer",
+                                 "het_tf.hybrid.flush_and_clear(model)", through_cache=True)
         settle(layer)
 
 

@@ -9,15 +9,23 @@ whole file is one cut) and checks the layer, before any file is opened. A
 local file is written under a temporary name and renamed when whole: a save
 that fails leaves the file that was there before. Keras' HDF5 files (.h5)
 cannot hold a table: saving and loading them are refused here. A SavedModel
-is refused by the layer itself, which tf.saved_model.save reaches too."""
+is refused by the layer itself, which tf.saved_model.save reaches too.
+Loading reads a file's optimizer slots in the order it holds them
+(slot_order.py), so that a file hybrid mode wrote before it applied
+gradients in the model's order still puts each slot on its own variable."""
+import contextlib
 import functools
 import inspect
 import os
 
+import numpy as np
+import tensorflow as tf
+import tf_keras
 from tf_keras.src.saving import saving_lib
 from tf_keras.src.saving.legacy import hdf5_format, saving_utils
 from tf_keras.src.saving.legacy import save as legacy_saving
 
+from het_tf.keras_layers import slot_order
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 from het_tf.keras_layers.table_weights import HDF5, KERAS_FILE, check_savable
 
@@ -97,6 +105,51 @@ def _keras_file_checked(save, suffix):
     return checked_then
 
 
+def _slots_in_file_order(load_state):
+    """saving_lib's reader of a model's state: the optimizer's variables
+    listed in the order the file holds them while it reads the model."""
+    @functools.wraps(load_state)
+    def load(trackable, weights_store, *args, **kwargs):
+        order = None
+        whole_model = kwargs.get("inner_path", args[1] if len(args) > 1 else None) == ""
+        if whole_model and weights_store and isinstance(trackable, tf_keras.Model):
+            stored = weights_store.get("optimizer")
+            shapes = [np.shape(stored[str(i)]) for i in range(1, len(stored))]
+            order = slot_order.file_order(trackable, shapes)
+        with slot_order.read_in_order(trackable, order):
+            return load_state(trackable, weights_store, *args, **kwargs)
+
+    load.het_checks_first = True
+    return load
+
+
+def _checkpoint_slots_in_file_order(read):
+    """tf.train.Checkpoint's read (restore calls it): each Keras model it
+    holds lists its optimizer's variables in the order the checkpoint
+    holds them (`<name>/optimizer/_variables/N`) while it is read."""
+    @functools.wraps(read)
+    def read_in_order(checkpoint, save_path, *args, **kwargs):
+        if not isinstance(save_path, (str, os.PathLike)):
+            return read(checkpoint, save_path, *args, **kwargs)
+        with contextlib.ExitStack() as stack:
+            shapes = None
+            for name, model in checkpoint._trackable_children().items():
+                if not isinstance(model, tf_keras.Model) or not het_embedding_layers(model):
+                    continue
+                if shapes is None:
+                    reader = tf.train.load_checkpoint(os.fspath(save_path))
+                    shapes = reader.get_variable_to_shape_map()
+                slots = [shapes.get(f"{name}/optimizer/_variables/{i}/.ATTRIBUTES/VARIABLE_VALUE")
+                         for i in range(1, len(shapes))]
+                slots = slots[:slots.index(None)] if None in slots else slots
+                stack.enter_context(slot_order.read_in_order(
+                    model, slot_order.file_order(model, slots)))
+            return read(checkpoint, save_path, *args, **kwargs)
+
+    read_in_order.het_checks_first = True
+    return read_in_order
+
+
 def install():
     """Routes tf_keras' saving through the checks above (once)."""
     if getattr(saving_lib.save_model, "het_checks_first", False):
@@ -104,6 +157,8 @@ def install():
     saving_lib.save_model = _keras_file_checked(saving_lib.save_model, ".keras")
     saving_lib.save_weights_only = _keras_file_checked(saving_lib.save_weights_only,
                                                        ".weights.h5")
+    saving_lib._load_state = _slots_in_file_order(saving_lib._load_state)
+    tf.train.Checkpoint.read = _checkpoint_slots_in_file_order(tf.train.Checkpoint.read)
     legacy_saving.save_model = _legacy_checked(legacy_saving.save_model)
     legacy_saving.save_weights = _legacy_checked(legacy_saving.save_weights)
     for name in ("load_weights_from_hdf5_group", "load_weights_from_hdf5_group_by_name"):

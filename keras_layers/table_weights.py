@@ -8,14 +8,13 @@ shards and every worker's cache. Keras' own files (`model.save("m.keras")`,
 their optimizer slots, clocks and steps: what a checkpoint holds, so a
 loaded model trains on as a restored one does. Keras' HDF5 files and its
 SavedModel cannot hold a table and are refused (saving.py)."""
-import contextlib
-import threading
 
 import numpy as np
 import tensorflow as tf
 from tf_keras.src.engine import base_layer_utils
 
 from het_tf.distribute import horovod
+from het_tf.keras_layers import every_rank
 from het_tf.runtime.config import MATERIALIZE_LIMIT
 from het_tf.runtime.table import ROW_FIELDS
 
@@ -83,6 +82,7 @@ class TableWeights(base_layer_utils.TrackableWeightHandler):
         pushed first (rows never touched are made as a lookup makes them)."""
         self._check_size()
         layer = self._layer
+        every_rank.check_flushed(layer, "get_weights", "het_tf.hybrid.flush_and_clear(model)")
         with tf.init_scope():
             layer.flush()
             return [layer.table.gather(tf.range(layer.input_dim, dtype=tf.int64))]
@@ -186,20 +186,8 @@ def _write_everywhere(layer, write):
             write()
         layer.clear_cache()
         layer.reload_hot_rows()
-
-
-_saving = threading.local()
-
-
-@contextlib.contextmanager
-def every_rank_flushed():
-    """Within the block this process may write a hybrid model's tables to a
-    Keras file: every rank has pushed its pending updates (het_tf.hybrid.save)."""
-    _saving.every_rank_flushed = True
-    try:
-        yield
-    finally:
-        _saving.every_rank_flushed = False
+        if hybrid:
+            every_rank.flushed([layer], cleared=True)
 
 
 def check_savable(layer, file_format):
@@ -215,12 +203,8 @@ def check_savable(layer, file_format):
                          f"not have; {_FORMATS_THAT_WORK}")
     if not layer.built:  # Keras saves an unbuilt layer's config alone
         return
-    if (horovod.num_ps() is not None and layer.cache is not None
-            and not getattr(_saving, "every_rank_flushed", False)):
-        raise ValueError(f"{owner}: in hybrid mode each rank's cache holds updates the "
-                         "others have not pushed; save with het_tf.hybrid.save(model, "
-                         "'model.keras') on every rank, which pushes them all before rank 0 "
-                         "writes the file")
+    every_rank.check_flushed(layer, "writing a Keras file", "het_tf.hybrid.save(model, "
+                             "'model.keras')")
     with tf.init_scope():
         rows = sum(layer.table.shard_rows(s) for s in range(layer.table.num_shards))
     if rows * layer.output_dim > MATERIALIZE_LIMIT:

@@ -250,3 +250,33 @@ def test_a_file_of_another_table_is_refused_naming_the_layer(tmp_path):
                                          r"from \d+ to \d+, outside this layer's \[0, 10\)"):
         smaller.load_weights(path)
     assert glob.glob(str(tmp_path / ".*partial*")) == []
+
+
+def test_a_file_hybrid_mode_wrote_before_puts_each_slot_on_its_own_variable(tmp_path):
+    """Hybrid mode used to apply the dense gradients first and the tables'
+    anchors last, so its files hold Adam's moments in that order: its .keras
+    file did not load (a shape mismatch) and its checkpoint restored zeros
+    or another variable's moments. Such files are read in their order."""
+    from het_tf.keras_layers.table_gradients import is_anchor
+    from tests import conformance_hybrid as ch
+    model, _ = ch.build(("refresh", "holds"), "written_before")
+    x, y = ch.inputs(0)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean((model(x, training=True) - y) ** 2)
+    pairs = list(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+    model.optimizer.apply_gradients([p for p in pairs if not is_anchor(p[1])]
+                                    + [p for p in pairs if is_anchor(p[1])])
+    saved = ch.slots(model)
+    assert is_anchor(model.trainable_variables[0])  # so the orders differ
+    model.save(tmp_path / "before.keras")
+    checkpoint = tf.train.Checkpoint(model=model).write(str(tmp_path / "before"))
+    loaded = tf_keras.models.load_model(tmp_path / "before.keras")
+    restored, _ = ch.build(("refresh", "holds"), "restored_before")
+    tf.train.Checkpoint(model=restored).read(checkpoint).assert_existing_objects_matched()
+    for model in (loaded, restored):
+        got = ch.slots(model)
+        for kind in ("m", "v"):
+            assert len(got[kind]) == len(saved[kind])
+            for mine, theirs in zip(got[kind], saved[kind]):
+                np.testing.assert_array_equal(mine, theirs)
+    assert all(np.any(m != 0) for m in saved["m"][1:])  # the dense moments tell them apart

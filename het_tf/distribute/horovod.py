@@ -133,17 +133,22 @@ def barrier():
 def on_every_rank(action, what, where="another rank"):
     """Runs `action()` on every rank and returns its result; if it fails on
     any rank, every rank raises (that rank its own error, the others one
-    naming `what`) instead of waiting at a later collective for a rank that
-    gave up."""
+    naming `what`, the rank and its error) instead of waiting at a later
+    collective for a rank that gave up."""
     error = result = None
     try:
         result = action()
     except Exception as e:  # raised again below, once every rank knows
         error = e
     if allreduce_sum(0.0 if error is None else 1.0):  # the barrier, carrying the outcome
+        # A second collective, reached by every rank alike: each failure's text.
+        failures = initialized().allgather_object(
+            None if error is None else f"{type(error).__name__}: {error}")
         if error is not None:
             raise error
-        raise RuntimeError(f"{what} failed on {where} (its log says why); every rank stops")
+        failed = next(r for r, text in enumerate(failures) if text is not None)
+        raise RuntimeError(f"{what} failed on {where} (rank {failed}): {failures[failed]}; "
+                           "every rank stops")
     return result
 
 

@@ -77,6 +77,9 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
         self.chunk_rows = table.chunk_rows(chunk_bytes)
         self.chunk_keys = max(1, chunk_bytes // 8)  # dropped keys a chunk holds
         self.full_every = full_every
+        # False: a restore empties this process's caches and leaves the
+        # table to another process's restore (hybrid mode's rank 0).
+        self.reads_rows = True
         self._chain = None  # [(prefix, save_id)] the next incremental checkpoint adds to
         self._pending = None  # the last save, until it is seen kept
         # What the last save wrote: {"kind": "full" or "incremental", "rows",
@@ -238,25 +241,31 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
         """Replaces the table's rows with the checkpoint at `path` saved
         under `name` and the chain of checkpoints it builds on (`links`, as
         check_chain found them), applied in order: the first is full, the
-        others incremental."""
+        others incremental. Without `reads_rows`, only empties the caches."""
         with tf.init_scope():
-            after = tf.nest.flatten(self._clear_caches()) + self._table.clear()
-            progress = Progress(f"{self._table.config.label}: restore",
-                                len(links) + 1, unit="checkpoints")
-            for i, (link, _) in enumerate(links + [(path, save_id)]):
-                after = self._apply(link, name, after, incremental=i > 0)
-                progress.advance(1)
-            progress.finish()
-            if self._restored is not None:
-                with tf.control_dependencies(after):
-                    self._restored()
+            after = tf.nest.flatten(self._clear_caches())
+            if self.reads_rows:
+                after = self._read_rows(name, links + [(path, save_id)], after)
             # The restored checkpoint is the cut the next incremental one
             # builds on (a checkpoint from before chains were written: none).
             self._pending = None
             self._chain = None if save_id is None else links + [(path, save_id)]
-            if self.incremental:
-                with tf.control_dependencies(after):
-                    self._table.forget_changes()
+
+    def _read_rows(self, name, chain, after):
+        after = after + self._table.clear()
+        progress = Progress(f"{self._table.config.label}: restore", len(chain),
+                            unit="checkpoints")
+        for i, (link, _) in enumerate(chain):
+            after = self._apply(link, name, after, incremental=i > 0)
+            progress.advance(1)
+        progress.finish()
+        if self._restored is not None:
+            with tf.control_dependencies(after):
+                self._restored()
+        if self.incremental:
+            with tf.control_dependencies(after):
+                self._table.forget_changes()
+        return after
 
     def check_chain(self, merged_prefix, name):
         """(the checkpoint's path, its links, its save id), once every link

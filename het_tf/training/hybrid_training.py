@@ -6,11 +6,26 @@ import os
 import tensorflow as tf
 import tf_keras
 
-from het_tf.distribute.horovod import barrier, initialized, num_ps, on_rank_zero
+from het_tf.distribute.horovod import (
+    barrier,
+    initialized,
+    num_ps,
+    on_every_rank,
+    on_rank_zero,
+    rank,
+)
+from het_tf.keras_layers import every_rank
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 from het_tf.keras_layers.table_gradients import is_anchor
-from het_tf.keras_layers.table_weights import every_rank_flushed, model_variables
+from het_tf.keras_layers.table_weights import model_variables
 from het_tf.pipeline.allocation import Allocation
+
+# Still importable from here, as het_tf.keras_layers.hybrid_training's old name offers it.
+from het_tf.training.hybrid_reads import (
+    flush_and_clear,  # noqa: F401
+    flush_every_rank,
+    validate_together,
+)
 
 
 def _check_built_after_init(model):
@@ -39,14 +54,17 @@ def _hybrid_train_step(model, data, allocation=None):
         loss = model.compute_loss(x, y, y_pred, sample_weight)
     variables = model.trainable_variables
     grads = tape.gradient(loss, variables)
-    tables = [(g, v) for g, v in zip(grads, variables) if g is not None and is_anchor(v)]
-    dense = [(tf.convert_to_tensor(g), v) for g, v in zip(grads, variables)
+    dense = [i for i, (g, v) in enumerate(zip(grads, variables))
              if g is not None and not is_anchor(v)]
     if dense:
-        averaged = hvd.grouped_allreduce([g for g, _ in dense], op=hvd.Average)
-        dense = list(zip(averaged, [v for _, v in dense]))
-    if dense or tables:
-        model.optimizer.apply_gradients(dense + tables)
+        averaged = hvd.grouped_allreduce([tf.convert_to_tensor(grads[i]) for i in dense],
+                                         op=hvd.Average)
+        grads = list(grads)
+        for i, g in zip(dense, averaged):
+            grads[i] = g
+    # In the model's order, as Keras' own step: the optimizer makes its
+    # slots in this order and files hold them by position (slot_order.py).
+    model.optimizer.apply_gradients(zip(grads, variables))
     return model.compute_metrics(x, y, y_pred, sample_weight)
 
 
@@ -76,6 +94,7 @@ def distribute(model, allocate_every=0, summary_rows=65536, stay_bonus="auto"):
                                 hvd.allgather, hvd.alltoall, stay_bonus)
     model._het_allocation = allocation
     model.train_step = lambda data: _hybrid_train_step(model, data, allocation)
+    validate_together(model)
     hvd.broadcast_variables(model_variables(model), root_rank=0)
     return model
 
@@ -83,13 +102,6 @@ def distribute(model, allocate_every=0, summary_rows=65536, stay_bonus="auto"):
 def het_allocation(model):
     """The model's Allocation (distribute's allocate_every), or None."""
     return getattr(model, "_het_allocation", None)
-
-
-def flush_and_clear(model):
-    """Pushes this rank's pending updates and empties its caches."""
-    for layer in het_embedding_layers(model):
-        layer.flush()
-        layer.clear_cache()
 
 
 def save(model, target):
@@ -112,28 +124,41 @@ def save(model, target):
                              f"ending in .keras or .weights.h5, got {target!r}")
 
         def write():
-            with every_rank_flushed():
-                save_file(path)
+            save_file(path)
             return path
-    for layer in het_embedding_layers(model):
-        layer.flush()
-    barrier()
+    flush_every_rank(model)
     return on_rank_zero(write, "het_tf.hybrid.save")
 
 
 def restore(model, path):
-    """Every rank restores the checkpoint, so optimizer slots (restored when
-    first created) match on all ranks. Restoring the shared tables on every
-    rank is idempotent: each rank empties them before its own import, so the
-    last import is always complete. Caches start empty; hot blocks take
-    their rows from the restored tables."""
-    tf.train.Checkpoint(model=model).restore(path).expect_partial()
-    barrier()
-    # Each rank took its hot rows when its own restore ended; another rank
-    # may have been emptying the tables then. Now every import is done.
-    for layer in het_embedding_layers(model):
+    """Collective: restores the checkpoint on every rank, once every rank
+    has stopped reading and training. Every rank restores its own
+    variables and optimizer slots (made alike on every rank); rank 0 alone
+    writes the shared tables, so that a table restores once, however many
+    ranks there are, and one that fills its max_rows fits. If it fails on
+    one rank, every rank raises naming it. Caches start empty; hot blocks
+    take their rows from the restored tables."""
+    layers = het_embedding_layers(model)
+    barrier()  # no rank reads the tables while they change
+
+    def read():
+        for layer in layers:
+            layer._table_checkpoint.reads_rows = rank() == 0
+        try:
+            tf.train.Checkpoint(model=model).restore(path).expect_partial()
+        finally:
+            for layer in layers:
+                layer._table_checkpoint.reads_rows = True
+        if rank() == 0:  # eager ops run in order on a PS task: once this returns, the rows are in
+            for layer in layers:
+                if layer.built:
+                    layer.table.stats()
+
+    on_every_rank(read, f"het_tf.hybrid.restore of {path}")
+    for layer in layers:
         layer.reload_hot_rows()
     initialized().broadcast_variables(model_variables(model), root_rank=0)
+    every_rank.flushed(layers, cleared=True)
 
 
 class Checkpoint(tf_keras.callbacks.Callback):
