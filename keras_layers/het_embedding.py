@@ -13,6 +13,7 @@ import tensorflow as tf
 import tf_keras
 
 from het_tf.keras_layers import (
+    every_rank,
     layer_config,
     layer_settings,
     layer_state,
@@ -165,6 +166,7 @@ class HetEmbedding(tf_keras.layers.Layer):
         self._samples = self.add_weight("het_samples", shape=(), dtype=tf.int64,
                                         initializer="zeros", trainable=False)
         table_lookup.add_skip_counter(self)
+        every_rank.add_training_counter(self)
         (self._strategy, self._table, self._cache, self._route,
          self._combination) = route_choice.build(self.name, self._owner, self._settings.config,
                                                  self._choice, f"{id(self):x}")

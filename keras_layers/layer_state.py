@@ -45,6 +45,7 @@ def before_lookup(layer, inputs, training):
         batch = (inputs.nrows() if isinstance(inputs, tf.RaggedTensor)
                  else tf.shape(inputs, out_type=tf.int64)[0])
         layer._samples.assign_add(tf.cast(batch, tf.int64))
+        every_rank.count_training_call(layer)
     elif tf.executing_eagerly() and not evaluating_as_cached():
         every_rank.check_flushed(layer, "an eager call of the layer",
                                  "het_tf.hybrid.flush_and_clear(model)", through_cache=True)

@@ -82,8 +82,8 @@ class TableWeights(base_layer_utils.TrackableWeightHandler):
         pushed first (rows never touched are made as a lookup makes them)."""
         self._check_size()
         layer = self._layer
-        every_rank.check_flushed(layer, "get_weights", "het_tf.hybrid.flush_and_clear(model)")
         with tf.init_scope():
+            every_rank.check_flushed(layer, "get_weights", "het_tf.hybrid.flush_and_clear(model)")
             layer.flush()
             return [layer.table.gather(tf.range(layer.input_dim, dtype=tf.int64))]
 
@@ -186,8 +186,7 @@ def _write_everywhere(layer, write):
             write()
         layer.clear_cache()
         layer.reload_hot_rows()
-        if hybrid:
-            every_rank.flushed([layer], cleared=True)
+        every_rank.flushed([layer], cleared=True)
 
 
 def check_savable(layer, file_format):

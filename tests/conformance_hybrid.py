@@ -105,8 +105,7 @@ def run_cell(cell, n, hybrid, folder):
     train = dataset(*inputs(hybrid.rank()))
     history = model.fit(train if ahead is None else het_tf.lookahead(train, ahead), epochs=c.EPOCHS,
                         validation_data=dataset(*VALIDATION), validation_freq=[1], verbose=0)
-    got = {"refusals": refusals(model, layer) if cell[0] != "off" else {},
-           "val_loss": np.array(history.history["val_loss"]),
+    got = {"refusals": refusals(model, layer), "val_loss": np.array(history.history["val_loss"]),
            "evaluate": np.array(hybrid.evaluate(model, dataset(*VALIDATION), verbose=0)),
            "predict": hybrid.predict(model, VALIDATION[0], verbose=0).ravel()}
     got["layer(ids)"] = layer(np.arange(VOCAB).reshape(-1, 1)).numpy().reshape(VOCAB, c.DIM)

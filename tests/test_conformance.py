@@ -146,9 +146,12 @@ def test_every_hybrid_read_equals_the_cache_off_model_on_every_rank(cell, hybrid
         got = rank[ch.cell_id(cell)]
         assert _differ({n: got[n] for n in HYBRID_READS}, expected) == {}
         assert _differ(_slots(got["slots"]), _slots(rank[OFF]["slots"])) == {}
-        n = ch.CELLS.index(cell)
-        for read, refusal in got["refusals"].items():
-            assert refusal and f"'items{n}'" in refusal and "het_tf.hybrid." in refusal, read
+        for checked in (cell, ch.CELLS[0]):
+            n, refusals = ch.CELLS.index(checked), rank[ch.cell_id(checked)]["refusals"]
+            assert sorted(refusals) == ["evaluate", "export", "get_weights", "layer(ids)",
+                                        "predict"]
+            for read, refusal in refusals.items():
+                assert refusal and f"'items{n}'" in refusal and "het_tf.hybrid." in refusal, read
 
 
 @pytest.mark.parametrize("cell", ch.CELLS[1:], ids=ch.cell_id)

@@ -130,7 +130,7 @@ def barrier():
     initialized().allreduce(tf.constant(0.0), name="het_tf_barrier")
 
 
-def on_every_rank(action, what, where="another rank"):
+def on_every_rank(action, what):
     """Runs `action()` on every rank and returns its result; if it fails on
     any rank, every rank raises (that rank its own error, the others one
     naming `what`, the rank and its error) instead of waiting at a later
@@ -147,8 +147,8 @@ def on_every_rank(action, what, where="another rank"):
         if error is not None:
             raise error
         failed = next(r for r, text in enumerate(failures) if text is not None)
-        raise RuntimeError(f"{what} failed on {where} (rank {failed}): {failures[failed]}; "
-                           "every rank stops")
+        raise RuntimeError(f"{what} failed on rank {failed}: {failures[failed]}; every rank "
+                           "stops")
     return result
 
 
@@ -156,4 +156,4 @@ def on_rank_zero(action, what):
     """Runs `action()` on rank 0 while the other ranks wait, and returns its
     result there (None elsewhere); if it fails every rank raises, as
     on_every_rank."""
-    return on_every_rank(lambda: action() if rank() == 0 else None, what, "rank 0")
+    return on_every_rank(lambda: action() if rank() == 0 else None, what)

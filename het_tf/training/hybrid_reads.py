@@ -11,7 +11,7 @@ import inspect
 
 import tf_keras
 
-from het_tf.distribute.horovod import barrier, initialized, on_every_rank, on_rank_zero
+from het_tf.distribute.horovod import initialized, on_every_rank, on_rank_zero
 from het_tf.keras_layers import every_rank
 from het_tf.keras_layers.export import export_saved_model as _export
 from het_tf.keras_layers.het_embedding import het_embedding_layers
@@ -41,11 +41,9 @@ def _read_together(model, read):
     """read() once every rank's pending updates are pushed, and no rank
     trains on until every rank has read: a rank's next step would push
     updates (with the cache off, before its allreduce waits) that a slower
-    rank's read would meet."""
+    rank's read would meet. If it fails on one rank, every rank raises."""
     flush_and_clear(model)
-    result = read()
-    barrier()
-    return result
+    return on_every_rank(read, "the collective read")
 
 
 def evaluate(model, *args, **kwargs):

@@ -139,6 +139,10 @@ def restore(model, path):
     one rank, every rank raises naming it. Caches start empty; hot blocks
     take their rows from the restored tables."""
     layers = het_embedding_layers(model)
+    unbuilt = [layer.name for layer in layers if not layer.built]
+    if unbuilt:
+        raise ValueError(f"het_tf.hybrid.restore: HetEmbedding {unbuilt} not built yet; build "
+                         "the model (call it on a batch, or build it) on every rank first")
     barrier()  # no rank reads the tables while they change
 
     def read():
@@ -151,12 +155,11 @@ def restore(model, path):
                 layer._table_checkpoint.reads_rows = True
         if rank() == 0:  # eager ops run in order on a PS task: once this returns, the rows are in
             for layer in layers:
-                if layer.built:
-                    layer.table.stats()
+                layer.table.stats()
 
     on_every_rank(read, f"het_tf.hybrid.restore of {path}")
-    for layer in layers:
-        layer.reload_hot_rows()
+    on_every_rank(lambda: [layer.reload_hot_rows() for layer in layers],
+                  "het_tf.hybrid.restore's hot rows")
     initialized().broadcast_variables(model_variables(model), root_rank=0)
     every_rank.flushed(layers, cleared=True)
 

@@ -14,10 +14,6 @@ class CachedRoute(Route):
         self._pinned = super().hot_keys
 
     @property
-    def holds_updates(self):
-        return True
-
-    @property
     def hot_keys(self):
         return self._pinned
 

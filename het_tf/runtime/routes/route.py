@@ -37,13 +37,6 @@ class Route:
         return []
 
     @property
-    def holds_updates(self):
-        """True if updates may wait in this process until a flush (a cache,
-        Herald's kept gradients, a hot block): another process reading the
-        table misses them until then."""
-        return False
-
-    @property
     def hot_keys(self):
         """The hot rows' ids, ascending (none but on a route with hot rows)."""
         return np.zeros([0], np.int64)
