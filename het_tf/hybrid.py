@@ -12,6 +12,12 @@ same on every rank.
     hybrid.distribute(model)               # before compile
     model.compile(tf_keras.optimizers.Adam(0.001 * hybrid.size()), ...)
     model.fit(dataset.shard(hybrid.size(), hybrid.rank()), callbacks=[hybrid.Checkpoint(dir)])
+    hybrid.evaluate(model, held_out)       # on every rank: every rank's updates pushed first
+
+Reads that answer for the whole model (evaluate, predict, get_weights, a
+Keras file, an export) are refused on one rank while other ranks' updates
+are pending; evaluate, predict, export_saved_model, save and
+flush_and_clear here are the collective calls that work (docs/hybrid.md).
 
 The PS addresses come from `HET_TF_PS` ("host:port,host:port") or from the
 "ps" job of `TF_CONFIG`.
