@@ -4,16 +4,16 @@
 // read, row_admission.h) from a deterministic initializer and carry their
 // optimizer slots and a clock: the number of updates applied to them. A
 // shard with a row limit may evict rows, and one with a ttl expire them
-// (row_eviction.h).
-// Keys are spread over lock stripes so that pulls and pushes from many
-// workers proceed in parallel; each stripe keeps its rows in a chunked arena,
-// so rows never move once created and growth never copies the table.
+// (row_eviction.h). Keys are spread over lock stripes so that many workers'
+// pulls and pushes run in parallel; each stripe keeps its rows in a chunked
+// arena, so rows never move once created and growth never copies the table.
 #ifndef HET_TF_EMBEDDING_CORE_TABLE_SHARD_H_
 #define HET_TF_EMBEDDING_CORE_TABLE_SHARD_H_
 
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -140,6 +140,8 @@ class TableShard {
   Status ReadHeld(const int64_t* keys, int64_t n, TableChunk* out, std::vector<int64_t>* absent);
   // Drops the rows of the keys held: a restored chain's dropped rows.
   Status Erase(const int64_t* keys, int64_t n);
+  // Fault injection for tests: runs (a copy) between a push's two passes.
+  void SetBetweenPushPasses(std::function<void()> f) { between_push_passes_ = std::move(f); }
 
  private:
   struct Stripe {
@@ -181,25 +183,23 @@ class TableShard {
   // of a training read (kTraining), or none (kNone, evaluation).
   enum class Admit { kAll, kTraining, kNone };
   Admit ReadAdmit(bool training) const;
-  // keys[0, reads) are read as `admit` says; the rest are pushed, and a
-  // table that admits ids makes no row for a push. A restore (`may_evict`
-  // false) fails past the limit rather than evict rows it restored.
+  // keys[0, reads) are read as `admit` says; the rest are pushed (no row made
+  // on an admitting table). A restore (!may_evict) fails past the limit.
   Status ReserveNewRows(const int64_t* keys, int64_t n, Admit admit, int64_t reads,
                         std::unique_ptr<RowReservation>* out, bool may_evict = true);
   void DecideAdmission(const int64_t* keys, int64_t reads, Admit admit,
                        const std::vector<uint8_t>& absent, RowReservation* room);
   // Whether the request of `room` creates the row of its i-th id.
   static bool Creates(const RowReservation* room, int64_t i);
-  // With the room lock held alone: drops the rows unused for longer than
-  // the ttl (but not `keys`, pinned rows or rows a worker holds a copy of).
+  // With the room lock held alone: drops rows unused for longer than the ttl
+  // (not `keys`, pinned rows or rows a worker holds a copy of).
   void Expire(const int64_t* keys, int64_t n);
   // Whether the next sweep for expired rows is due (then this caller's).
   bool ExpiryDue();
   // The shard's clock, in seconds since it was made.
   uint32_t Second() const;
-  // With the room lock held alone: evicts `need` rows, none of them `keys`
-  // (the request's own), a pinned row or one a worker holds a copy of;
-  // fails changing nothing when fewer are evictable.
+  // With the room lock held alone: evicts `need` rows, none the request's own
+  // `keys`, pinned or copied by a worker; fails changing nothing if fewer can go.
   Status EvictFor(const int64_t* keys, int64_t n, int64_t need);
   // Evictable rows from every stripe, or a sample of about `want` of them.
   void FindCandidates(const KeyIndex& own, int64_t want, std::vector<EvictionCandidate>* out);
@@ -252,17 +252,16 @@ class TableShard {
   // gradient changes that are not negative.
   Status CheckDeltaPush(const int64_t* keys, const float* deltas, const int64_t* base_clocks,
                         int64_t n) const;
-  // The body of both pushes: reserves new rows, calls apply(i, clock,
-  // state, step) for each key's row (its clock before the update, its state
-  // of values then slots, its step count) first on a copy, refusing the
-  // push if any copy turns non-finite, then on the row under its stripe's
-  // lock (taking the copy if the row has not moved since); advances its
-  // clock by counts[i] and, when out and clocks are not null, copies the
-  // row's first `width` floats and its clock back for every row from
-  // `unanswered` on, flagging in `lean` those no other writer reached since
-  // lean_base_clocks[i]; tells the copy records and the changes; then
-  // counts the push (its bytes are the caller's). An exchange reserves its
-  // pushes' rows with its misses' (`reserved`).
+  // The body of both pushes: reserves new rows; calls apply(i, clock, state,
+  // step) on a copy of each key's row (its clock before the update, values
+  // then slots, step count), refusing the push if any copy turns non-finite;
+  // then, under the stripe's lock, the row takes its copy, or, moved since,
+  // a new one made alike unless that turns non-finite (skipped, counted);
+  // advances its clock by counts[i]; copies its first `width` floats and
+  // clock to out and clocks (if given) from `unanswered` on, flagging in
+  // `lean` those no other writer reached since lean_base_clocks[i]; tells
+  // the copy records and changes; counts the push (its bytes are the
+  // caller's). An exchange reserves its pushes' rows with its misses'.
   template <typename Apply>
   Status ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width,
                      const Sender& sender, int64_t unanswered, float* out, int64_t* clocks,
@@ -320,7 +319,8 @@ class TableShard {
   std::atomic<uint64_t> rows_evicted_{0}, rows_expired_{0};
   // Admitting shards with admit_after > 1 only.
   std::unique_ptr<AdmissionSketch> sketch_;
-  std::atomic<uint64_t> ids_not_admitted_{0}, updates_dropped_{0};
+  std::atomic<uint64_t> ids_not_admitted_{0}, updates_dropped_{0}, updates_skipped_{0};
+  std::function<void()> between_push_passes_;
   std::atomic<uint64_t> pull_requests_{0}, keys_checked_{0}, rows_sent_{0}, rows_refreshed_{0},
       push_requests_{0}, rows_pushed_{0}, updates_applied_{0}, rows_created_{0}, bytes_received_{0},
       bytes_sent_{0}, refused_epoch_{0};

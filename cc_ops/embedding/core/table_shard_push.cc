@@ -52,7 +52,11 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
     if (!AllFinite(copy, state) && (bad < 0 || i < bad)) bad = i;
   });
   if (bad >= 0) return NonFiniteUpdate(TableLabel(config_.name), keys[bad]);
-  uint64_t updates = 0, dropped = 0;
+  if (between_push_passes_) {
+    const std::function<void()> inject = between_push_passes_;  // it may unset itself
+    inject();
+  }
+  uint64_t updates = 0, dropped = 0, skipped = 0;
   ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
     if (seen[i] == kDropped) {
       dropped += counts[i];
@@ -66,18 +70,26 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
     char* p = FindOrCreate(stripe, keys[i], &created, &slot);
     MarkChanged(stripe, slot);
     const bool unmoved = *Clock(p) == seen[i];
-    if (unmoved) {
-      std::memcpy(Values(p), next.data() + size_t(i) * state, sizeof(float) * state);
-      if (stepped) *Step(p) = steps[i];
-    } else {
+    float* copy = next.data() + size_t(i) * state;
+    if (!unmoved) {
       // Another push moved the row between the passes: the update is taken
-      // again on the row as it is now (the check above saw it before).
-      int64_t step = stepped ? *Step(p) : 0;
-      apply(i, *Clock(p), Values(p), &step);
-      if (stepped) *Step(p) = step;
+      // again on a copy of the row as it is now, checked as the first pass
+      // checked the row as it was. A row it would turn non-finite keeps its
+      // state and clock, its update skipped and counted: the rest of the
+      // push has landed and cannot be refused whole any more. The sender
+      // takes the row as it is (its lean flag is false: the row moved).
+      std::memcpy(copy, Values(p), sizeof(float) * state);
+      steps[i] = stepped ? *Step(p) : 0;
+      apply(i, *Clock(p), copy, &steps[i]);
     }
-    *Clock(p) += counts[i];
-    updates += counts[i];
+    if (unmoved || AllFinite(copy, state)) {
+      std::memcpy(Values(p), copy, sizeof(float) * state);
+      if (stepped) *Step(p) = steps[i];
+      *Clock(p) += counts[i];
+      updates += counts[i];
+    } else {
+      skipped += counts[i];
+    }
     if (stripe.records.workers() > 0) stripe.records.Pushed(sender, keys[i], *Clock(p));
     if (i < unanswered) return;
     if (out != nullptr) {
@@ -95,6 +107,7 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
   rows_pushed_.fetch_add(n, std::memory_order_relaxed);
   updates_applied_.fetch_add(updates, std::memory_order_relaxed);
   updates_dropped_.fetch_add(dropped, std::memory_order_relaxed);
+  updates_skipped_.fetch_add(skipped, std::memory_order_relaxed);
   return Status::Ok();
 }
 

@@ -157,6 +157,7 @@ class HetTableStatsOp : public TableKernel {
                                              {"rows_expired", int64_t(c.rows_expired)},
                                              {"ids_not_admitted", int64_t(c.ids_not_admitted)},
                                              {"updates_dropped", int64_t(c.updates_dropped)},
+                                             {"updates_skipped", int64_t(c.updates_skipped)},
                                              {"bytes_received", int64_t(c.bytes_received)},
                                              {"bytes_sent", int64_t(c.bytes_sent)},
                                              {"repeats", int64_t(c.repeats)},

@@ -196,6 +196,31 @@ HET_TEST(BadPushesChangeNothing) {
   EXPECT_EQ(t->Counters().updates_applied, 0u);
 }
 
+HET_TEST(APushMovedBetweenItsPassesNeverStoresANonFiniteRow) {
+  // Adagrad's accumulator takes g^2 an update: one update of 1.5e19 keeps it
+  // finite (2.25e38), two overflow it. Another client's push of id 1 lands
+  // between this push's passes (injected): this push's update of id 1,
+  // checked on the row as it was, would turn the row as it is non-finite.
+  auto t = Make(Config(het::OptimizerKind::kAdagrad));
+  std::vector<int64_t> keys = {1, 2}, counts = {1, 1}, one = {1};
+  std::vector<float> grads = {1.5e19f, 1.5e19f, 1.5e19f, 1.5e19f, 1, 1, 1, 1};
+  t->SetBetweenPushPasses([&] {
+    t->SetBetweenPushPasses(nullptr);
+    EXPECT_OK(t->Push(keys.data(), grads.data(), one.data(), 1, 0.1f, nullptr, nullptr));
+  });
+  EXPECT_OK(t->Push(keys.data(), grads.data(), counts.data(), 2, 0.1f, nullptr, nullptr));
+  het::TableChunk rows;
+  std::vector<int64_t> absent;
+  EXPECT_OK(t->ReadHeld(keys.data(), 2, &rows, &absent));
+  EXPECT_EQ(rows.keys.size(), 2u);
+  for (float v : rows.values) EXPECT_TRUE(std::isfinite(v));
+  for (float v : rows.slots) EXPECT_TRUE(std::isfinite(v));
+  // Id 1 holds the other push's update alone; id 2 took this push's.
+  for (size_t i = 0; i < rows.keys.size(); ++i) EXPECT_EQ(rows.clocks[i], 1);
+  EXPECT_EQ(t->Counters().updates_skipped, 1u);
+  EXPECT_EQ(t->Counters().updates_applied, 2u);
+}
+
 HET_TEST(UnknownOptimizerAndInitializerAreRejected) {
   het::OptimizerKind kind;
   het::InitializerKind init;
