@@ -38,6 +38,8 @@ class AdmissionSketch {
   explicit AdmissionSketch(int threshold);
   // Counts one sighting of key; true once it reaches the threshold.
   bool Sighted(int64_t key);
+  // Whether one more sighting of key would reach the threshold (counting none).
+  bool WouldAdmit(int64_t key) const { return Count(key) + 1 >= threshold_; }
   // The sightings counted for key so far (an upper bound).
   int Count(int64_t key) const;
   static size_t MemoryBytes() { return kSketchDepth * kSketchWidth; }

@@ -166,11 +166,12 @@ class TableShard {
   // for a request that evicted (row_eviction.h).
   class RowReservation {
    public:
+    static constexpr uint8_t kCreates = 1, kSighted = 2;
     explicit RowReservation(std::atomic<int64_t>* reserved) : reserved_(reserved) {}
     ~RowReservation() { reserved_->fetch_sub(rows); }
     int64_t rows = 0;
-    // With admission: whether the request creates the row of each of its
-    // ids (empty: every id not held).
+    // With admission, per id: kCreates, the request makes its row; kSighted,
+    // it counts as a sighting once the request is accepted (empty: all make).
     std::vector<uint8_t> create;
     std::shared_lock<std::shared_mutex> shared;
     std::unique_lock<std::shared_mutex> alone;
@@ -189,15 +190,13 @@ class TableShard {
                         std::unique_ptr<RowReservation>* out, bool may_evict = true);
   void DecideAdmission(const int64_t* keys, int64_t reads, Admit admit,
                        const std::vector<uint8_t>& absent, RowReservation* room);
-  // Whether the request of `room` creates the row of its i-th id.
-  static bool Creates(const RowReservation* room, int64_t i);
+  void CountSightings(const int64_t* keys, const RowReservation& room);  // once accepted
+  static bool Creates(const RowReservation* room, int64_t i);            // the i-th id's row
   // With the room lock held alone: drops rows unused for longer than the ttl
   // (not `keys`, pinned rows or rows a worker holds a copy of).
   void Expire(const int64_t* keys, int64_t n);
-  // Whether the next sweep for expired rows is due (then this caller's).
-  bool ExpiryDue();
-  // The shard's clock, in seconds since it was made.
-  uint32_t Second() const;
+  bool ExpiryDue();         // whether the next sweep for expired rows is due (then this caller's)
+  uint32_t Second() const;  // the shard's clock, in seconds since it was made
   // With the room lock held alone: evicts `need` rows, none the request's own
   // `keys`, pinned or copied by a worker; fails changing nothing if fewer can go.
   Status EvictFor(const int64_t* keys, int64_t n, int64_t need);

@@ -16,19 +16,28 @@ TableShard::Admit TableShard::ReadAdmit(bool training) const {
 }
 
 bool TableShard::Creates(const RowReservation* room, int64_t i) {
-  return room == nullptr || room->create.empty() || room->create[i];
+  return room == nullptr || room->create.empty() || (room->create[i] & RowReservation::kCreates);
 }
 
 void TableShard::DecideAdmission(const int64_t* keys, int64_t reads, Admit admit,
                                  const std::vector<uint8_t>& absent, RowReservation* room) {
-  // Once a request: each worker's step that asks for an id counts once.
+  // Once a request: each worker's step that asks for an id counts once, and
+  // only if the shard accepts the request (CountSightings): one refused,
+  // say for room, moves none of its ids towards admission.
   room->create.assign(absent.size(), 0);
-  uint64_t refused = 0;
   for (int64_t i = 0; i < reads; ++i) {
     if (!absent[i] || admit == Admit::kNone) continue;
-    const bool admitted = sketch_ == nullptr || sketch_->Sighted(keys[i]);
-    room->create[i] = admitted;
-    refused += !admitted;
+    const bool admitted = sketch_ == nullptr || sketch_->WouldAdmit(keys[i]);
+    room->create[i] = RowReservation::kSighted | (admitted ? RowReservation::kCreates : 0);
+  }
+}
+
+void TableShard::CountSightings(const int64_t* keys, const RowReservation& room) {
+  uint64_t refused = 0;
+  for (size_t i = 0; i < room.create.size(); ++i) {
+    if (!(room.create[i] & RowReservation::kSighted)) continue;
+    if (sketch_ != nullptr) sketch_->Sighted(keys[i]);
+    refused += !(room.create[i] & RowReservation::kCreates);
   }
   ids_not_admitted_.fetch_add(refused, std::memory_order_relaxed);
 }
@@ -64,7 +73,7 @@ Status TableShard::ReserveNewRows(const int64_t* keys, int64_t n, Admit admit, i
     for (int64_t i = 0; i < n; ++i) {
       if (!absent[i]) continue;
       if (i < reads) {
-        created += admit == Admit::kAll || room->create[i];
+        created += admit == Admit::kAll || Creates(room.get(), i);
       } else {
         created += !admitting();
       }
@@ -73,6 +82,7 @@ Status TableShard::ReserveNewRows(const int64_t* keys, int64_t n, Admit admit, i
   };
   int64_t created = count_new();
   if (config_.max_rows < 0) {
+    CountSightings(keys, *room);
     *out = std::move(room);
     return Status::Ok();
   }
@@ -106,6 +116,7 @@ Status TableShard::ReserveNewRows(const int64_t* keys, int64_t n, Admit admit, i
     reserved_rows_.fetch_add(created);
     room->rows = created;
   }
+  CountSightings(keys, *room);
   *out = std::move(room);
   return Status::Ok();
 }

@@ -31,6 +31,31 @@ std::set<int64_t> Held(const het::TableShard& t) {
 
 }  // namespace
 
+HET_TEST(ARequestTheShardRefusesMovesNoIdTowardsAdmission) {
+  // A full table that does not evict refuses a training read whose admitted
+  // id needs a row: the request is refused whole, and the other ids it read
+  // must not count as sighted (nor as not admitted).
+  het::TableConfig c = Admitting(2);
+  c.max_rows = 2;
+  std::unique_ptr<het::TableShard> t;
+  EXPECT_OK(het::TableShard::Create(c, &t));
+  std::vector<int64_t> full = {1, 2}, three = {3}, both = {3, 4}, four = {4};
+  std::vector<float> rows(4);
+  for (int read = 0; read < 2; ++read) EXPECT_OK(t->Gather(full.data(), 2, rows.data(), true));
+  EXPECT_OK(t->Gather(three.data(), 1, rows.data(), true));  // 3 sighted once: no row yet
+  EXPECT_TRUE(Held(*t) == std::set<int64_t>({1, 2}));
+  const uint64_t not_admitted = t->Counters().ids_not_admitted;
+  // 3's second sighting admits it, and the table has no room: refused whole.
+  EXPECT_TRUE(!t->Gather(both.data(), 2, rows.data(), true).ok());
+  EXPECT_EQ(t->Counters().ids_not_admitted, not_admitted);
+  EXPECT_OK(t->Erase(full.data(), 2));
+  // 4 was read once, by the refused request: this read is its first.
+  EXPECT_OK(t->Gather(four.data(), 1, rows.data(), true));
+  EXPECT_TRUE(Held(*t).empty());
+  EXPECT_OK(t->Gather(four.data(), 1, rows.data(), true));
+  EXPECT_TRUE(Held(*t) == std::set<int64_t>({4}));
+}
+
 HET_TEST(AnIdBecomesARowAtItsKthTrainingRead) {
   for (int64_t k : {1, 2, 3}) {
     std::unique_ptr<het::TableShard> t;
