@@ -47,6 +47,15 @@ bool AdmissionSketch::Sighted(int64_t key) {
   return next >= threshold_;
 }
 
+void AdmissionSketch::Clear() {
+  for (size_t i = 0; i < kSketchDepth * kSketchWidth; ++i) {
+    // Zero counters are left alone: their pages stay unwritten.
+    if (__atomic_load_n(&counters_[i], __ATOMIC_RELAXED) != 0)
+      __atomic_store_n(&counters_[i], uint8_t{0}, __ATOMIC_RELAXED);
+  }
+  sightings_.store(0);
+}
+
 void AdmissionSketch::Halve() {
   for (size_t i = 0; i < kSketchDepth * kSketchWidth; ++i) {
     // Zero counters are left alone: their pages stay unwritten.

@@ -40,6 +40,8 @@ class AdmissionSketch {
   bool Sighted(int64_t key);
   // Whether one more sighting of key would reach the threshold (counting none).
   bool WouldAdmit(int64_t key) const { return Count(key) + 1 >= threshold_; }
+  // Forgets every sighting, as the table it counts for is emptied.
+  void Clear();
   // The sightings counted for key so far (an upper bound).
   int Count(int64_t key) const;
   static size_t MemoryBytes() { return kSketchDepth * kSketchWidth; }

@@ -289,6 +289,9 @@ void TableShard::Clear() {
     stripe.records.Clear();
     stripe.changes.Forget();
   }
+  // The sightings were of ids of the table emptied: a restored or rewritten
+  // table admits from none (a request already deciding may count one).
+  if (sketch_ != nullptr) sketch_->Clear();
   // The new epoch tells every cache its copies are of an old table.
   clock_floor_.store(0);
 }

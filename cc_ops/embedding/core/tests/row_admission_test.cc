@@ -56,6 +56,19 @@ HET_TEST(ARequestTheShardRefusesMovesNoIdTowardsAdmission) {
   EXPECT_TRUE(Held(*t) == std::set<int64_t>({4}));
 }
 
+HET_TEST(ClearingTheTableForgetsItsSightings) {
+  std::unique_ptr<het::TableShard> t;
+  EXPECT_OK(het::TableShard::Create(Admitting(3), &t));
+  std::vector<int64_t> key = {7};
+  std::vector<float> row(2);
+  for (int read = 0; read < 2; ++read) EXPECT_OK(t->Gather(key.data(), 1, row.data(), true));
+  t->Clear();  // a restore: the new table has seen 7 no times
+  EXPECT_OK(t->Gather(key.data(), 1, row.data(), true));
+  EXPECT_TRUE(Held(*t).empty());
+  for (int read = 0; read < 2; ++read) EXPECT_OK(t->Gather(key.data(), 1, row.data(), true));
+  EXPECT_TRUE(Held(*t) == std::set<int64_t>({7}));
+}
+
 HET_TEST(AnIdBecomesARowAtItsKthTrainingRead) {
   for (int64_t k : {1, 2, 3}) {
     std::unique_ptr<het::TableShard> t;
