@@ -190,6 +190,44 @@ def test_an_update_that_would_overflow_is_refused_and_training_goes_on(unique_na
     assert np.isfinite(after[0].numpy()).all() and (after[2].numpy() == 1).all()
 
 
+@pytest.mark.parametrize("sync", ["check", "refresh"])
+def test_a_flush_a_shard_refuses_in_part_ends_and_the_worker_trains_on(unique_name, sync):
+    """Two caches of one Adagrad table each train id 1 with 1.5e19: each
+    cache's own accumulator (2.25e38) is finite, so both take the step, but
+    the second flush would overflow the shard's. The shard refuses that
+    update alone and merges the rest (id 2); the flush fails once, naming the
+    id; the next flush, the reads and the training go on (before, every
+    later flush of that cache failed the same way)."""
+    config = het_tf.TableConfig(unique_name("emb"), DIM, seed=SEED,
+                                optimizer=het_tf.OptimizerConfig("adagrad"))
+    table = het_tf.ShardedTable(config, [None, None])
+    ids = tf.constant([1, 2], tf.int64)
+    huge = tf.constant([[1.5e19, 1.0], [1.0, 1.0]])
+    caches = [het_tf.WorkerCache(table, het_tf.CacheConfig(16, "lru", 0, 100, sync=sync))
+              for _ in range(2)]
+    for cache in caches:
+        _rows, unique, _ = cache.lookup(ids, training=True)
+        assert unique.numpy().tolist() == [1, 2]
+        cache.apply_gradients(unique, huge, 0.1)
+    caches[0].flush(0.1)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=rf"table '{config.name}': the shards refused the pushed updates "
+                             r"of ids \[1\]"):
+        caches[1].flush(0.1)
+    caches[1].flush(0.1)
+    values, slots, clocks, _steps = (t.numpy() for t in table.read_rows(ids))
+    assert clocks.tolist() == [1, 2]  # id 1: the first cache's update alone
+    assert np.isfinite(values).all() and np.isfinite(slots).all()
+    # The second cache reads the shard's row, not the update it refused.
+    rows, unique, _ = caches[1].lookup(tf.constant([1], tf.int64), training=True)
+    np.testing.assert_allclose(rows.numpy()[0], values[0], rtol=1e-6)
+    caches[1].apply_gradients(unique, tf.ones([1, DIM]), 0.1)
+    caches[1].flush(0.1)
+    assert table.read_rows(ids)[2].numpy().tolist() == [2, 2]
+    assert table.stats()["updates_refused_non_finite"] == 1
+    assert caches[1].stats()["updates_refused"] == 1
+
+
 # Any run, with the faults: a step's answer dropped (once or many times in a
 # row), a step one shard refuses, an old incarnation's round replayed, and a
 # shard restarted from a snapshot. After a flush every row is what the data

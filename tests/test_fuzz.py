@@ -315,9 +315,9 @@ def build_call(draw, op, ctx):
         return [ch, keys, finite(draw, (len(keys), DIM)), np.float32(0.1)], dict(dim=DIM)
     if op == "HetCacheAckPush":
         keys, deltas, counts, bases, evicted, senders = OPS.het_cache_flush(ch, dim=DIM)
-        values, clocks, epochs, lean = table.push_deltas(keys, deltas, counts, bases, 0.1,
-                                                         senders=senders, unanswered=evicted)
-        return [ch, keys, counts, values, clocks, epochs, lean], {}
+        values, clocks, epochs, lean, refused = table.push_deltas(
+            keys, deltas, counts, bases, 0.1, senders=senders, unanswered=evicted)
+        return [ch, keys, counts, values, clocks, epochs, lean, refused], {}
     if op == "HetParseCriteo":
         n = draw(st.integers(0, 4))
         return ([criteo_lines(draw, n), np.int64(draw(st.integers(0, 9))), "fuzz.tsv"],

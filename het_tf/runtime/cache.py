@@ -327,12 +327,12 @@ class WorkerCache:
         leading rows get no state back."""
         keys, deltas, counts, base_clocks, evicted, senders = pushes
         # The cache pushes only keys its Prepare checked.
-        values, clocks, epochs, lean = self.table.push_deltas(
+        values, clocks, epochs, lean, refused = self.table.push_deltas(
             keys, deltas, counts, base_clocks, learning_rate, keys_checked=True, senders=senders,
             unanswered=evicted)
         with self._placed(device or self.device):
             return self._ops.het_cache_ack_push(self.handle(device), keys, counts, values,
-                                                clocks, epochs, lean)
+                                                clocks, epochs, lean, refused)
 
 
 def hit_rate(counters, prefix=""):

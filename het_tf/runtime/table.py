@@ -160,7 +160,8 @@ class ShardedTable:
         acknowledged lean (by their clocks alone: no other writer reached
         them, and the cache computes the merge itself), their clocks, each
         shard's epoch (a shard restored since the sender's round began
-        merged nothing), and whether each was lean.
+        merged nothing), whether each was lean, and the keys whose update a
+        shard refused in a round (it would have made the row non-finite).
         keys_checked as for pull; senders: the pushing cache's round, a row
         for each shard of (worker id, generation, sequence, epoch) as its
         accumulate and flush ops give it, so that each shard merges the
@@ -188,8 +189,9 @@ class ShardedTable:
         origin, answers = self._on_shards(push, keys, deltas, counts, base_clocks,
                                           keys_checked=keys_checked, per_shard=leading)
         epochs = tf.stack([a[2] for a in answers])
+        refused = tf.concat([a[4] for a in answers], 0)
         if origin is None:
-            return answers[0][0], answers[0][1], epochs, answers[0][3]
+            return answers[0][0], answers[0][1], epochs, answers[0][3], refused
         # Each part's answered rows, numbered among the push's answered rows.
         answered = [tf.boolean_mask(o, tf.cast(o, tf.int64) >= unanswered)
                     - tf.cast(unanswered, o.dtype) for o in origin]
@@ -198,7 +200,7 @@ class ShardedTable:
         place = tf.cumsum(tf.cast(~lean, tf.int32)) - 1
         whole = [tf.gather(place, tf.boolean_mask(at, ~a[3])) for at, a in zip(answered, answers)]
         return (tf.dynamic_stitch(whole, [a[0] for a in answers]),
-                tf.dynamic_stitch(answered, [a[1] for a in answers]), epochs, lean)
+                tf.dynamic_stitch(answered, [a[1] for a in answers]), epochs, lean, refused)
 
     def _check_finite(self, values, what):
         return tf.debugging.check_numerics(

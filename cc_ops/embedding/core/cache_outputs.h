@@ -64,6 +64,9 @@ struct CacheCounters {
   uint64_t pushed_uncached = 0;    // gradients of keys not cached, for the caller to push
   uint64_t not_admitted = 0;       // ids read as the default row (row_admission.h)
   uint64_t gradients_dropped = 0;  // their gradients, which no shard takes
+  // Pushed rows whose update a shard refused (it would have made the row
+  // non-finite): the copy took the shard's row instead.
+  uint64_t updates_refused = 0;
 };
 
 }  // namespace het

@@ -188,6 +188,7 @@ void AnswerFields(Io& io, Answer& a) {
   io.RowsOf(a.push_states, a.width);
   io.Ints(a.push_clocks);
   io.Bits(a.push_lean);
+  io.Ints(a.refused_keys);
   io.RowsOf(a.miss_states, a.width);
   io.Ints(a.miss_clocks);
   io.Bits(a.miss_rebuilt);

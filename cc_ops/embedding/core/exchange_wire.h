@@ -39,8 +39,9 @@ struct Rows {
 // last saw (sender_log.h). 3: requests name the initial states the worker
 // can rebuild, and answers send a row made for the request as its clock
 // alone (a first touch moves no row). 4: answers acknowledge a push no
-// other writer met by its clock alone (lean acknowledgements).
-constexpr uint32_t kWireVersion = 4;
+// other writer met by its clock alone (lean acknowledgements). 5: answers
+// name the pushed keys whose updates the shard refused.
+constexpr uint32_t kWireVersion = 5;
 
 struct ExchangeRequest {
   Sender sender;               // with the round's sequence and the epoch the worker saw
@@ -69,6 +70,9 @@ struct ExchangeAnswer {
   Rows push_states;
   std::vector<int64_t> push_clocks;
   std::vector<uint8_t> push_lean;  // empty: none
+  // Pushed keys whose update the shard refused, as it would have made the
+  // row non-finite (answered or not); an answered one's row is as it was.
+  std::vector<int64_t> refused_keys;
   // Every miss's clock, in the request's order; the states of those not
   // rebuilt, in the same order. A miss is rebuilt (its flag in
   // miss_rebuilt set) when the shard made its row for this request from the

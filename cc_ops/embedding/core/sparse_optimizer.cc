@@ -74,6 +74,21 @@ Status NonFiniteUpdate(const std::string& name, int64_t key) {
       "gradient, or the learning rate, too large?); nothing was applied");
 }
 
+Status RefusedUpdates(const std::string& name, std::vector<int64_t> keys, uint64_t* count) {
+  if (keys.empty()) return Status::Ok();
+  *count += keys.size();
+  std::sort(keys.begin(), keys.end());
+  std::string ids;
+  for (size_t i = 0; i < keys.size() && i < 8; ++i)
+    ids += (i ? ", " : "") + std::to_string(keys[i]);
+  if (keys.size() > 8) ids += ", ... (" + std::to_string(keys.size()) + " ids)";
+  return Status::InvalidArgument(
+      name + ": the shards refused the pushed updates of ids [" + ids +
+      "], as they would make the rows or optimizer slots non-finite (is the gradient, or the "
+      "learning rate, too large?); those updates were dropped, the rest was merged, and this "
+      "worker's copies of the rows are the shards' again: training can go on");
+}
+
 Status CheckLearningRate(const std::string& name, const OptimizerConfig& c, float lr) {
   if (!std::isfinite(lr) || lr < 0 || (c.kind == OptimizerKind::kFtrl && lr == 0)) {
     return Status::InvalidArgument(name + ": learning rate must be finite and " +

@@ -69,6 +69,10 @@ bool AllFinite(const float* values, size_t n);
 // at most 1), and max(|state|, |base|) when they agree.
 bool DeltaFinite(const float* state, const float* base, size_t n);
 Status NonFiniteUpdate(const std::string& name, int64_t key);
+// A round the shards took but for the updates of `keys`, which they
+// refused as non-finite: counted in *count, and an error naming them
+// (none: Ok), said once, as the round has ended.
+Status RefusedUpdates(const std::string& name, std::vector<int64_t> keys, uint64_t* count);
 
 // Number of dim-sized float slots a row carries.
 int NumSlots(OptimizerKind kind);

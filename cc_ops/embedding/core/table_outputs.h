@@ -21,9 +21,10 @@ struct TableCounters {
   uint64_t rows_expired = 0;      // dropped unused for longer than the ttl
   uint64_t ids_not_admitted = 0;  // training reads of ids not admitted yet
   uint64_t updates_dropped = 0;   // pushed updates of ids the shard does not hold
-  // Updates of rows another push moved during this one, which would have
-  // turned them non-finite: the rows keep their state (TableShard::ApplyToRows).
-  uint64_t updates_skipped = 0;
+  // Updates refused because they would have turned a row non-finite: a
+  // round's, alone, or one whose row another push moved during the push
+  // (TableShard::ApplyToRows). The rows keep their state.
+  uint64_t updates_refused_non_finite = 0;
   uint64_t bytes_received = 0;
   uint64_t bytes_sent = 0;
   // Exactly once (sender_log.h): rounds answered as repeats, merging

@@ -260,7 +260,7 @@ TableCounters TableShard::Counters() const {
   c.rows_expired = rows_expired_.load();
   c.ids_not_admitted = ids_not_admitted_.load();
   c.updates_dropped = updates_dropped_.load();
-  c.updates_skipped = updates_skipped_.load();
+  c.updates_refused_non_finite = updates_refused_.load();
   c.bytes_received = bytes_received_.load();
   c.bytes_sent = bytes_sent_.load();
   c.repeats = senders_.repeats();

@@ -102,11 +102,13 @@ class TableShard {
   // as an exchange's are. `*epoch` receives the epoch the push met: one that
   // saw another merges nothing (its states and clocks are zeros), and the
   // cache learns that its copies belong to an old table. Without `epoch`
-  // such a push is refused with Aborted.
+  // such a push is refused with Aborted. A round's update that would make a
+  // row non-finite is refused alone: the row answered as is, its key in `refused`.
   Status PushDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
                     const int64_t* base_clocks, int64_t n, float learning_rate, float* states,
                     int64_t* clocks, const Sender& sender, int64_t unanswered,
-                    int64_t* epoch = nullptr, uint8_t* lean = nullptr);
+                    int64_t* epoch = nullptr, uint8_t* lean = nullptr,
+                    std::vector<int64_t>* refused = nullptr);
 
   int64_t Size() const;
   size_t BytesPerRow() const { return row_bytes_; }
@@ -124,7 +126,7 @@ class TableShard {
   // Inserts or overwrites rows; all-or-nothing on validation errors.
   Status Import(const TableChunk& chunk);
   // Drops every row and copy record, as before a restore, and draws a new
-  // epoch. Changes are no longer tracked.
+  // epoch; changes are no longer tracked.
   void Clear();
 
   // Incremental checkpoints (row_changes.h, table_shard_changes.cc).
@@ -140,7 +142,7 @@ class TableShard {
   Status ReadHeld(const int64_t* keys, int64_t n, TableChunk* out, std::vector<int64_t>* absent);
   // Drops the rows of the keys held: a restored chain's dropped rows.
   Status Erase(const int64_t* keys, int64_t n);
-  // Fault injection for tests: runs (a copy) between a push's two passes.
+  // Fault injection for tests: runs (a copy of) f between a push's passes.
   void SetBetweenPushPasses(std::function<void()> f) { between_push_passes_ = std::move(f); }
 
  private:
@@ -252,19 +254,20 @@ class TableShard {
   Status CheckDeltaPush(const int64_t* keys, const float* deltas, const int64_t* base_clocks,
                         int64_t n) const;
   // The body of both pushes: reserves new rows; calls apply(i, clock, state,
-  // step) on a copy of each key's row (its clock before the update, values
-  // then slots, step count), refusing the push if any copy turns non-finite;
-  // then, under the stripe's lock, the row takes its copy, or, moved since,
-  // a new one made alike unless that turns non-finite (skipped, counted);
-  // advances its clock by counts[i]; copies its first `width` floats and
-  // clock to out and clocks (if given) from `unanswered` on, flagging in
-  // `lean` those no other writer reached since lean_base_clocks[i]; tells
-  // the copy records and changes; counts the push (its bytes are the
-  // caller's). An exchange reserves its pushes' rows with its misses'.
+  // step) on a copy of each key's row (its clock before the update, values,
+  // slots, step count), refusing the push if any turns non-finite (a round:
+  // that row's update alone, its key to `refused`); then, under the stripe's
+  // lock, the row takes its copy, or, moved since, a new one made alike
+  // unless that turns non-finite (refused alike); advances its clock by
+  // counts[i]; copies its first `width` floats and clock to out and clocks
+  // from `unanswered` on, flagging in `lean` those no other writer reached
+  // since lean_base_clocks[i]; tells the copy records and changes; counts
+  // the push. An exchange reserves its pushes' rows with its misses'.
   template <typename Apply>
   Status ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width,
                      const Sender& sender, int64_t unanswered, float* out, int64_t* clocks,
-                     bool reserved, const int64_t* lean_base_clocks, uint8_t* lean, Apply apply);
+                     bool reserved, const int64_t* lean_base_clocks, uint8_t* lean,
+                     std::vector<int64_t>* refused, Apply apply);
   // A push's bytes as the op's tensors carry them, `answered` rows back.
   void CountPushBytes(int64_t n, int width, bool delta, int64_t answered, int64_t lean);
   // PushDeltas' merge, after its checks (`lean` as there; *lean_rows
@@ -272,7 +275,8 @@ class TableShard {
   Status MergeDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
                      const int64_t* base_clocks, int64_t n, float learning_rate, float* states,
                      int64_t* clocks, const Sender& sender, int64_t unanswered, bool reserved,
-                     uint8_t* lean = nullptr, int64_t* lean_rows = nullptr);
+                     uint8_t* lean = nullptr, int64_t* lean_rows = nullptr,
+                     std::vector<int64_t>* refused = nullptr);
   // An exchange's read half, checked and its new rows reserved: drops the
   // evicted copies from the sender's record, answers its misses (with
   // `rebuild`, a row made for one by its clock alone) and queued refreshes,
@@ -295,9 +299,7 @@ class TableShard {
   TableConfig config_;
   int num_slots_;
   uint64_t initial_state_;  // InitialStateFingerprint of config_: what requests name to rebuild
-  size_t clock_offset_;
-  size_t key_offset_;
-  size_t row_bytes_;
+  size_t clock_offset_, key_offset_, row_bytes_;
   std::array<Stripe, kStripes> stripes_;
   std::atomic<int64_t> epoch_;
   SenderLog senders_;
@@ -315,14 +317,13 @@ class TableShard {
   int64_t start_second_;
   std::atomic<int64_t> next_expiry_{0};
   std::unique_ptr<ExpiryMarks> marks_;  // with a ttl only
-  std::atomic<uint64_t> rows_evicted_{0}, rows_expired_{0};
   // Admitting shards with admit_after > 1 only.
   std::unique_ptr<AdmissionSketch> sketch_;
-  std::atomic<uint64_t> ids_not_admitted_{0}, updates_dropped_{0}, updates_skipped_{0};
   std::function<void()> between_push_passes_;
   std::atomic<uint64_t> pull_requests_{0}, keys_checked_{0}, rows_sent_{0}, rows_refreshed_{0},
       push_requests_{0}, rows_pushed_{0}, updates_applied_{0}, rows_created_{0}, bytes_received_{0},
-      bytes_sent_{0}, refused_epoch_{0};
+      bytes_sent_{0}, refused_epoch_{0}, rows_evicted_{0}, rows_expired_{0}, ids_not_admitted_{0},
+      updates_dropped_{0}, updates_refused_{0};
 };
 
 template <typename Visit>
@@ -341,9 +342,8 @@ void TableShard::ForEachByStripe(const int64_t* keys, int64_t n, Visit visit) {
     if (starts[s] == starts[s + 1]) continue;
     Stripe& stripe = stripes_[s];
     std::lock_guard<std::mutex> lock(stripe.mu);
-    // A batch's keys hit cold rows at random: their index buckets are
-    // loaded kAhead keys early and their rows half as early, so that the
-    // visits overlap the memory latency instead of queueing behind it.
+    // A batch's keys hit cold rows at random: their buckets load kAhead keys
+    // early, their rows half as early, so visits overlap memory latency.
     constexpr int32_t kAhead = kHintAhead;
     const int32_t end = starts[s + 1];
     for (int32_t k = starts[s]; k < end; ++k) {

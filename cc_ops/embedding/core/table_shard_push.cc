@@ -14,13 +14,16 @@ template <typename Apply>
 Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width,
                                const Sender& sender, int64_t unanswered, float* out,
                                int64_t* clocks, bool reserved, const int64_t* lean_base_clocks,
-                               uint8_t* lean, Apply apply) {
+                               uint8_t* lean, std::vector<int64_t>* refused, Apply apply) {
   std::unique_ptr<RowReservation> reservation;
   if (!reserved) HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, Admit::kAll, 0, &reservation));
   // First each row's update on a copy of its state: one that would make a
   // value or a slot non-finite (a huge gradient squared, say) refuses the
-  // whole push before anything changes. The rows then take their copies,
-  // or, where another push moved a row in between, the update again.
+  // whole push before anything changes, or, in a numbered round, which its
+  // cache would send again forever, that row's update alone. The rows then
+  // take their copies, or, where another push moved a row in between, the
+  // update again.
+  const bool by_row = sender.worker != Sender::kNoWorker && sender.sequence != 0;
   const int state = state_width();
   const bool stepped = NeedsStepCount(config_.optimizer.kind);
   std::vector<float> next(size_t(n) * state);
@@ -30,6 +33,7 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
   // A table that admits ids drops the updates of ids it does not hold (not
   // admitted, or dropped since), counted: they are not lost unseen.
   constexpr int64_t kDropped = -2;
+  std::vector<uint8_t> refuse(by_row ? n : 0);
   ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
     float* copy = next.data() + size_t(i) * state;
     const uint32_t row = stripe.index.Find(keys[i]);
@@ -48,15 +52,19 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
       steps[i] = stepped ? *Step(p) : 0;
     }
     apply(i, seen[i], copy, &steps[i]);
-    // The first bad id in the request's order, as stripes visit out of it.
-    if (!AllFinite(copy, state) && (bad < 0 || i < bad)) bad = i;
+    if (AllFinite(copy, state)) return;
+    if (by_row) {
+      refuse[i] = 1;
+    } else if (bad < 0 || i < bad) {  // the first in the request's order
+      bad = i;
+    }
   });
   if (bad >= 0) return NonFiniteUpdate(TableLabel(config_.name), keys[bad]);
   if (between_push_passes_) {
     const std::function<void()> inject = between_push_passes_;  // it may unset itself
     inject();
   }
-  uint64_t updates = 0, dropped = 0, skipped = 0;
+  uint64_t updates = 0, dropped = 0, refusals = 0;
   ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
     if (seen[i] == kDropped) {
       dropped += counts[i];
@@ -71,24 +79,28 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
     MarkChanged(stripe, slot);
     const bool unmoved = *Clock(p) == seen[i];
     float* copy = next.data() + size_t(i) * state;
-    if (!unmoved) {
+    bool taken = !by_row || !refuse[i];
+    if (taken && !unmoved) {
       // Another push moved the row between the passes: the update is taken
       // again on a copy of the row as it is now, checked as the first pass
       // checked the row as it was. A row it would turn non-finite keeps its
-      // state and clock, its update skipped and counted: the rest of the
-      // push has landed and cannot be refused whole any more. The sender
-      // takes the row as it is (its lean flag is false: the row moved).
+      // state and clock, its update refused alone: the rest of the push has
+      // landed and cannot be refused whole any more.
       std::memcpy(copy, Values(p), sizeof(float) * state);
       steps[i] = stepped ? *Step(p) : 0;
       apply(i, *Clock(p), copy, &steps[i]);
+      taken = AllFinite(copy, state);
     }
-    if (unmoved || AllFinite(copy, state)) {
+    if (taken) {
       std::memcpy(Values(p), copy, sizeof(float) * state);
       if (stepped) *Step(p) = steps[i];
       *Clock(p) += counts[i];
       updates += counts[i];
     } else {
-      skipped += counts[i];
+      // The sender takes the row as it is (never lean: its copy carried the
+      // update refused) and is told its key.
+      refusals += counts[i];
+      if (refused != nullptr) refused->push_back(keys[i]);
     }
     if (stripe.records.workers() > 0) stripe.records.Pushed(sender, keys[i], *Clock(p));
     if (i < unanswered) return;
@@ -100,14 +112,15 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
     // merge, which was made once on the row as the sender last saw it: the
     // sender computes the same merge itself (WorkerCache::StartRound).
     if (lean != nullptr) {
-      lean[i - unanswered] = held[i] && !created && unmoved && seen[i] == lean_base_clocks[i];
+      lean[i - unanswered] =
+          taken && held[i] && !created && unmoved && seen[i] == lean_base_clocks[i];
     }
   });
   push_requests_.fetch_add(1, std::memory_order_relaxed);
   rows_pushed_.fetch_add(n, std::memory_order_relaxed);
   updates_applied_.fetch_add(updates, std::memory_order_relaxed);
   updates_dropped_.fetch_add(dropped, std::memory_order_relaxed);
-  updates_skipped_.fetch_add(skipped, std::memory_order_relaxed);
+  updates_refused_.fetch_add(refusals, std::memory_order_relaxed);
   return Status::Ok();
 }
 
@@ -116,12 +129,13 @@ Status TableShard::Push(const int64_t* keys, const float* grads, const int64_t* 
   const int dim = config_.dim;
   HET_RETURN_IF_ERROR(CheckPush(keys, grads, dim, counts, n, learning_rate, "gradient"));
   std::vector<float> mean(dim);
-  HET_RETURN_IF_ERROR(ApplyToRows(
-      keys, counts, n, dim, Sender(), 0, values, clocks,
-      /*reserved=*/false, nullptr, nullptr, [&](int32_t i, int64_t, float* state, int64_t* step) {
-        ApplyUpdates(config_.optimizer, learning_rate, grads + int64_t{i} * dim, counts[i], dim,
-                     state, state + dim, step, &mean);
-      }));
+  HET_RETURN_IF_ERROR(ApplyToRows(keys, counts, n, dim, Sender(), 0, values, clocks,
+                                  /*reserved=*/false, nullptr, nullptr, nullptr,
+                                  [&](int32_t i, int64_t, float* state, int64_t* step) {
+                                    ApplyUpdates(config_.optimizer, learning_rate,
+                                                 grads + int64_t{i} * dim, counts[i], dim, state,
+                                                 state + dim, step, &mean);
+                                  }));
   CountPushBytes(n, dim, /*delta=*/false, values != nullptr ? n : 0, 0);
   return Status::Ok();
 }
@@ -129,7 +143,8 @@ Status TableShard::Push(const int64_t* keys, const float* grads, const int64_t* 
 Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
                               const int64_t* base_clocks, int64_t n, float learning_rate,
                               float* states, int64_t* clocks, const Sender& sender,
-                              int64_t unanswered, int64_t* epoch, uint8_t* lean) {
+                              int64_t unanswered, int64_t* epoch, uint8_t* lean,
+                              std::vector<int64_t>* refused) {
   const int width = state_width();
   HET_RETURN_IF_ERROR(CheckPush(keys, deltas, width, counts, n, learning_rate, "delta"));
   HET_RETURN_IF_ERROR(CheckDeltaPush(keys, deltas, base_clocks, n));
@@ -167,7 +182,7 @@ Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const in
   } else {
     HET_RETURN_IF_ERROR(MergeDeltas(keys, deltas, counts, base_clocks, n, learning_rate, states,
                                     clocks, sender, unanswered, /*reserved=*/false,
-                                    states != nullptr ? lean : nullptr, &lean_rows));
+                                    states != nullptr ? lean : nullptr, &lean_rows, refused));
   }
   // A push refreshes nothing; refreshes lost before it were queued again.
   turn.Done({});
@@ -185,8 +200,8 @@ void TableShard::CountPushBytes(int64_t n, int width, bool delta, int64_t answer
 Status TableShard::MergeDeltas(const int64_t* keys, const float* deltas, const int64_t* counts,
                                const int64_t* base_clocks, int64_t n, float learning_rate,
                                float* states, int64_t* clocks, const Sender& sender,
-                               int64_t unanswered, bool reserved, uint8_t* lean,
-                               int64_t* lean_rows) {
+                               int64_t unanswered, bool reserved, uint8_t* lean, int64_t* lean_rows,
+                               std::vector<int64_t>* refused) {
   const int width = state_width();
   const OptimizerKind kind = config_.optimizer.kind;
   const int64_t answered = n - unanswered;
@@ -199,7 +214,7 @@ Status TableShard::MergeDeltas(const int64_t* keys, const float* deltas, const i
   if (lean != nullptr) std::fill(lean, lean + answered, uint8_t{0});
   HET_RETURN_IF_ERROR(
       ApplyToRows(keys, counts, n, width, sender, unanswered, states, clocks, reserved,
-                  lean_ok ? base_clocks : nullptr, lean_ok ? lean : nullptr,
+                  lean_ok ? base_clocks : nullptr, lean_ok ? lean : nullptr, refused,
                   [&](int32_t i, int64_t clock, float* state, int64_t* step) {
                     // A clock behind the cache's copy (the table was restored since)
                     // counts as no other writer.

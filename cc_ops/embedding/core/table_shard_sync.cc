@@ -67,10 +67,10 @@ Status TableShard::Exchange(const uint8_t* request, size_t size, std::vector<uin
     AnswerRepeat(r.push_keys.data(), pushes, r.sender, r.push_unanswered, push_states.data(),
                  a.push_clocks.data());
   } else if (pushes > 0) {
-    HET_RETURN_IF_ERROR(MergeDeltas(r.push_keys.data(), r.push_deltas.data, r.push_counts.data(),
-                                    r.push_base_clocks.data(), pushes, r.learning_rate,
-                                    push_states.data(), a.push_clocks.data(), r.sender,
-                                    r.push_unanswered, /*reserved=*/true, lean.data(), &lean_rows));
+    HET_RETURN_IF_ERROR(MergeDeltas(
+        r.push_keys.data(), r.push_deltas.data, r.push_counts.data(), r.push_base_clocks.data(),
+        pushes, r.learning_rate, push_states.data(), a.push_clocks.data(), r.sender,
+        r.push_unanswered, /*reserved=*/true, lean.data(), &lean_rows, &a.refused_keys));
   }
   // A worker that makes rows from the same initial states as this shard's
   // is sent only the clocks of rows made for it.

@@ -210,6 +210,11 @@ Status WorkerCache::CheckReturnedClocks(const int64_t* clocks, int64_t n, bool m
   return Status::Ok();
 }
 
+void WorkerCache::AttachSlot(int32_t slot, uint64_t touches) {
+  order_.Attach(slot, touches,
+                pinned_.size() > 0 && pinned_.Find(entries_[slot].key) != KeyIndex::kAbsent);
+}
+
 Status WorkerCache::Pin(const int64_t* keys, int64_t n) {
   HET_RETURN_IF_ERROR(CheckKeys(config_.table_name, config_.vocabulary_size, keys, n));
   KeyIndex pinned(static_cast<size_t>(n));

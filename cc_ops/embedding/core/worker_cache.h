@@ -152,10 +152,12 @@ class WorkerCache : private WorkerCacheData {
   // `epochs`, when given, are the shards' as their answers carried them
   // (num_shards): the first push of a cache that checks its keys learns
   // them; a shard whose epoch changed since merged nothing, and the
-  // acknowledgement fails with Aborted as an exchange's would.
+  // acknowledgement fails with Aborted as an exchange's would. Keys whose
+  // update a shard refused end the round too (their copies the shards'
+  // rows), then fail it once, naming them, as EndExchange and EndPrefetch do.
   Status AckPush(const int64_t* keys, int64_t n, const int64_t* counts, const float* states,
                  const int64_t* clocks, int64_t answered, const int64_t* epochs = nullptr,
-                 const uint8_t* lean = nullptr);
+                 const uint8_t* lean = nullptr, const std::vector<int64_t>& refused = {});
 
   // Everything pending, for a flush before checkpoints and at the end, as
   // a round of its own (its sender: RoundSender). While an earlier round is
@@ -286,11 +288,12 @@ class WorkerCache : private WorkerCacheData {
   // theirs, -1 for the misses): checks them, acknowledges the pushes and
   // refreshes stale copies; fresh[i] and fresh_clocks[i] receive key i's
   // missing row (one the shard made for this request is made here, in
-  // `rebuilt`). Changes nothing unless every check passes.
+  // `rebuilt`), `refused` the keys whose pushes a shard refused. Changes
+  // nothing unless every check passes.
   Status TakeAnswers(const int64_t* keys, int64_t u, const std::vector<int32_t>& slots,
                      const uint8_t* const* answers, const size_t* sizes, int64_t shards,
                      std::vector<const float*>* fresh, std::vector<int64_t>* fresh_clocks,
-                     std::vector<float>* rebuilt);
+                     std::vector<float>* rebuilt, std::vector<int64_t>* refused);
   // The rows of some push lists, each key's chained in list order: where
   // a key's rows are, in the order pushes carry them.
   struct PushChains {
@@ -340,10 +343,7 @@ class WorkerCache : private WorkerCacheData {
   // its own writes.
   void Reclaim(int32_t slot, const float* fresh, int64_t clock, OutboxRows& unsent);
   // Puts a cached slot back in the eviction order, pinned if its key is.
-  void AttachSlot(int32_t slot, uint64_t touches) {
-    order_.Attach(slot, touches,
-                  pinned_.size() > 0 && pinned_.Find(entries_[slot].key) != KeyIndex::kAbsent);
-  }
+  void AttachSlot(int32_t slot, uint64_t touches);
   // A lookup that finds the step open keeps the rows read so far as a last
   // resort (WorkerCacheData::step_); the step's update releases them.
   void HoldStep();

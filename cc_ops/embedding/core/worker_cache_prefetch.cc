@@ -100,8 +100,9 @@ Status WorkerCache::EndPrefetch(const int64_t* unique_keys, int64_t u,
   std::vector<const float*> fresh;
   std::vector<int64_t> fresh_clocks;
   std::vector<float> rebuilt;
-  HET_RETURN_IF_ERROR(
-      TakeAnswers(unique_keys, u, slots, answers, sizes, shards, &fresh, &fresh_clocks, &rebuilt));
+  std::vector<int64_t> refused;
+  HET_RETURN_IF_ERROR(TakeAnswers(unique_keys, u, slots, answers, sizes, shards, &fresh,
+                                  &fresh_clocks, &rebuilt, &refused));
   // The step's own rows (its update comes next) and the next batch's cached
   // rows leave the eviction order while the missing rows go in.
   std::vector<int32_t> held;
@@ -135,7 +136,7 @@ Status WorkerCache::EndPrefetch(const int64_t* unique_keys, int64_t u,
   // Not touched yet: the lookup that uses them counts their first touch.
   for (int32_t slot : inserted) AttachSlot(slot, 0);
   counters_.prefetched += inserted.size();
-  return Status::Ok();
+  return RefusedUpdates(Name(), refused, &counters_.updates_refused);
 }
 
 }  // namespace het

@@ -255,7 +255,8 @@ void WorkerCache::EndRound(const std::vector<const float*>& states, const int64_
 
 Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* counts,
                             const float* states, const int64_t* clocks, int64_t answered,
-                            const int64_t* epochs, const uint8_t* lean) {
+                            const int64_t* epochs, const uint8_t* lean,
+                            const std::vector<int64_t>& refused) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!in_flight_) {
     if (n == 0) return Status::Ok();  // a push with nothing in it
@@ -294,7 +295,8 @@ Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* count
     counters_.bytes_received += wire::DeltaPushRows(answered, width_, answered - whole);
   }
   if (epochs != nullptr) counters_.bytes_received += wire::EpochAnswer(config_.num_shards);
-  return Status::Ok();
+  counters_.bytes_received += wire::kKey * refused.size();
+  return RefusedUpdates(Name(), refused, &counters_.updates_refused);
 }
 
 bool WorkerCache::Flush(Pushes* out, std::vector<Sender>* senders) {

@@ -115,7 +115,8 @@ Status WorkerCache::BeginExchange(const int64_t* ids, int64_t n, ExchangePlan* p
 Status WorkerCache::TakeAnswers(const int64_t* keys, int64_t u, const std::vector<int32_t>& slots,
                                 const uint8_t* const* answers, const size_t* sizes, int64_t shards,
                                 std::vector<const float*>* fresh,
-                                std::vector<int64_t>* fresh_clocks, std::vector<float>* rebuilt) {
+                                std::vector<int64_t>* fresh_clocks, std::vector<float>* rebuilt,
+                                std::vector<int64_t>* refused) {
   if (shards != config_.num_shards) {
     return Status::InvalidArgument(Name() + ": answers from " + std::to_string(shards) +
                                    " shards, but the table has " +
@@ -206,8 +207,14 @@ Status WorkerCache::TakeAnswers(const int64_t* keys, int64_t u, const std::vecto
                                      std::to_string(taken[s]));
     }
   }
+  // A refused row's answer is the shard's row as it was: the entry takes
+  // it, so the update refused leaves the copy too.
   EndRound(states, clocks.data(), lean);
   LearnEpochs(epochs.data());
+  refused->clear();
+  for (const wire::ExchangeAnswer& answer : a) {
+    refused->insert(refused->end(), answer.refused_keys.begin(), answer.refused_keys.end());
+  }
   uint64_t refreshed = 0, refreshes = 0, missing = 0;
   for (const wire::ExchangeAnswer& answer : a) {
     for (size_t r = 0; r < answer.refresh_keys.size(); ++r) {
@@ -240,10 +247,11 @@ Status WorkerCache::EndExchange(const int64_t* unique_keys, int64_t u,
   std::vector<const float*> fresh;
   std::vector<int64_t> fresh_clocks;
   std::vector<float> rebuilt;
-  HET_RETURN_IF_ERROR(
-      TakeAnswers(unique_keys, u, slots, answers, sizes, shards, &fresh, &fresh_clocks, &rebuilt));
+  std::vector<int64_t> refused;
+  HET_RETURN_IF_ERROR(TakeAnswers(unique_keys, u, slots, answers, sizes, shards, &fresh,
+                                  &fresh_clocks, &rebuilt, &refused));
   FillForTraining(unique_keys, u, slots, fresh, fresh_clocks, rows_out);
-  return Status::Ok();
+  return RefusedUpdates(Name(), refused, &counters_.updates_refused);
 }
 
 Status WorkerCache::CheckEpochs(const int64_t* epochs) {

@@ -98,13 +98,16 @@ class HetCacheAckPushOp : public CacheKernel {
       OP_REQUIRES_OK(
           ctx, CheckShape(name, "shards' epochs", ctx->input(5), cache.config().num_shards, 0));
     }
+    OP_REQUIRES_OK(ctx, CheckVector(name, "refused keys", ctx->input(7)));
+    const auto refused = ctx->input(7).flat<int64_t>();
     OP_REQUIRES_OK(ctx,
                    ToTf(cache.AckPush(ctx->input(1).flat<int64_t>().data(), n,
                                       ctx->input(2).flat<int64_t>().data(),
                                       with_rows ? ctx->input(3).flat<float>().data() : nullptr,
                                       with_rows ? ctx->input(4).flat<int64_t>().data() : nullptr, m,
                                       with_epochs ? ctx->input(5).flat<int64_t>().data() : nullptr,
-                                      lean.empty() ? nullptr : lean.data())));
+                                      lean.empty() ? nullptr : lean.data(),
+                                      {refused.data(), refused.data() + refused.size()})));
   }
 };
 

@@ -138,33 +138,35 @@ class HetTableStatsOp : public TableKernel {
   void Run(OpKernelContext* ctx, TableShard& table) override {
     const TableCounters c = table.Counters();
     const RecordSizes records = table.Records();
-    OP_REQUIRES_OK(ctx, OutputStats(ctx, {
-                                             {"rows", table.Size()},
-                                             {"bytes_per_row", int64_t(table.BytesPerRow())},
-                                             {"memory_bytes", int64_t(table.MemoryBytes())},
-                                             {"pull_requests", int64_t(c.pull_requests)},
-                                             {"keys_checked", int64_t(c.keys_checked)},
-                                             {"rows_sent", int64_t(c.rows_sent)},
-                                             {"rows_refreshed", int64_t(c.rows_refreshed)},
-                                             {"record_workers", int64_t(records.workers)},
-                                             {"record_copies", int64_t(records.copies)},
-                                             {"record_bytes", int64_t(records.bytes)},
-                                             {"push_requests", int64_t(c.push_requests)},
-                                             {"rows_pushed", int64_t(c.rows_pushed)},
-                                             {"updates_applied", int64_t(c.updates_applied)},
-                                             {"rows_created", int64_t(c.rows_created)},
-                                             {"rows_evicted", int64_t(c.rows_evicted)},
-                                             {"rows_expired", int64_t(c.rows_expired)},
-                                             {"ids_not_admitted", int64_t(c.ids_not_admitted)},
-                                             {"updates_dropped", int64_t(c.updates_dropped)},
-                                             {"updates_skipped", int64_t(c.updates_skipped)},
-                                             {"bytes_received", int64_t(c.bytes_received)},
-                                             {"bytes_sent", int64_t(c.bytes_sent)},
-                                             {"repeats", int64_t(c.repeats)},
-                                             {"refused_epoch", int64_t(c.refused_epoch)},
-                                             {"refused_generation", int64_t(c.refused_generation)},
-                                             {"refused_sequence", int64_t(c.refused_sequence)},
-                                         }));
+    OP_REQUIRES_OK(
+        ctx,
+        OutputStats(ctx, {
+                             {"rows", table.Size()},
+                             {"bytes_per_row", int64_t(table.BytesPerRow())},
+                             {"memory_bytes", int64_t(table.MemoryBytes())},
+                             {"pull_requests", int64_t(c.pull_requests)},
+                             {"keys_checked", int64_t(c.keys_checked)},
+                             {"rows_sent", int64_t(c.rows_sent)},
+                             {"rows_refreshed", int64_t(c.rows_refreshed)},
+                             {"record_workers", int64_t(records.workers)},
+                             {"record_copies", int64_t(records.copies)},
+                             {"record_bytes", int64_t(records.bytes)},
+                             {"push_requests", int64_t(c.push_requests)},
+                             {"rows_pushed", int64_t(c.rows_pushed)},
+                             {"updates_applied", int64_t(c.updates_applied)},
+                             {"rows_created", int64_t(c.rows_created)},
+                             {"rows_evicted", int64_t(c.rows_evicted)},
+                             {"rows_expired", int64_t(c.rows_expired)},
+                             {"ids_not_admitted", int64_t(c.ids_not_admitted)},
+                             {"updates_dropped", int64_t(c.updates_dropped)},
+                             {"updates_refused_non_finite", int64_t(c.updates_refused_non_finite)},
+                             {"bytes_received", int64_t(c.bytes_received)},
+                             {"bytes_sent", int64_t(c.bytes_sent)},
+                             {"repeats", int64_t(c.repeats)},
+                             {"refused_epoch", int64_t(c.refused_epoch)},
+                             {"refused_generation", int64_t(c.refused_generation)},
+                             {"refused_sequence", int64_t(c.refused_sequence)},
+                         }));
   }
 };
 

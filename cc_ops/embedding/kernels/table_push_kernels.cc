@@ -77,16 +77,17 @@ class HetTablePushDeltasOp : public TableKernel {
     const int64_t answered = n - unanswered;
     std::vector<float> states(size_t(answered) * width);
     std::vector<uint8_t> lean(answered);
+    std::vector<int64_t> refused;
     Tensor* clocks = nullptr;
     Tensor* epoch = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({answered}), &clocks));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({}), &epoch));
     OP_REQUIRES_OK(
-        ctx, ToTf(table.PushDeltas(keys.flat<int64_t>().data(), ctx->input(2).flat<float>().data(),
-                                   ctx->input(3).flat<int64_t>().data(),
-                                   ctx->input(5).flat<int64_t>().data(), n, learning_rate,
-                                   states.data(), clocks->flat<int64_t>().data(), sender,
-                                   unanswered, &epoch->scalar<int64_t>()(), lean.data())));
+        ctx, ToTf(table.PushDeltas(
+                 keys.flat<int64_t>().data(), ctx->input(2).flat<float>().data(),
+                 ctx->input(3).flat<int64_t>().data(), ctx->input(5).flat<int64_t>().data(), n,
+                 learning_rate, states.data(), clocks->flat<int64_t>().data(), sender, unanswered,
+                 &epoch->scalar<int64_t>()(), lean.data(), &refused)));
     // The states of the rows not acknowledged lean lead `states`.
     const int64_t whole = answered - std::count(lean.begin(), lean.end(), uint8_t{1});
     Tensor* out = nullptr;
@@ -95,6 +96,7 @@ class HetTablePushDeltasOp : public TableKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({answered}), &flags));
     std::copy(states.begin(), states.begin() + whole * width, out->flat<float>().data());
     std::copy(lean.begin(), lean.end(), flags->flat<bool>().data());
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 4, refused));
   }
 
  private:

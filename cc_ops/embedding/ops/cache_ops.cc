@@ -224,6 +224,7 @@ REGISTER_OP("HetCacheAckPush")
     .Input("row_clocks: int64")
     .Input("epochs: int64")
     .Input("lean: bool")
+    .Input("refused: int64")
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
     .Doc(R"doc(
 Marks pushes as delivered. With the clocks HetTablePushDeltas returned
@@ -233,7 +234,9 @@ holds the states of those `lean` does not flag (empty `lean`: none is), in
 order; a lean row's state is the cache's own already. `epochs`, one per
 shard as HetTablePushDeltas returned them (or empty), tell a shard restarted
 or restored since the cache's copies were taken: the acknowledgement then
-fails with Aborted and the cache's next lookup starts empty.
+fails with Aborted and the cache's next lookup starts empty. `refused`: the
+keys whose update the shards refused (HetTablePushDeltas'); the push is
+acknowledged all the same, and then fails once, naming them.
 )doc");
 
 REGISTER_OP("HetCacheFlush")

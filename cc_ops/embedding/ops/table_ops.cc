@@ -145,6 +145,7 @@ REGISTER_OP("HetTablePushDeltas")
     .Output("row_clocks: int64")
     .Output("epoch: int64")
     .Output("lean: bool")
+    .Output("refused: int64")
     .Attr("dim: int >= 1")
     .Attr("num_slots: int >= 0")
     .SetShapeFn([](InferenceContext* c) {
@@ -160,6 +161,7 @@ REGISTER_OP("HetTablePushDeltas")
       c->set_output(1, c->Vector(answered));
       c->set_output(2, c->Scalar());
       c->set_output(3, c->Vector(answered));
+      c->set_output(4, c->Vector(c->UnknownDim()));
       return tensorflow::OkStatus();
     })
     .Doc(R"doc(
@@ -175,7 +177,10 @@ computes itself (acknowledged by its clock alone). `worker` and
 `generation` name the sender (HetCacheAccumulate gives them; 0 for none):
 its recorded copies take the merged rows, and other workers' copies may be
 queued as stale. The first `unanswered` keys (rows the cache evicted) get
-no answer: the outputs hold the others', in order.
+no answer: the outputs hold the others', in order. In a numbered round
+(the sender's sequence > 0), an update that would make a row non-finite is
+refused alone: the row keeps its state and clock (an answered one comes
+back whole) and its key is in `refused`.
 )doc");
 
 REGISTER_OP("HetTablePush")

@@ -305,6 +305,57 @@ HET_TEST(AnUpdateThatWouldOverflowIsRefusedAndTheCacheTrainsOn) {
   for (float v : contents.at(5)) EXPECT_TRUE(std::isfinite(v));
 }
 
+HET_TEST(ARoundAShardRefusesInPartEndsAndTheWorkerTrainsOn) {
+  // Two caches of one Adagrad table each train id 1 with 1.5e19: each
+  // cache's accumulator (2.25e38) is finite, so both take the step, but the
+  // second round would overflow the shard's. The shard refuses that update
+  // alone and merges the rest (id 2); the worker is told once, its copy of
+  // id 1 is the shard's row again, and it trains and flushes on.
+  for (het::SyncMode sync : {het::SyncMode::kRefresh, het::SyncMode::kCheck}) {
+    het::TableConfig table = SgdTable(2);
+    table.optimizer.kind = het::OptimizerKind::kAdagrad;
+    LocalCluster cluster(table, 1);
+    het::CacheConfig c = het_test::CacheConfigOf(table, 1);
+    c.capacity = 8;
+    c.sync = sync;
+    c.read_staleness = c.write_staleness = 0;
+    auto a = het_test::MakeCache(c), b = het_test::MakeCache(c);
+    het::LookupPlan plan;
+    std::vector<float> rows;
+    const std::vector<float> huge = {1.5e19f, 1.0f, 1.0f, 1.0f};
+    EXPECT_OK(cluster.Lookup(*a, {1, 2}, true, &plan, &rows));
+    EXPECT_OK(cluster.Lookup(*b, {1, 2}, true, &plan, &rows));
+    EXPECT_OK(cluster.Update(*a, {1, 2}, huge, kLr));
+    if (sync == het::SyncMode::kRefresh) EXPECT_OK(cluster.Lookup(*a, {3}, true, &plan, &rows));
+    het::Status refused = cluster.Update(*b, {1, 2}, huge, kLr);
+    if (sync == het::SyncMode::kRefresh) {
+      EXPECT_OK(refused);
+      refused = cluster.Lookup(*b, {3}, true, &plan, &rows);  // the round goes now
+    }
+    EXPECT_TRUE(refused.code() == het::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(refused.message().find("ids [1]") != std::string::npos);
+    EXPECT_TRUE(refused.message().find("table 'emb'") != std::string::npos);
+    std::map<int64_t, int64_t> clocks;
+    auto contents = cluster.Contents(&clocks);
+    EXPECT_EQ(clocks[1], 1);  // a's update alone
+    EXPECT_EQ(clocks[2], 2);  // both
+    // b reads the shard's row 1, not its own refused update.
+    EXPECT_OK(cluster.Lookup(*b, {1}, true, &plan, &rows));
+    EXPECT_NEAR(rows[0], contents.at(1)[0], 1e-6);
+    EXPECT_NEAR(rows[1], contents.at(1)[1], 1e-6);
+    EXPECT_OK(cluster.Update(*b, {1}, {1.0f, 1.0f}, kLr));  // trains on
+    EXPECT_OK(cluster.Flush(*b, kLr));
+    EXPECT_OK(cluster.Flush(*a, kLr));
+    contents = cluster.Contents(&clocks);
+    EXPECT_EQ(clocks[1], 2);
+    for (const auto& [key, row] : contents) {
+      for (float v : row) EXPECT_TRUE(std::isfinite(v));
+    }
+    EXPECT_EQ(cluster.shard(0).Counters().updates_refused_non_finite, 1u);
+    EXPECT_EQ(b->Counters().updates_refused, 1u);
+  }
+}
+
 HET_TEST(APushThatWouldOverflowIsRefusedByTheShard) {
   // The no-cache path: the same gradient, pushed to the shard directly.
   het::TableConfig table = SgdTable(2);

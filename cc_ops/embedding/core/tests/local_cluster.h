@@ -220,7 +220,7 @@ class LocalCluster {
     std::vector<std::vector<float>> part_states(n);
     std::vector<int64_t> clocks(answered);
     std::vector<uint8_t> lean(answered, 0);
-    std::vector<int64_t> epochs(n);
+    std::vector<int64_t> epochs(n), refused;
     for (int s = 0; s < n; ++s) {
       const het::Pushes& part = parts[s];
       const int64_t m = static_cast<int64_t>(part.size()) - part.evicted;
@@ -230,7 +230,7 @@ class LocalCluster {
       HET_RETURN_IF_ERROR(shards_[s]->PushDeltas(
           part.keys.data(), part.deltas.data(), part.counts.data(), part.base_clocks.data(),
           static_cast<int64_t>(part.size()), lr, part_states[s].data(), part_clocks.data(),
-          cache.RoundSender(s), part.evicted, &epochs[s], part_lean.data()));
+          cache.RoundSender(s), part.evicted, &epochs[s], part_lean.data(), &refused));
       if (s == drop_answer) return het::Status::Aborted("the answer was lost");
       int64_t whole = 0;
       for (int64_t j = 0; j < m; ++j) {
@@ -245,7 +245,7 @@ class LocalCluster {
       if (row != nullptr) states.insert(states.end(), row, row + width);
     }
     return cache.AckPush(p.keys.data(), p.size(), p.counts.data(), states.data(), clocks.data(),
-                         answered, epochs.data(), lean.data());
+                         answered, epochs.data(), lean.data(), refused);
   }
 
  private:

@@ -217,7 +217,7 @@ HET_TEST(APushMovedBetweenItsPassesNeverStoresANonFiniteRow) {
   for (float v : rows.slots) EXPECT_TRUE(std::isfinite(v));
   // Id 1 holds the other push's update alone; id 2 took this push's.
   for (size_t i = 0; i < rows.keys.size(); ++i) EXPECT_EQ(rows.clocks[i], 1);
-  EXPECT_EQ(t->Counters().updates_skipped, 1u);
+  EXPECT_EQ(t->Counters().updates_refused_non_finite, 1u);
   EXPECT_EQ(t->Counters().updates_applied, 2u);
 }
 
