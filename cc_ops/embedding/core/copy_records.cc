@@ -130,6 +130,13 @@ void CopyRecords::Requeue(const Sender& sender, int64_t key) {
   }
 }
 
+void CopyRecords::Forget(const Sender& sender, int64_t key) {
+  const auto it = records_.find(sender.worker);
+  if (it != records_.end() && it->second->generation() == sender.generation) {
+    it->second->Drop(key);
+  }
+}
+
 bool CopyRecords::Holds(int64_t key) const {
   for (const auto& r : records_) {
     if (r.second->Holds(key)) return true;

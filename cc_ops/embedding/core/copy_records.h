@@ -104,6 +104,8 @@ class CopyRecords {
   void Pushed(const Sender& sender, int64_t key, int64_t clock);
   // The sender's copy of key never got its last refresh: queue it again.
   void Requeue(const Sender& sender, int64_t key);
+  // The sender never took the copy of key it was handed: forget it.
+  void Forget(const Sender& sender, int64_t key);
   // Whether any worker holds a copy of key: an evicting shard keeps it.
   bool Holds(int64_t key) const;
   size_t workers() const { return records_.size(); }

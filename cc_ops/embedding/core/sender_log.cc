@@ -7,12 +7,18 @@ const std::vector<int64_t>& SenderLog::Turn::lost_refreshes() const {
   return repeat_ ? entry_->refreshed : kNone;
 }
 
-void SenderLog::Turn::Done(std::vector<int64_t> refreshed) {
+const std::vector<int64_t>& SenderLog::Turn::lost_misses() const {
+  static const std::vector<int64_t> kNone;
+  return repeat_ ? entry_->served : kNone;
+}
+
+void SenderLog::Turn::Done(std::vector<int64_t> refreshed, std::vector<int64_t> served) {
   if (entry_ == nullptr) return;
   entry_->sequence = sequence_;
-  log_->refreshed_bytes_ += sizeof(int64_t) * refreshed.capacity();
-  log_->refreshed_bytes_ -= sizeof(int64_t) * entry_->refreshed.capacity();
+  log_->keys_bytes_ += sizeof(int64_t) * (refreshed.capacity() + served.capacity());
+  log_->keys_bytes_ -= sizeof(int64_t) * (entry_->refreshed.capacity() + entry_->served.capacity());
   entry_->refreshed = std::move(refreshed);
+  entry_->served = std::move(served);
 }
 
 Status SenderLog::Admit(const std::string& table, const Sender& sender, Turn* turn) {
@@ -38,6 +44,7 @@ Status SenderLog::Admit(const std::string& table, const Sender& sender, Turn* tu
     entry->generation = sender.generation;
     entry->sequence = kNone;
     entry->refreshed.clear();
+    entry->served.clear();
   }
   const bool repeat = sender.sequence == entry->sequence;
   if (!repeat && entry->sequence != kNone && sender.sequence != entry->sequence + 1) {
@@ -64,6 +71,7 @@ void SenderLog::Clear() {
     std::lock_guard<std::mutex> entry_lock(e.second->mu);
     e.second->sequence = kNone;
     e.second->refreshed.clear();
+    e.second->served.clear();
   }
 }
 
@@ -76,7 +84,7 @@ size_t SenderLog::MemoryBytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   // Not under the entries' locks: a round holds its entry's for its whole
   // length, and a memory report must not wait for it.
-  return sizeof(*this) + entries_.size() * (sizeof(Entry) + 64) + refreshed_bytes_.load();
+  return sizeof(*this) + entries_.size() * (sizeof(Entry) + 64) + keys_bytes_.load();
 }
 
 }  // namespace het

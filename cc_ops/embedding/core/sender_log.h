@@ -14,7 +14,8 @@
 //
 // Per cache the log keeps its generation, its last round and the keys that
 // round's answer refreshed (sent again on a repeat: the worker never got
-// them): about 100 bytes plus 8 a refreshed key. A cache's rounds are one at
+// them) and served as misses (their copies forgotten on a repeat: the
+// worker never took them): about 100 bytes plus 8 a key. A cache's rounds are one at
 // a time, and a Turn holds the cache's entry for the whole of one, so a
 // retried round that overlaps its first attempt waits for it.
 //
@@ -43,6 +44,7 @@ class SenderLog {
     uint64_t generation = 0;
     int64_t sequence = kNone;        // the last round merged
     std::vector<int64_t> refreshed;  // the keys its answer refreshed
+    std::vector<int64_t> served;     // and those it served as misses
   };
 
  public:
@@ -52,10 +54,13 @@ class SenderLog {
     Turn() = default;
     // A round already merged: merge nothing, answer the rows as they are.
     bool repeat() const { return repeat_; }
-    // The keys the first answer to this round refreshed (a repeat's only).
+    // The keys the last answer to this round refreshed, and served as
+    // misses (a repeat's only: that answer was lost).
     const std::vector<int64_t>& lost_refreshes() const;
-    // The round succeeded, its answer refreshing `refreshed`.
-    void Done(std::vector<int64_t> refreshed);
+    const std::vector<int64_t>& lost_misses() const;
+    // The round succeeded, its answer refreshing `refreshed` and serving
+    // `served`.
+    void Done(std::vector<int64_t> refreshed, std::vector<int64_t> served = {});
 
    private:
     friend class SenderLog;
@@ -84,7 +89,7 @@ class SenderLog {
  private:
   mutable std::mutex mu_;  // the map; entries are never erased
   std::map<uint64_t, std::unique_ptr<Entry>> entries_;
-  std::atomic<size_t> refreshed_bytes_{0};  // of every entry's refreshed keys
+  std::atomic<size_t> keys_bytes_{0};  // of every entry's refreshed and served keys
   std::atomic<uint64_t> repeats_{0}, stale_generations_{0}, out_of_order_{0};
 };
 

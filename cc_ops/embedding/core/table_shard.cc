@@ -4,6 +4,7 @@
 // table_shard_sync.cc and the checks in table_shard_checks.cc.
 #include "cc_ops/embedding/core/table_shard.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -155,6 +156,7 @@ Status TableShard::Gather(const int64_t* keys, int64_t n, float* values, bool tr
 
 Status TableShard::Read(const int64_t* keys, int64_t n, TableChunk* out) {
   HET_RETURN_IF_ERROR(CheckKeys(config_.name, config_.vocabulary_size, keys, n));
+  std::lock_guard<std::mutex> hot(hot_mu_);  // one hot set replaces another
   std::unique_ptr<RowReservation> reservation;
   HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, Admit::kAll, n, &reservation));
   const int dim = config_.dim;
@@ -177,6 +179,20 @@ Status TableShard::Read(const int64_t* keys, int64_t n, TableChunk* out) {
     out->clocks[i] = *Clock(p);
     out->steps[i] = stepped ? *Step(p) : 0;
   });
+  if (dropping()) {
+    // The last hot set's rows that left it may go again (pinned first, so
+    // a row of both sets is never free to go in between).
+    std::vector<int64_t> hot(keys, keys + n);
+    std::sort(hot.begin(), hot.end());
+    for (int64_t key : hot_keys_) {
+      if (std::binary_search(hot.begin(), hot.end(), key)) continue;
+      Stripe& stripe = stripes_[StripeOf(key)];
+      std::lock_guard<std::mutex> lock(stripe.mu);
+      const uint32_t row = stripe.index.Find(key);
+      if (row != KeyIndex::kAbsent) Use(RowAt(stripe, row))->pinned = 0;
+    }
+    hot_keys_ = std::move(hot);
+  }
   pull_requests_.fetch_add(1, std::memory_order_relaxed);
   keys_checked_.fetch_add(n, std::memory_order_relaxed);
   rows_sent_.fetch_add(n, std::memory_order_relaxed);
@@ -292,8 +308,12 @@ void TableShard::Clear() {
   // The sightings were of ids of the table emptied: a restored or rewritten
   // table admits from none (a request already deciding may count one).
   if (sketch_ != nullptr) sketch_->Clear();
-  // The new epoch tells every cache its copies are of an old table.
-  clock_floor_.store(0);
+  {
+    std::lock_guard<std::mutex> hot(hot_mu_);
+    hot_keys_.clear();
+  }
+  // The floor stays: a key made again after a restore starts past every
+  // clock it had, as after an eviction.
 }
 
 }  // namespace het

@@ -117,8 +117,8 @@ class TableShard {
   TableCounters Counters() const;
 
   // The whole state of each key's row (created on first touch), in key
-  // order: a replicated hot block takes its rows this way (docs/fae.md),
-  // and an evicting shard pins them until it is cleared.
+  // order: a replicated hot block takes its rows this way (docs/fae.md). A
+  // shard that drops rows keeps them, the hot set, until the next Read.
   Status Read(const int64_t* keys, int64_t n, TableChunk* out);
   // Rows [offset, offset + limit) in a stable order; the order only holds
   // while no rows are created, so export after flushing and before training on.
@@ -284,8 +284,9 @@ class TableShard {
   void Serve(const Sender& sender, const std::vector<int64_t>& misses,
              const std::vector<int64_t>& evicted, int64_t read_staleness, bool rebuild,
              const RowReservation* room, SyncedRows* out);
-  // Queues the sender's copies of `keys`, whose refresh was lost.
-  void Requeue(const Sender& sender, const std::vector<int64_t>& keys);
+  // A repeat's sender never got the last answer: its refreshes are queued
+  // again and the copies of its misses, never taken, forgotten.
+  void TakeBackLost(const Sender& sender, const SenderLog::Turn& turn);
   // A repeated round's pushes: nothing is merged and no row is made; the
   // rows from `unanswered` on are answered whole as they are now (an id not
   // held at kNotAdmitted), and the sender's record takes them.
@@ -306,10 +307,9 @@ class TableShard {
   std::atomic<bool> tracking_{false};  // from the first ForgetChanges until Clear
   std::atomic<int64_t> reserved_rows_{0};
   std::atomic<int64_t> rows_{0};
-  // Evicting shards only: the room lock (RowReservation), the use clock
-  // (requests so far), the largest clock of any row evicted, which a new
-  // row starts from so that a key's clock never goes back, and the
-  // sampler's generator (used with the room lock held alone).
+  // Evicting shards only: the room lock (RowReservation), the use clock, the
+  // largest clock of any row evicted, which a new row starts from (a key's
+  // clock never goes back, Clear or not), and the sampler's generator.
   std::shared_mutex room_mu_;
   std::atomic<int64_t> tick_{0};
   std::atomic<int64_t> clock_floor_{0};
@@ -317,8 +317,9 @@ class TableShard {
   int64_t start_second_;
   std::atomic<int64_t> next_expiry_{0};
   std::unique_ptr<ExpiryMarks> marks_;  // with a ttl only
-  // Admitting shards with admit_after > 1 only.
-  std::unique_ptr<AdmissionSketch> sketch_;
+  std::mutex hot_mu_;                   // for hot_keys_: the last Read's keys, pinned
+  std::vector<int64_t> hot_keys_;
+  std::unique_ptr<AdmissionSketch> sketch_;  // admit_after > 1 only
   std::function<void()> between_push_passes_;
   std::atomic<uint64_t> pull_requests_{0}, keys_checked_{0}, rows_sent_{0}, rows_refreshed_{0},
       push_requests_{0}, rows_pushed_{0}, updates_applied_{0}, rows_created_{0}, bytes_received_{0},

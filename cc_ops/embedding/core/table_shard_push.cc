@@ -178,7 +178,7 @@ Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const in
     // The rows are answered as they are now, whole: other pushes may have
     // reached them since the round was merged.
     AnswerRepeat(keys, n, sender, unanswered, states, clocks);
-    Requeue(sender, turn.lost_refreshes());
+    TakeBackLost(sender, turn);
   } else {
     HET_RETURN_IF_ERROR(MergeDeltas(keys, deltas, counts, base_clocks, n, learning_rate, states,
                                     clocks, sender, unanswered, /*reserved=*/false,

@@ -43,6 +43,9 @@ Status TableShard::Exchange(const uint8_t* request, size_t size, std::vector<uin
   }
   SenderLog::Turn turn;
   HET_RETURN_IF_ERROR(AdmitRound(r.sender, &turn));
+  // Before the room is planned (the copies never taken may go) and the
+  // misses are recorded (a lost miss asked for again is kept).
+  if (turn.repeat()) TakeBackLost(r.sender, turn);
   // The new rows of the misses and the pushes are reserved together before
   // anything changes: once the pushes are merged, nothing can fail.
   // The pushes' keys matter only to a shard that limits or drops rows (the
@@ -76,9 +79,8 @@ Status TableShard::Exchange(const uint8_t* request, size_t size, std::vector<uin
   // is sent only the clocks of rows made for it.
   const bool rebuild = r.initial_state != 0 && r.initial_state == initial_state_;
   SyncedRows rows;
-  if (turn.repeat()) Requeue(r.sender, turn.lost_refreshes());
   Serve(r.sender, r.misses, r.evicted, r.read_staleness, rebuild, reservation.get(), &rows);
-  turn.Done(rows.refresh_keys);
+  turn.Done(rows.refresh_keys, std::move(r.misses));
   a.push_states = {push_states.data(), answered - lean_rows};
   if (lean_rows > 0) a.push_lean = wire::PackFlags(lean.data(), lean.size());
   a.miss_states = {rows.miss_states.data(),
@@ -142,11 +144,18 @@ void TableShard::AnswerRepeat(const int64_t* keys, int64_t n, const Sender& send
   });
 }
 
-void TableShard::Requeue(const Sender& sender, const std::vector<int64_t>& keys) {
-  for (int64_t key : keys) {
-    Stripe& stripe = stripes_[StripeOf(key)];
-    std::lock_guard<std::mutex> lock(stripe.mu);
-    if (stripe.records.workers() > 0) stripe.records.Requeue(sender, key);
+void TableShard::TakeBackLost(const Sender& sender, const SenderLog::Turn& turn) {
+  for (const bool refreshed : {true, false}) {
+    for (int64_t key : refreshed ? turn.lost_refreshes() : turn.lost_misses()) {
+      Stripe& stripe = stripes_[StripeOf(key)];
+      std::lock_guard<std::mutex> lock(stripe.mu);
+      if (stripe.records.workers() == 0) continue;
+      if (refreshed) {
+        stripe.records.Requeue(sender, key);
+      } else {
+        stripe.records.Forget(sender, key);
+      }
+    }
   }
 }
 

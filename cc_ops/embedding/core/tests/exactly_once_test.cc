@@ -356,6 +356,32 @@ HET_TEST(ARoundAShardRefusesInPartEndsAndTheWorkerTrainsOn) {
   }
 }
 
+HET_TEST(ALostAnswerLeavesNoRecordOfCopiesTheCacheNeverTook) {
+  // An evicting shard of 8 rows keeps every row a cache holds. An exchange
+  // of 8 misses is served, recorded and its answer lost; the cache never
+  // took those rows, so the round sent again (asking for 4 others) must
+  // leave them free to go. Before, their records stayed for good: the
+  // shard refused ("only 0 rows may go") and the record outgrew the cache.
+  het::TableConfig table = SgdTable(2);
+  table.max_rows = 8;
+  table.on_full = het::OnFull::kEvict;
+  LocalCluster cluster(table, 1);
+  auto cache = RefreshCache(2, 8, 0, 0, 1);
+  EXPECT_TRUE(ExchangeLosingAnswers(cluster, *cache, {0, 1, 2, 3, 4, 5, 6, 7}).code() ==
+              het::StatusCode::kAborted);
+  EXPECT_EQ(cluster.shard(0).Records().copies, 8u);
+  het::ExchangePlan plan;
+  std::vector<float> rows;
+  EXPECT_OK(cluster.Exchange(*cache, {8, 9, 10, 11}, &plan, &rows));
+  EXPECT_EQ(cluster.shard(0).Records().copies, 4u);
+  EXPECT_EQ(cache->size(), 4);
+  // A lost miss the repeat asks for again stays recorded once.
+  EXPECT_TRUE(ExchangeLosingAnswers(cluster, *cache, {0, 1}).code() == het::StatusCode::kAborted);
+  EXPECT_OK(cluster.Exchange(*cache, {1, 8}, &plan, &rows));
+  EXPECT_EQ(cluster.shard(0).Records().copies, 5u);
+  EXPECT_EQ(cache->size(), 5);
+}
+
 HET_TEST(APushThatWouldOverflowIsRefusedByTheShard) {
   // The no-cache path: the same gradient, pushed to the shard directly.
   het::TableConfig table = SgdTable(2);

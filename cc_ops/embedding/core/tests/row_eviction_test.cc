@@ -159,6 +159,41 @@ HET_TEST(PinnedRowsAndTheRequestsOwnAreNeverEvicted) {
   EXPECT_TRUE(Held(*t) == (std::set<int64_t>{1, 2, 100, 101}));
 }
 
+HET_TEST(AHotSetReplacedReleasesThePinsOfTheRowsThatLeftIt) {
+  // Each hot block load reads its set; the rows of the last set that are
+  // not in the new one may go again. Before, every load's pins stayed until
+  // the table was cleared and counted against max_rows for good.
+  auto t = Make(Evicting(4, het::EvictionPolicy::kLRU));
+  het::TableChunk read;
+  const std::vector<int64_t> first = {1, 2, 3}, second = {3, 4};
+  EXPECT_OK(t->Read(first.data(), 3, &read));
+  EXPECT_OK(t->Read(second.data(), 2, &read));  // 1 and 2 left the set
+  std::vector<float> rows(8);
+  const std::vector<int64_t> two = {10, 11};
+  EXPECT_OK(t->Gather(two.data(), 2, rows.data()));  // 1 and 2 go
+  EXPECT_TRUE(Held(*t) == (std::set<int64_t>{3, 4, 10, 11}));
+  // A set emptied releases every pin.
+  EXPECT_OK(t->Read(nullptr, 0, &read));
+  const std::vector<int64_t> four = {20, 21, 22, 23};
+  EXPECT_OK(t->Gather(four.data(), 4, rows.data()));
+  EXPECT_TRUE(Held(*t) == (std::set<int64_t>{20, 21, 22, 23}));
+}
+
+HET_TEST(AKeysClockNeverGoesBackAcrossAClear) {
+  // A row evicted at clock 3, the table cleared (a restore): the key made
+  // again starts at 3 or later, not at 0.
+  auto t = Make(Evicting(1, het::EvictionPolicy::kLRU));
+  const std::vector<int64_t> key = {5}, other = {6}, count = {3};
+  const std::vector<float> grad = {1.0f, -1.0f};
+  EXPECT_OK(t->Push(key.data(), grad.data(), count.data(), 1, 0.5f, nullptr, nullptr));
+  std::vector<float> row(2);
+  EXPECT_OK(t->Gather(other.data(), 1, row.data()));  // 5 goes, at clock 3
+  t->Clear();
+  het::TableChunk read;
+  EXPECT_OK(t->Read(key.data(), 1, &read));
+  EXPECT_TRUE(read.clocks[0] >= 3);
+}
+
 HET_TEST(RowsAWorkersCacheHoldsStayUntilItLetsThemGo) {
   const int dim = 2;
   het::TableConfig table = Evicting(6, het::EvictionPolicy::kLRU);
