@@ -204,6 +204,10 @@ soak: build
 	$(PY) tools/exactly_once_soak.py --evict --out $(CURDIR)/build/soak/exactly-once-evict
 	$(PY) tools/exactly_once_soak.py --sync check --staleness 0 \
 		--out $(CURDIR)/build/soak/exactly-once-check
+	$(PY) tools/exactly_once_soak.py --optimizer adagrad --staleness 3 \
+		--out $(CURDIR)/build/soak/exactly-once-adagrad
+	$(PY) tools/exactly_once_soak.py --optimizer adam --sync check --staleness 1 \
+		--out $(CURDIR)/build/soak/exactly-once-adam
 
 # The whole conformance matrix (tests/conformance.py): every route, cache
 # size, number of calls and optimizer, in one process and under

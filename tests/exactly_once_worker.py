@@ -8,6 +8,14 @@ flushes and writes what it trained.
 Worker 0 then waits for every other worker's record, and checks every row
 the shards hold against the sum of them: the data, not a counter.
 
+With --optimizer adagrad or adam each worker trains keys of its own (the
+ids of its index modulo the workers), and the oracle is its steps replayed
+without a fault in a NumPy table of that optimizer (tests/fault_runs.py
+ReplayOracle): every row, slots included, is checked after the flush, and
+the worker's evaluation reads of its keys are checked against it along the
+way (one draw in ten). Shared keys stay with SGD, whose sum is exact in any
+order.
+
 With --evict the table evicts at a limit (on_full="evict"): the 24 trained
 ids are pinned (read whole, as a hot block reads them) and every step also
 reads an id never seen before, so the shards evict those all the while the
@@ -30,7 +38,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tensorflow as tf  # noqa: E402
 
 import het_tf  # noqa: E402
-from tests.fault_runs import DIM, LR, SEED, FaultyWorker, Oracle  # noqa: E402
+import numpy as np  # noqa: E402
+
+from tests.fault_runs import DIM, LR, SEED, FaultyWorker, Oracle, ReplayOracle  # noqa: E402
 
 # How often each happens between two steps.
 FAULTS = (("train", 60), ("drop_answer", 15), ("refuse", 10), ("replay", 15))
@@ -47,6 +57,7 @@ def parse_args():
     p.add_argument("--staleness", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--evict", action="store_true", help="a table that evicts at its limit")
+    p.add_argument("--optimizer", choices=["sgd", "adagrad", "adam"], default="sgd")
     return p.parse_args()
 
 
@@ -69,13 +80,19 @@ def main():
     # leave too little room to evict for the refused step's 28 new rows.
     lifetime = dict(max_rows=60, on_full="evict") if args.evict else dict(max_rows=64)
     config = het_tf.TableConfig("exactly_once_soak", DIM, seed=SEED,
-                                optimizer=het_tf.OptimizerConfig("sgd"), **lifetime)
+                                optimizer=het_tf.OptimizerConfig(args.optimizer), **lifetime)
     table = het_tf.ShardedTable(config, [f"/job:ps/task:{s}" for s in range(len(ps))])
     cache = het_tf.WorkerCache(table, het_tf.CacheConfig(8, "lru", args.staleness,
                                                           args.staleness, sync=args.sync),
                                shared_name=f"exactly_once_soak_worker{args.index}")
-    oracle = Oracle()
+    shared = args.optimizer == "sgd"
+    # Both workers draw from the same 24 ids under SGD, so they share rows;
+    # otherwise each its own.
+    ids = list(range(24)) if shared else list(range(args.index, 24, args.workers))
+    oracle = Oracle() if shared else ReplayOracle(args.optimizer)
     worker = FaultyWorker(table, cache, oracle)
+    worker.replay_ids = ids[:2]
+    reads = {"checked": 0, "wrong": 0, "first_wrong": None}
     rng = random.Random(args.seed * 1000 + args.index)
     names, weights = zip(*FAULTS)
     if args.evict:
@@ -86,14 +103,33 @@ def main():
             table.gather(tf.constant([10**9 * (args.index + 1) + steps], tf.int64))
         action = rng.choices(names, weights)[0]
         if action in ("train", "drop_answer"):
-            # Both workers draw from the same 24 ids, so they share rows.
-            getattr(worker, action)(rng.sample(range(24), rng.randint(1, 8)), rng.randint(-4, 4))
+            getattr(worker, action)(rng.sample(ids, rng.randint(1, min(8, len(ids)))),
+                                    rng.randint(-4, 4))
         else:
             getattr(worker, action)()
         steps += 1
+        if not shared and rng.random() < 0.1:
+            read = rng.sample(ids, rng.randint(1, 4))
+            try:
+                rows = cache.lookup(tf.constant(read, tf.int64), training=False)[0].numpy()
+            except tf.errors.AbortedError:  # a replay's new incarnation met no epoch yet
+                continue
+            reads["checked"] += 1
+            if not np.allclose(rows, oracle.rows(read), rtol=1e-5, atol=1e-6):
+                reads["wrong"] += 1
+                reads["first_wrong"] = reads["first_wrong"] or f"step {steps}, ids {read}"
     cache.flush(LR)
-    record = dict(oracle.to_json(), steps=steps, faults=worker.faults,
+    record = dict(steps=steps, faults=worker.faults, reads=reads,
                   stats={k: int(v) for k, v in cache.stats().items()})
+    if shared:
+        record.update(oracle.to_json())
+    else:
+        try:
+            oracle.check(table, ids)
+            record["own_rows_equal_the_replay"] = True
+        except AssertionError as e:
+            record["own_rows_equal_the_replay"] = False
+            record["mismatch"] = str(e)[:2000]
     path = os.path.join(args.out, f"worker{args.index}.json")
     with open(path + ".tmp", "w") as f:
         json.dump(record, f)
@@ -105,16 +141,24 @@ def main():
     others = [os.path.join(args.out, f"worker{i}.json") for i in range(1, args.workers)]
     while not all(os.path.exists(p) for p in others):
         time.sleep(0.2)
-    for p in others:
-        oracle.add(Oracle.from_json(json.load(open(p))))
+    records = [record] + [json.load(open(p)) for p in others]
     result = {"rows_checked": sum(table.shard_rows(s) for s in range(table.num_shards)),
-              "table_stats": {k: int(v) for k, v in table.stats().items()}}
-    try:
-        oracle.check(table)
-        result["every_row_equals_the_data"] = True
-    except AssertionError as e:
-        result["every_row_equals_the_data"] = False
-        result["mismatch"] = str(e)[:2000]
+              "table_stats": {k: int(v) for k, v in table.stats().items()},
+              "reads_checked": sum(r["reads"]["checked"] for r in records),
+              "reads_wrong": sum(r["reads"]["wrong"] for r in records)}
+    if shared:
+        for r in records[1:]:
+            oracle.add(Oracle.from_json(r))
+        try:
+            oracle.check(table)
+            result["every_row_equals_the_data"] = True
+        except AssertionError as e:
+            result["every_row_equals_the_data"] = False
+            result["mismatch"] = str(e)[:2000]
+    else:
+        result["every_row_equals_the_data"] = (
+            all(r["own_rows_equal_the_replay"] for r in records) and result["reads_wrong"] == 0)
+        result["mismatch"] = [r.get("mismatch") or r["reads"]["first_wrong"] for r in records]
     with open(os.path.join(args.out, "check.json"), "w") as f:
         json.dump(result, f, indent=2)
     print(f"worker 0: every row equals the data: {result['every_row_equals_the_data']}",

@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from het_tf import _op_library
-from tests.reference import initial_row, shard_of
+from tests.reference import FIELDS, RefTable, initial_row, shard_of
 
 LR = 0.5
 DIM = 2
@@ -61,6 +61,39 @@ class Oracle:
                 assert c == self.counts.get(k, 0), f"row {k}: clock {c}"
 
 
+class ReplayOracle:
+    """The steps one worker trained on keys no other worker trains,
+    replayed without a fault in a NumPy table of the same optimizer
+    (tests.reference): each key one optimizer step a step, in order. Its
+    rows are what the shards must hold after a flush, slots included, and
+    what the worker's reads must give at any time (each reads its own
+    writes, and no one else writes them)."""
+
+    def __init__(self, optimizer):
+        self.ref = RefTable(DIM, optimizer, SEED)
+
+    def trained(self, keys, grads):
+        for k, g in zip(np.asarray(keys).tolist(), np.asarray(grads, np.float32)):
+            self.ref.push(k, g, 1, LR)
+
+    def rows(self, keys):
+        return np.stack([self.ref.row(k)["w"] for k in keys])
+
+    def check(self, table, keys):
+        """The shards' rows of `keys`, values and slots, are the replay's."""
+        values, slots, clocks, _steps = (t.numpy() for t in table.read_rows(
+            tf.constant(keys, tf.int64)))
+        fields = FIELDS[self.ref.optimizer][1:]
+        for i, k in enumerate(keys):
+            row = self.ref.row(k)
+            np.testing.assert_allclose(values[i], row["w"], rtol=1e-5, atol=1e-6,
+                                       err_msg=f"row {k}")
+            for j, field in enumerate(fields):
+                np.testing.assert_allclose(slots[i][j], row[field], rtol=1e-5, atol=1e-6,
+                                           err_msg=f"row {k} {field}")
+            assert clocks[i] == row["clock"], f"row {k}: clock {clocks[i]}, {row['clock']}"
+
+
 def keys_on(shard, count, shards=2):
     return [k for k in range(10_000) if shard_of(k, shards) == shard][:count]
 
@@ -96,6 +129,7 @@ class FaultyWorker:
         self.answered = False  # the cache has had an exchange answered
         self.pushed_before = 0  # rows its pushes had acknowledged before its last clear
         self.faults = {"dropped": 0, "refused": 0, "replayed": 0, "replays_refused": 0}
+        self.replay_ids = [0, 1]  # what a new incarnation trains
 
     def train(self, ids, scale):
         train(self.cache, self.oracle, ids, gradients(len(ids), scale))
@@ -152,7 +186,7 @@ class FaultyWorker:
         late = self.unanswered
         self.cache.flush(LR)
         self.clear()
-        self.train([0, 1], 1)
+        self.train(self.replay_ids, 1)
         try:
             if isinstance(late, tuple):
                 answer = push_unanswered(self.table, late)

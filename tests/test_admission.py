@@ -10,6 +10,7 @@ import tf_keras
 
 import het_tf
 from het_tf.keras_layers import HetEmbedding
+from het_tf.runtime.checkpoint import TableCheckpoint
 
 IDS, BATCH, LR, DIM, POOL = 4, 32, 0.25, 2, 60
 
@@ -115,3 +116,42 @@ def test_bad_admission_settings_name_the_layer(kwargs, message):
     kwargs = dict(dict(input_dim=None, cache_capacity=10), **kwargs)
     with pytest.raises(ValueError, match=f"HetEmbedding 'bad'.*{message}"):
         HetEmbedding(output_dim=4, name="bad", **kwargs)
+
+
+@pytest.mark.parametrize("shards_after", [2, 3])
+def test_a_checkpoint_keeps_the_sightings_of_ids_not_admitted_yet(tmp_path, unique_name,
+                                                                   shards_after):
+    """admit_after=3 on 2 shards: ids read twice, saved, restored into a
+    fresh table (on 2 or 3 shards): each is admitted at its third read
+    overall. Before, sightings were not kept and each took three more. A
+    checkpoint with no sightings (one written before they were kept, as a
+    table that admits every id writes it still) restores with none."""
+    ids = tf.constant([3, 4, 7, 10], tf.int64)
+
+    def table(name, shards, admit_after=3):
+        config = het_tf.TableConfig(name, DIM, admit_after=admit_after)
+        t = het_tf.ShardedTable(config, [None] * shards)
+        return t, TableCheckpoint(t, flush=lambda: [], clear_caches=lambda: [])
+
+    def held(t):
+        return sorted(int(k) for s in range(t.num_shards)
+                      for k in t.export_shard(s, 0, 1 << 30)[0].numpy())
+
+    saved, saver = table(unique_name("saved"), 2)
+    for _ in range(2):
+        saved.gather(ids, training=True)
+    assert held(saved) == []
+    path = tf.train.Checkpoint(table=saver).write(str(tmp_path / "ckpt"))
+    restored, restorer = table(unique_name("restored"), shards_after)
+    tf.train.Checkpoint(table=restorer).read(path).assert_existing_objects_matched()
+    restored.gather(ids, training=True)
+    assert held(restored) == [3, 4, 7, 10]
+
+    plain, plain_saver = table(unique_name("plain"), 2, admit_after=None)
+    plain.gather(ids, training=True)
+    path = tf.train.Checkpoint(table=plain_saver).write(str(tmp_path / "plain"))
+    fresh, fresh_restorer = table(unique_name("fresh"), 2)
+    tf.train.Checkpoint(table=fresh_restorer).read(path).assert_existing_objects_matched()
+    assert held(fresh) == [3, 4, 7, 10]  # the checkpoint's rows
+    fresh.gather(tf.constant([11], tf.int64), training=True)
+    assert 11 not in held(fresh)

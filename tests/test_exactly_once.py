@@ -228,6 +228,50 @@ def test_a_flush_a_shard_refuses_in_part_ends_and_the_worker_trains_on(unique_na
     assert caches[1].stats()["updates_refused"] == 1
 
 
+@pytest.mark.parametrize("sync, training", [("check", True), ("check", False), ("refresh", False)])
+def test_a_cache_a_restore_skipped_reads_the_restored_rows(unique_name, sync, training):
+    """A restore empties every worker's cache, but skips one it cannot
+    reach. That cache's copies are of the old table: its next pull (a
+    training read by check, or any evaluation read) fails with Aborted, as
+    an exchange does, and the read after gives the restored rows. Before,
+    pulls carried no epoch, and the cache read its old copies (here, three
+    updates ahead of the restored rows) until its next push."""
+    config = het_tf.TableConfig(unique_name("emb"), DIM, seed=SEED,
+                                optimizer=het_tf.OptimizerConfig("sgd"))
+    table = het_tf.ShardedTable(config, [None, None])
+    cache = het_tf.WorkerCache(table, het_tf.CacheConfig(16, "lru", 100, 0, sync=sync))
+    ids = tf.constant([1, 2], tf.int64)
+    saved = table.read_rows(ids)
+    for _ in range(3):
+        _rows, unique, _ = cache.lookup(ids, training=True)
+        cache.apply_gradients(unique, tf.ones([2, DIM]), 0.5)
+    cache.flush(0.5)
+    table.clear()  # the restore, which this cache's worker missed
+    table.import_rows(ids, *saved)
+    with pytest.raises(tf.errors.AbortedError, match="restarted or restored"):
+        cache.lookup(ids, training=training)
+    rows, _, _ = cache.lookup(ids, training=training)
+    np.testing.assert_allclose(rows.numpy(), saved[0].numpy())
+
+
+@pytest.mark.xfail(strict=True, reason="a plain push (the cache off, Herald's kept gradients, "
+                   "gradients of keys not cached) carries no round: each shard merges its part "
+                   "of every attempt (docs/reliability.md, 'What a fault does')")
+def test_a_plain_push_one_shard_refuses_merges_no_part_of_it(unique_name):
+    """A gradient pushed without a cache to two shards, shard 1 full
+    (max_rows, refusing): the push fails, and the step is tried again. The
+    data says nothing was trained, so no row may move; shard 0 merges its
+    part on each attempt."""
+    table = sgd_table(unique_name, max_rows=4)
+    full = keys_on(1, 2)
+    push_without_cache(table, tf.constant(full, tf.int64), tf.zeros([2, DIM]), LR)
+    keys = tf.constant(keys_on(0, 1) + [keys_on(1, 3)[2]], tf.int64)
+    for _ in range(2):
+        with pytest.raises(tf.errors.ResourceExhaustedError):
+            push_without_cache(table, keys, tf.ones([2, DIM]), LR)
+    assert table.read_rows(keys[:1])[2].numpy().tolist() == [0]
+
+
 # Any run, with the faults: a step's answer dropped (once or many times in a
 # row), a step one shard refuses, an old incarnation's round replayed, and a
 # shard restarted from a snapshot. After a flush every row is what the data

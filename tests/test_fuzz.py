@@ -307,8 +307,8 @@ def build_call(draw, op, ctx):
     if op == "HetCacheComplete":
         training = draw(st.booleans())
         unique, _inverse, clocks, _bound = OPS.het_cache_prepare(ch, unique_keys(draw))
-        positions, values, row_clocks = table.pull(unique, clocks, 2, with_slots=training)
-        return [ch, unique, positions, values, row_clocks], dict(dim=DIM, training=training)
+        positions, values, row_clocks, epochs = table.pull(unique, clocks, 2, with_slots=training)
+        return [ch, unique, positions, values, row_clocks, epochs], dict(dim=DIM, training=training)
     if op == "HetCacheAccumulate":
         keys = unique_keys(draw, max_size=4)
         cache.lookup(tf.constant(keys), training=True)

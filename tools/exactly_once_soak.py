@@ -16,6 +16,9 @@ learning rate times the sum, the clock at their number). Shards restored
 while updates are pending are soaked in one process, by the property test
 of tests/test_exactly_once.py: a PS task restarted under a live eager
 client ends that client, as it ends a training job (docs/reliability.md).
+With --optimizer adagrad or adam each worker trains keys of its own and is
+held to its steps replayed without a fault in NumPy, slots included, and
+its reads along the way too (tests/exactly_once_worker.py).
 
 Writes soak.json and soak.log to --out and exits 1 if a check fails; bounded
 by --timeout, it leaves no process behind.
@@ -50,6 +53,9 @@ def parse_args():
     p.add_argument("--evict", action="store_true",
                    help="the table evicts at its limit while the workers train (the trained "
                    "rows pinned), so that eviction runs beside every fault")
+    p.add_argument("--optimizer", choices=["sgd", "adagrad", "adam"], default="sgd",
+                   help="adagrad or adam: each worker trains keys of its own, checked with its "
+                   "reads along the way against its steps replayed without a fault")
     return p.parse_args()
 
 
@@ -80,6 +86,7 @@ def main():
                     "--seconds", str(args.seconds), "--sync", args.sync,
                     "--staleness", str(args.staleness), "--seed", str(args.seed)]
             argv += ["--evict"] if args.evict else []
+            argv += ["--optimizer", args.optimizer]
             workers.append(cluster._spawn(f"soak:{index}", argv, dict(os.environ)))
             # One client connects at a time (docs/hybrid.md: TensorFlow 2.16).
             wait_for(log, f"worker {index}: connected", workers[-1], deadline)
@@ -103,12 +110,14 @@ def main():
         "repeats were answered without a merge": checked.get("table_stats", {}).get(
             "repeats", 0) > 0,
     }
+    if args.optimizer != "sgd":
+        checks["reads were checked along the way"] = checked.get("reads_checked", 0) > 0
     if args.evict:
         checks["the shards evicted rows"] = checked.get("table_stats", {}).get(
             "rows_evicted", 0) > 0
     report = {"command": " ".join([sys.executable] + sys.argv), "exit_codes": codes,
               "seconds": round(time.monotonic() - started, 1), "sync": args.sync,
-              "staleness": args.staleness, "evict": args.evict,
+              "staleness": args.staleness, "evict": args.evict, "optimizer": args.optimizer,
               "steps": [r["steps"] for r in records],
               "faults": faults, **checked}
     return write_report(args.out, report, checks,

@@ -186,11 +186,12 @@ class WorkerCache:
         if not training and not evaluating_as_cached():
             read_staleness = tf.zeros_like(read_staleness)
         # Training takes whole states: local steps need the optimizer's slots.
-        positions, values, row_clocks = self.table.pull(unique, clocks, read_staleness,
-                                                        with_slots=training, keys_checked=True)
+        positions, values, row_clocks, epochs = self.table.pull(
+            unique, clocks, read_staleness, with_slots=training, keys_checked=True)
         with self._placed(self.device):
             rows = self._ops.het_cache_complete(self.handle(), unique, positions, values,
-                                                row_clocks, dim=self.dim, training=training)
+                                                row_clocks, epochs, dim=self.dim,
+                                                training=training)
         return rows, unique, inverse
 
     def _lookup_by_refresh(self, ids, carry_updates):

@@ -42,6 +42,7 @@ from tensorflow.python.ops import io_ops
 from tensorflow.python.saved_model import registration
 
 from het_tf.runtime import checkpoint_chains as chains
+from het_tf.runtime import checkpoint_sketch
 from het_tf.runtime.disk import out_of_space
 from het_tf.runtime.progress import Progress
 from het_tf.runtime.table import ROW_FIELDS
@@ -130,7 +131,8 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
                  tf.constant([os.path.basename(p) for p, _ in links], tf.string,
                              shape=[len(links)]),
                  tf.constant([i for _, i in links], tf.int64, shape=[len(links)])])]
-        return prefixes + [prefix], after
+        sketch, after = checkpoint_sketch.write(self._table, file_prefix, name, after)
+        return prefixes + [prefix] + sketch, after
 
     def _plan(self, final_prefix, name):
         """The changes an incremental checkpoint writes, per shard, or None
@@ -259,6 +261,7 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
             after = self._apply(link, name, after, incremental=i > 0)
             progress.advance(1)
         progress.finish()
+        after = checkpoint_sketch.read(self._table, chain[-1][0], name, after)
         if self._restored is not None:
             with tf.control_dependencies(after):
                 self._restored()

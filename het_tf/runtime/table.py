@@ -109,7 +109,8 @@ class ShardedTable:
              training=None):
         """The clock-checked read: (positions, rows, clocks) of the keys
         whose cached copy is missing or staler than the read bound, shard
-        after shard (the positions are distinct, not sorted). With slots,
+        after shard (the positions are distinct, not sorted), and each
+        shard's epoch as its pull began. With slots,
         each row comes as its whole state (values, then the optimizer's
         slots), as a training cache needs it.
 
@@ -124,10 +125,12 @@ class ShardedTable:
             lambda s, h, k, c: self._ops.het_table_pull(h, k, c, staleness, dim=self.dim,
                                                         num_slots=num_slots, training=training),
             keys, clocks, keys_checked=keys_checked)
+        epochs = tf.stack([a[3] for a in answers])
         if origin is None:
-            return tuple(answers[0])
+            return (*answers[0][:3], epochs)
         return (tf.concat([tf.gather(origin[s], a[0]) for s, a in enumerate(answers)], 0),
-                tf.concat([a[1] for a in answers], 0), tf.concat([a[2] for a in answers], 0))
+                tf.concat([a[1] for a in answers], 0), tf.concat([a[2] for a in answers], 0),
+                epochs)
 
     def exchange(self, requests):
         """A worker cache's exchange (sync="refresh"): requests[s], the

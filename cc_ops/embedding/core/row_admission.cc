@@ -56,6 +56,30 @@ void AdmissionSketch::Clear() {
   sightings_.store(0);
 }
 
+void AdmissionSketch::Export(std::vector<uint8_t>* out) const {
+  out->resize(MemoryBytes());
+  for (size_t i = 0; i < out->size(); ++i) {
+    (*out)[i] = __atomic_load_n(&counters_[i], __ATOMIC_RELAXED);
+  }
+}
+
+Status AdmissionSketch::Merge(const std::string& table, const uint8_t* counts, size_t n) {
+  if (n != MemoryBytes()) {
+    return Status::InvalidArgument(TableLabel(table) + ": an admission sketch of " +
+                                   std::to_string(n) + " counters, but this build's has " +
+                                   std::to_string(MemoryBytes()) + "; nothing was changed");
+  }
+  for (size_t i = 0; i < n; ++i) {
+    uint8_t* c = &counters_[i];
+    uint8_t have = __atomic_load_n(c, __ATOMIC_RELAXED);
+    // Zero counts are skipped: their pages stay unwritten.
+    while (have < counts[i] && !__atomic_compare_exchange_n(c, &have, counts[i], true,
+                                                            __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+  }
+  return Status::Ok();
+}
+
 void AdmissionSketch::Halve() {
   for (size_t i = 0; i < kSketchDepth * kSketchWidth; ++i) {
     // Zero counters are left alone: their pages stay unwritten.

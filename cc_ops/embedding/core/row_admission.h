@@ -18,7 +18,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
+#include <vector>
 
+#include "cc_ops/common/status.h"
 #include "cc_ops/embedding/core/zeroed_array.h"
 
 namespace het {
@@ -44,6 +47,12 @@ class AdmissionSketch {
   void Clear();
   // The sightings counted for key so far (an upper bound).
   int Count(int64_t key) const;
+  // Every counter (MemoryBytes() of them), for a checkpoint; and counters
+  // taken back from one, each cell the larger of the two, so that a count
+  // stays an upper bound whichever shard's sketch it came from. Merge
+  // refuses counters of another size, naming the table, changing nothing.
+  void Export(std::vector<uint8_t>* out) const;
+  Status Merge(const std::string& table, const uint8_t* counts, size_t n);
   static size_t MemoryBytes() { return kSketchDepth * kSketchWidth; }
 
  private:

@@ -40,6 +40,9 @@ struct PulledRows {
   std::vector<int32_t> positions;  // into the request's key list, ascending
   std::vector<float> values;       // positions.size() * (dim, or StateWidth with slots)
   std::vector<int64_t> clocks;
+  // The shard's epoch as the pull began: a cache whose copies are of an
+  // earlier one learns that the rows were replaced (a restore it missed).
+  int64_t epoch = 0;
 };
 
 // A sync's answer: the misses' clocks in request order, with the states of

@@ -204,6 +204,9 @@ Status TableShard::Read(const int64_t* keys, int64_t n, TableChunk* out) {
 Status TableShard::Pull(const int64_t* keys, const int64_t* clocks, int64_t n,
                         int64_t read_staleness, bool with_slots, PulledRows* out, bool training) {
   HET_RETURN_IF_ERROR(CheckKeys(config_.name, config_.vocabulary_size, keys, n));
+  // Taken first: rows a Clear replaces during the pull go with the old
+  // epoch, which the cache then finds changed at its next answer.
+  out->epoch = epoch();
   std::unique_ptr<RowReservation> room;
   HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, ReadAdmit(training), n, &room));
   // Values and slots are contiguous in a row, so a state is one copy.
@@ -245,7 +248,8 @@ Status TableShard::Pull(const int64_t* keys, const int64_t* clocks, int64_t n,
   keys_checked_.fetch_add(n, std::memory_order_relaxed);
   rows_sent_.fetch_add(m, std::memory_order_relaxed);
   bytes_received_.fetch_add(wire::PullRequest(n), std::memory_order_relaxed);
-  bytes_sent_.fetch_add(wire::PullAnswer(m, width), std::memory_order_relaxed);
+  bytes_sent_.fetch_add(wire::PullAnswer(m, width) + wire::EpochAnswer(),
+                        std::memory_order_relaxed);
   return Status::Ok();
 }
 

@@ -77,8 +77,7 @@ class TableShard {
   // A request that saw another epoch is answered with this one alone,
   // changing nothing: the cache then knows its copies are of an old table.
   Status Exchange(const uint8_t* request, size_t size, std::vector<uint8_t>* answer);
-  // Drawn when the shard is made and when it is cleared: a cache that sees
-  // it change knows the shard's record of its copies is gone.
+  // Drawn at making and clearing: a cache seeing it change knows its copies' record went.
   int64_t epoch() const { return epoch_.load(); }
   RecordSizes Records() const;
 
@@ -112,9 +111,10 @@ class TableShard {
 
   int64_t Size() const;
   size_t BytesPerRow() const { return row_bytes_; }
-  // Arena, index and bookkeeping memory, for the memory report.
-  size_t MemoryBytes() const;
+  size_t MemoryBytes() const;  // arena, index and bookkeeping, for the memory report
   TableCounters Counters() const;
+  // Null unless admit_after > 1: what checkpoints keep of it (row_admission.h).
+  AdmissionSketch* admission_sketch() { return sketch_.get(); }
 
   // The whole state of each key's row (created on first touch), in key
   // order: a replicated hot block takes its rows this way (docs/fae.md). A

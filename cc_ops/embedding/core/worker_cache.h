@@ -65,8 +65,7 @@ class WorkerCache : private WorkerCacheData {
   // What the current round's messages carry to shard s: the sender with the
   // round's number (0 when no round is in flight) and the epoch it last saw.
   Sender RoundSender(int64_t shard) const;
-  // True once, the first time it is asked after a row passed through: the
-  // kernels warn then.
+  // True once, the first time it is asked after a row passed through (the kernels warn).
   bool FirstPassThrough();
 
   // Deduplicates ids and gives the clocks to send with them.
@@ -119,9 +118,11 @@ class WorkerCache : private WorkerCacheData {
   // that goes out with the next pushes. A missing row that finds the cache
   // full of the batch's own rows passes through: it is read, and its update
   // is pushed with the step's (see Accumulate). Out of training nothing
-  // changes, so evaluation never causes a push.
+  // changes, so evaluation never causes a push. `epochs` (num_shards, when
+  // given) are the shards' at the pull: one changed fails it as EndExchange.
   Status Complete(const int64_t* unique_keys, int64_t u, const int32_t* positions, int64_t m,
-                  const float* states, const int64_t* clocks, bool training, float* rows_out);
+                  const float* states, const int64_t* clocks, bool training, float* rows_out,
+                  const int64_t* epochs = nullptr);
 
   // One local update per unique key cached, or passed through by the last
   // lookup: the entry takes the table optimizer's step with its
@@ -222,7 +223,6 @@ class WorkerCache : private WorkerCacheData {
   // After a fill moved the batch's rows: these keys and slots are the
   // prepared ones from here on.
   void RememberBatch(const int64_t* keys, int64_t n, const std::vector<int32_t>& slots);
-  // The shards' clocks are never negative.
   Status CheckReturnedClocks(const int64_t* clocks, int64_t n, bool misses = false) const;
   // The shards' epochs as an answer carried them (num_shards) against those
   // this cache saw first: any other marks the cache's copies as the old

@@ -249,7 +249,7 @@ void WorkerCache::InsertRow(int32_t slot, int64_t key, const float* state, int64
 
 Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_t* positions,
                              int64_t m, const float* states, const int64_t* clocks, bool training,
-                             float* rows_out) {
+                             float* rows_out, const int64_t* epochs) {
   const int dim = config_.dim;
   // Training answers carry whole states; evaluation only reads rows.
   const int answer_width = training ? width_ : dim;
@@ -268,6 +268,10 @@ Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_
   HET_RETURN_IF_ERROR(CheckReturnedClocks(clocks, m, /*misses=*/true));
 
   std::lock_guard<std::mutex> lock(mu_);
+  // A pull carries no round: the epochs are what tell a cache that a
+  // restore it missed (its worker unreachable then) replaced the rows its
+  // copies were taken from.
+  if (epochs != nullptr) HET_RETURN_IF_ERROR(CheckEpochs(epochs));
   std::vector<int32_t> slots;
   HET_RETURN_IF_ERROR(BatchSlots(unique_keys, u, &slots));
   for (int64_t i = 0; i < u; ++i) {
@@ -319,6 +323,10 @@ Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_
   }
   counters_.rows_pulled += m;
   counters_.bytes_received += wire::PullAnswer(m, answer_width);
+  if (epochs != nullptr) {
+    LearnEpochs(epochs);
+    counters_.bytes_received += wire::EpochAnswer(config_.num_shards);
+  }
   return Status::Ok();
 }
 

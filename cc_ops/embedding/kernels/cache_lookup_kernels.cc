@@ -185,13 +185,19 @@ class HetCacheCompleteOp : public CacheKernel {
     OP_REQUIRES_OK(ctx, CheckShape(name, training_ ? "returned states" : "returned rows",
                                    ctx->input(3), m, training_ ? cache.width() : dim_));
     OP_REQUIRES_OK(ctx, CheckShape(name, "returned clocks", ctx->input(4), m, 0));
+    const bool with_epochs = ctx->input(5).NumElements() > 0;
+    if (with_epochs) {
+      OP_REQUIRES_OK(
+          ctx, CheckShape(name, "shards' epochs", ctx->input(5), cache.config().num_shards, 0));
+    }
     Tensor* rows = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({u, dim_}), &rows));
     OP_REQUIRES_OK(ctx,
                    ToTf(cache.Complete(
                        keys.flat<int64_t>().data(), u, ctx->input(2).flat<int32_t>().data(), m,
                        ctx->input(3).flat<float>().data(), ctx->input(4).flat<int64_t>().data(),
-                       training_, rows->flat<float>().data())));
+                       training_, rows->flat<float>().data(),
+                       with_epochs ? ctx->input(5).flat<int64_t>().data() : nullptr)));
     WarnOnceOfPassThrough(cache);
   }
 

@@ -180,6 +180,32 @@ class HetTableImportOp : public TableKernel {
   }
 };
 
+// A checkpoint's admission sketch: out (HetTableSketch) and back in.
+class HetTableSketchOp : public TableKernel {
+ public:
+  using TableKernel::TableKernel;
+  void Run(OpKernelContext* ctx, TableShard& table) override {
+    std::vector<uint8_t> counts;
+    if (table.admission_sketch() != nullptr) table.admission_sketch()->Export(&counts);
+    OP_REQUIRES_OK(ctx, OutputVector(ctx, 0, counts));
+  }
+};
+
+class HetTableMergeSketchOp : public TableKernel {
+ public:
+  using TableKernel::TableKernel;
+  void Run(OpKernelContext* ctx, TableShard& table) override {
+    const Tensor& counts = ctx->input(1);
+    OP_REQUIRES_OK(ctx, CheckVector(table.config().name, "admission sketch", counts));
+    if (table.admission_sketch() == nullptr) return;
+    OP_REQUIRES_OK(ctx, ToTf(table.admission_sketch()->Merge(
+                            table.config().name, counts.flat<uint8_t>().data(),
+                            static_cast<size_t>(counts.NumElements()))));
+  }
+};
+
+HET_CPU_KERNEL("HetTableSketch", HetTableSketchOp);
+HET_CPU_KERNEL("HetTableMergeSketch", HetTableMergeSketchOp);
 HET_CPU_KERNEL("HetTableExport", HetTableExportOp);
 HET_CPU_KERNEL("HetTableRead", HetTableReadOp);
 HET_CPU_KERNEL("HetTableImport", HetTableImportOp);

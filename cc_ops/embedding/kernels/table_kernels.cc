@@ -105,6 +105,9 @@ class HetTablePullOp : public TableKernel {
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 0, pulled.positions));
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 1, pulled.values, dim_ * (1 + num_slots_)));
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 2, pulled.clocks));
+    Tensor* epoch = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({}), &epoch));
+    epoch->scalar<int64_t>()() = pulled.epoch;
   }
 
  private:

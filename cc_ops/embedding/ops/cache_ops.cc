@@ -186,6 +186,7 @@ REGISTER_OP("HetCacheComplete")
     .Input("positions: int32")
     .Input("values: float")
     .Input("row_clocks: int64")
+    .Input("epochs: int64")
     .Output("rows: float")
     .Attr("dim: int >= 1")
     .Attr("training: bool = true")
@@ -195,6 +196,9 @@ Second half of a cached lookup: takes the missing and stale rows the shards
 returned (whole states in training, bare rows otherwise) and gives the rows
 of all unique keys. In training it inserts and refreshes entries
 (re-applying their own pending deltas); otherwise it changes nothing.
+`epochs`: each shard's as its HetTablePull answered (or empty); one changed
+since the cache's copies were taken (a restore this cache missed) fails the
+lookup with Aborted, and the cache's next lookup starts empty.
 )doc");
 
 REGISTER_OP("HetCacheAccumulate")

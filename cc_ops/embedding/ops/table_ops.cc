@@ -84,6 +84,7 @@ REGISTER_OP("HetTablePull")
     .Output("positions: int32")
     .Output("values: float")
     .Output("row_clocks: int64")
+    .Output("epoch: int64")
     .Attr("dim: int >= 1")
     .Attr("num_slots: int >= 0 = 0")
     .Attr("training: bool = true")
@@ -97,6 +98,7 @@ REGISTER_OP("HetTablePull")
       c->set_output(0, c->Vector(c->UnknownDim()));
       c->set_output(1, c->Matrix(c->UnknownDim(), width));
       c->set_output(2, c->Vector(c->UnknownDim()));
+      c->set_output(3, c->Scalar());
       return tensorflow::OkStatus();
     })
     .Doc(R"doc(
@@ -105,7 +107,8 @@ copy of each key, or -1 for none. Returns, at ascending positions, only the
 rows that are missing or whose server clock exceeds the caller's by more than
 read_staleness (negative: unbounded), with their server clocks. With
 num_slots 0 each row is its dim values; with the table's number of slots it
-is the row's whole state, values then slots, for a training cache.
+is the row's whole state, values then slots, for a training cache. `epoch`
+is the shard's as the pull began (HetTableExchange's answers carry it too).
 )doc");
 
 REGISTER_OP("HetTableExchange")
@@ -252,6 +255,28 @@ REGISTER_OP("HetTableClear")
     .Input("table: resource")
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
     .Doc("Drops every row of the shard, as before restoring a checkpoint.");
+
+REGISTER_OP("HetTableSketch")
+    .Input("table: resource")
+    .Output("counts: uint8")
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Vector(c->UnknownDim()));
+      return tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+The counters of the shard's admission sketch (empty when it admits every
+id): the sightings of ids not admitted yet, which a checkpoint keeps.
+)doc");
+
+REGISTER_OP("HetTableMergeSketch")
+    .Input("table: resource")
+    .Input("counts: uint8")
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc(R"doc(
+Takes a checkpoint's admission sketch back, each counter the larger of the
+shard's and the checkpoint's. A shard that admits every id ignores it;
+counters of another size are refused, changing nothing.
+)doc");
 
 REGISTER_OP("HetTableForgetChanges")
     .Input("table: resource")

@@ -211,9 +211,11 @@ HET_TEST(ARowFetchedWhileARoundIsResentKeepsItsOwnUpdates) {
 }
 
 HET_TEST(ACheckingCacheLearnsTheEpochAndStartsOverAfterTheShardIsCleared) {
-  // A cache that checks its keys learns the shard's epoch from its pushes'
-  // answers: after a restore its next push merges nothing and fails with
-  // Aborted, and its next lookup starts from an empty cache that trains on.
+  // A cache that checks its keys learns the shard's epoch from its pulls'
+  // and pushes' answers: after a restore its next lookup fails with Aborted
+  // (its copies are of the old table, whose rows it would read on), its
+  // push, had it one, would merge nothing, and the lookup after starts from
+  // an empty cache that trains on.
   const int dim = 2;
   LocalCluster cluster(SgdTable(dim), 1);
   het::CacheConfig c = RefreshCache(dim, 8, 0, 0, 1)->config();
@@ -227,12 +229,11 @@ HET_TEST(ACheckingCacheLearnsTheEpochAndStartsOverAfterTheShardIsCleared) {
     EXPECT_OK(cluster.Update(*cache, plan.unique_keys, {1, 1, 1, 1}, kLr));
   }
   cluster.shard(0).Clear();
-  EXPECT_OK(cluster.Lookup(*cache, {1, 2}, true, &plan, &rows));
-  const het::Status refused = cluster.Update(*cache, plan.unique_keys, {1, 1, 1, 1}, kLr);
+  const het::Status refused = cluster.Lookup(*cache, {1, 2}, true, &plan, &rows);
   EXPECT_TRUE(refused.code() == het::StatusCode::kAborted);
   std::map<int64_t, int64_t> clocks;
   cluster.Contents(&clocks);
-  EXPECT_EQ(clocks[1], 0);  // the lookup made the row; the push merged nothing
+  EXPECT_EQ(clocks[1], 0);  // the pull made the row; nothing was merged
   for (int step = 0; step < 3; ++step) {
     EXPECT_OK(cluster.Lookup(*cache, {1, 2}, true, &plan, &rows));
     EXPECT_OK(cluster.Update(*cache, plan.unique_keys, {1, 1, 1, 1}, kLr));

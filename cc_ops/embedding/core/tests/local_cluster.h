@@ -124,13 +124,15 @@ class LocalCluster {
     const int64_t u = plan->unique_keys.size();
     std::vector<int32_t> positions;
     std::vector<float> rows;
-    std::vector<int64_t> clocks;
+    std::vector<int64_t> clocks, epochs(num_shards());
+    for (int s = 0; s < num_shards(); ++s) epochs[s] = shards_[s]->epoch();
     // Ask each key's shard; answers come back in the order of the plan.
     for (int64_t i = 0; i < u; ++i) {
       het::PulledRows pulled;
       HET_RETURN_IF_ERROR(ShardOfKey(plan->unique_keys[i])
                               .Pull(&plan->unique_keys[i], &plan->clocks[i], 1,
                                     plan->read_staleness, training, &pulled, training));
+      epochs[het::ShardOf(plan->unique_keys[i], num_shards())] = pulled.epoch;
       if (!pulled.positions.empty()) {
         positions.push_back(static_cast<int32_t>(i));
         rows.insert(rows.end(), pulled.values.begin(), pulled.values.end());
@@ -139,7 +141,7 @@ class LocalCluster {
     }
     unique_rows->assign(u * dim_, 0.0f);
     return cache.Complete(plan->unique_keys.data(), u, positions.data(), positions.size(),
-                          rows.data(), clocks.data(), training, unique_rows->data());
+                          rows.data(), clocks.data(), training, unique_rows->data(), epochs.data());
   }
 
   // A training lookup by refresh: one exchange with every shard, which

@@ -69,6 +69,26 @@ HET_TEST(ClearingTheTableForgetsItsSightings) {
   EXPECT_TRUE(Held(*t) == std::set<int64_t>({7}));
 }
 
+HET_TEST(ASketchTakenBackAdmitsAtTheSameReadAsTheOneSaved) {
+  // The sightings go out (a checkpoint) and into a cleared table (the
+  // restore): the id is admitted at its third read overall, not three
+  // reads after the restore. Counters of another size change nothing.
+  std::unique_ptr<het::TableShard> t;
+  EXPECT_OK(het::TableShard::Create(Admitting(3), &t));
+  std::vector<int64_t> key = {7};
+  std::vector<float> row(2);
+  for (int read = 0; read < 2; ++read) EXPECT_OK(t->Gather(key.data(), 1, row.data(), true));
+  std::vector<uint8_t> saved;
+  t->admission_sketch()->Export(&saved);
+  EXPECT_EQ(saved.size(), het::AdmissionSketch::MemoryBytes());
+  t->Clear();
+  EXPECT_INVALID(t->admission_sketch()->Merge("emb", saved.data(), saved.size() - 1),
+                 "nothing was changed");
+  EXPECT_OK(t->admission_sketch()->Merge("emb", saved.data(), saved.size()));
+  EXPECT_OK(t->Gather(key.data(), 1, row.data(), true));
+  EXPECT_TRUE(Held(*t) == std::set<int64_t>({7}));
+}
+
 HET_TEST(AnIdBecomesARowAtItsKthTrainingRead) {
   for (int64_t k : {1, 2, 3}) {
     std::unique_ptr<het::TableShard> t;
