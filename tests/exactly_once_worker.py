@@ -35,11 +35,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ["TF_ENABLE_EAGER_CLIENT_STREAMING_ENQUEUE"] = "False"
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import het_tf  # noqa: E402
-import numpy as np  # noqa: E402
-
 from tests.fault_runs import DIM, LR, SEED, FaultyWorker, Oracle, ReplayOracle  # noqa: E402
 
 # How often each happens between two steps.
