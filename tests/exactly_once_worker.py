@@ -91,7 +91,7 @@ def main():
     oracle = Oracle() if shared else ReplayOracle(args.optimizer)
     worker = FaultyWorker(table, cache, oracle)
     worker.replay_ids = ids[:2]
-    reads = {"checked": 0, "wrong": 0, "first_wrong": None}
+    reads = {"checked": 0, "wrong": 0, "first_wrong": None, "largest_difference": 0.0}
     rng = random.Random(args.seed * 1000 + args.index)
     names, weights = zip(*FAULTS)
     if args.evict:
@@ -114,7 +114,10 @@ def main():
             except tf.errors.AbortedError:  # a replay's new incarnation met no epoch yet
                 continue
             reads["checked"] += 1
-            if not np.allclose(rows, oracle.rows(read), rtol=1e-5, atol=1e-6):
+            want = oracle.rows(read)
+            reads["largest_difference"] = max(reads["largest_difference"],
+                                              float(np.max(np.abs(rows - want))))
+            if not np.allclose(rows, want, **ReplayOracle.TOLERANCE):
                 reads["wrong"] += 1
                 reads["first_wrong"] = reads["first_wrong"] or f"step {steps}, ids {read}"
     cache.flush(LR)
@@ -144,7 +147,8 @@ def main():
     result = {"rows_checked": sum(table.shard_rows(s) for s in range(table.num_shards)),
               "table_stats": {k: int(v) for k, v in table.stats().items()},
               "reads_checked": sum(r["reads"]["checked"] for r in records),
-              "reads_wrong": sum(r["reads"]["wrong"] for r in records)}
+              "reads_wrong": sum(r["reads"]["wrong"] for r in records),
+              "reads_largest_difference": max(r["reads"]["largest_difference"] for r in records)}
     if shared:
         for r in records[1:]:
             oracle.add(Oracle.from_json(r))

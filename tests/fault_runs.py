@@ -67,7 +67,16 @@ class ReplayOracle:
     (tests.reference): each key one optimizer step a step, in order. Its
     rows are what the shards must hold after a flush, slots included, and
     what the worker's reads must give at any time (each reads its own
-    writes, and no one else writes them)."""
+    writes, and no one else writes them).
+
+    Within TOLERANCE: a cache pushes each field's change from its base,
+    and the shard adds it to its row, so each push may round once more than
+    the replay's step does (Adam's moments and values, over a thousand
+    pushes of a row, drifted 1.7e-5 apart). An update merged twice or lost
+    moves a row by about the learning rate times its gradient, 0.1 or more
+    here, four orders of magnitude past it."""
+
+    TOLERANCE = dict(rtol=1e-4, atol=1e-5)
 
     def __init__(self, optimizer):
         self.ref = RefTable(DIM, optimizer, SEED)
@@ -86,10 +95,10 @@ class ReplayOracle:
         fields = FIELDS[self.ref.optimizer][1:]
         for i, k in enumerate(keys):
             row = self.ref.row(k)
-            np.testing.assert_allclose(values[i], row["w"], rtol=1e-5, atol=1e-6,
+            np.testing.assert_allclose(values[i], row["w"], **self.TOLERANCE,
                                        err_msg=f"row {k}")
             for j, field in enumerate(fields):
-                np.testing.assert_allclose(slots[i][j], row[field], rtol=1e-5, atol=1e-6,
+                np.testing.assert_allclose(slots[i][j], row[field], **self.TOLERANCE,
                                            err_msg=f"row {k} {field}")
             assert clocks[i] == row["clock"], f"row {k}: clock {clocks[i]}, {row['clock']}"
 
@@ -127,7 +136,6 @@ class FaultyWorker:
         self.table, self.cache, self.oracle = table, cache, oracle
         self.unanswered = None  # the last round sent without an answer
         self.answered = False  # the cache has had an exchange answered
-        self.pushed_before = 0  # rows its pushes had acknowledged before its last clear
         self.faults = {"dropped": 0, "refused": 0, "replayed": 0, "replays_refused": 0}
         self.replay_ids = [0, 1]  # what a new incarnation trains
 
@@ -157,6 +165,7 @@ class FaultyWorker:
             self.unanswered = requests
             return
         _rows, unique, _ = self.cache.lookup(tf.constant(ids, tf.int64), training=True)
+        self.answered = True  # the pull's answer carried the epochs
         grads = gradients(len(unique), scale)
         # Every key was just looked up, so none comes back uncached: the
         # first six outputs are the push.
@@ -201,11 +210,9 @@ class FaultyWorker:
 
     def knows_epochs(self):
         """Whether the cache has had an answer since its last clear, which
-        told it the shards' epochs: by refresh, any exchange's; by check, a
-        push's."""
-        if self.cache.config.sync == "refresh":
-            return self.answered
-        return self.cache.stats()["rows_pushed"] > self.pushed_before
+        told it the shards' epochs: by refresh, any exchange's; by check, any
+        pull's or push's."""
+        return self.answered
 
     def clear(self):
         """Empties the cache, as a restore does: nothing in flight, no epoch
@@ -217,4 +224,3 @@ class FaultyWorker:
         """The cache met another epoch (Aborted) and empties itself at its
         next lookup: nothing in flight, no epoch known until an answer."""
         self.unanswered, self.answered = None, False
-        self.pushed_before = self.cache.stats()["rows_pushed"]

@@ -225,7 +225,7 @@ def test_a_flush_a_shard_refuses_in_part_ends_and_the_worker_trains_on(unique_na
     caches[1].flush(0.1)
     assert table.read_rows(ids)[2].numpy().tolist() == [2, 2]
     assert table.stats()["updates_refused_non_finite"] == 1
-    assert caches[1].stats()["updates_refused"] == 1
+    assert caches[1].stats()["rows_refused"] == 1
 
 
 @pytest.mark.parametrize("sync, training", [("check", True), ("check", False), ("refresh", False)])
@@ -336,8 +336,8 @@ def test_any_run_with_faults_ends_at_the_data(sync, staleness, actions):
                     worker.clear()  # as a restore does: the cache could not tell
                     continue
                 # The epoch is checked before anything merges: by refresh at
-                # the next exchange, by check at the next push (the flush
-                # pushes at least the row trained here).
+                # the next exchange, by check at the next pull (or push: the
+                # flush pushes at least the row trained here).
                 with pytest.raises(tf.errors.AbortedError):
                     train(worker.cache, Oracle(), [0])
                     worker.cache.flush(LR)

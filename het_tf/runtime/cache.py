@@ -190,8 +190,7 @@ class WorkerCache:
             unique, clocks, read_staleness, with_slots=training, keys_checked=True)
         with self._placed(self.device):
             rows = self._ops.het_cache_complete(self.handle(), unique, positions, values,
-                                                row_clocks, epochs, dim=self.dim,
-                                                training=training)
+                                                row_clocks, epochs, dim=self.dim, training=training)
         return rows, unique, inverse
 
     def _lookup_by_refresh(self, ids, carry_updates):

@@ -70,7 +70,7 @@ void CountBytes(const FloorConfig& config, const Messages& m, int64_t unique,
       answered += static_cast<int64_t>(m.bound[s].size());
     }
     out->bytes_sent += wire::PullRequest(unique, shards);
-    out->bytes_received += wire::PullAnswer(fetched, config.width);
+    out->bytes_received += wire::PullAnswer(fetched, config.width) + wire::EpochAnswer(shards);
     if (pushed > 0) {
       out->bytes_sent += wire::PushRequest(pushed, config.width, /*delta=*/true, shards);
       // Every push the write bound makes is taken as one no other writer

@@ -66,7 +66,7 @@ struct CacheCounters {
   uint64_t gradients_dropped = 0;  // their gradients, which no shard takes
   // Pushed rows whose update a shard refused (it would have made the row
   // non-finite): the copy took the shard's row instead.
-  uint64_t updates_refused = 0;
+  uint64_t rows_refused = 0;
 };
 
 }  // namespace het

@@ -12,13 +12,25 @@ const std::vector<int64_t>& SenderLog::Turn::lost_misses() const {
   return repeat_ ? entry_->served : kNone;
 }
 
-void SenderLog::Turn::Done(std::vector<int64_t> refreshed, std::vector<int64_t> served) {
+const std::vector<int64_t>& SenderLog::Turn::refused() const {
+  static const std::vector<int64_t> kNone;
+  return repeat_ ? entry_->refused : kNone;
+}
+
+void SenderLog::Turn::Done(std::vector<int64_t> refreshed, std::vector<int64_t> served,
+                           std::vector<int64_t> refused) {
   if (entry_ == nullptr) return;
   entry_->sequence = sequence_;
-  log_->keys_bytes_ += sizeof(int64_t) * (refreshed.capacity() + served.capacity());
-  log_->keys_bytes_ -= sizeof(int64_t) * (entry_->refreshed.capacity() + entry_->served.capacity());
+  if (repeat_) refused = entry_->refused;  // the round's, whatever this answer merged
+  auto bytes = [](const std::vector<int64_t>& a, const std::vector<int64_t>& b,
+                  const std::vector<int64_t>& c) {
+    return sizeof(int64_t) * (a.capacity() + b.capacity() + c.capacity());
+  };
+  log_->keys_bytes_ += bytes(refreshed, served, refused);
+  log_->keys_bytes_ -= bytes(entry_->refreshed, entry_->served, entry_->refused);
   entry_->refreshed = std::move(refreshed);
   entry_->served = std::move(served);
+  entry_->refused = std::move(refused);
 }
 
 Status SenderLog::Admit(const std::string& table, const Sender& sender, Turn* turn) {
@@ -45,6 +57,7 @@ Status SenderLog::Admit(const std::string& table, const Sender& sender, Turn* tu
     entry->sequence = kNone;
     entry->refreshed.clear();
     entry->served.clear();
+    entry->refused.clear();
   }
   const bool repeat = sender.sequence == entry->sequence;
   if (!repeat && entry->sequence != kNone && sender.sequence != entry->sequence + 1) {
@@ -72,6 +85,7 @@ void SenderLog::Clear() {
     e.second->sequence = kNone;
     e.second->refreshed.clear();
     e.second->served.clear();
+    e.second->refused.clear();
   }
 }
 

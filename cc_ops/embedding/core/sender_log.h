@@ -15,7 +15,8 @@
 // Per cache the log keeps its generation, its last round and the keys that
 // round's answer refreshed (sent again on a repeat: the worker never got
 // them) and served as misses (their copies forgotten on a repeat: the
-// worker never took them): about 100 bytes plus 8 a key. A cache's rounds are one at
+// worker never took them), and the pushed keys it refused (named again on
+// a repeat): about 100 bytes plus 8 a key. A cache's rounds are one at
 // a time, and a Turn holds the cache's entry for the whole of one, so a
 // retried round that overlaps its first attempt waits for it.
 //
@@ -45,6 +46,7 @@ class SenderLog {
     int64_t sequence = kNone;        // the last round merged
     std::vector<int64_t> refreshed;  // the keys its answer refreshed
     std::vector<int64_t> served;     // and those it served as misses
+    std::vector<int64_t> refused;    // and the pushed keys it refused
   };
 
  public:
@@ -58,9 +60,13 @@ class SenderLog {
     // misses (a repeat's only: that answer was lost).
     const std::vector<int64_t>& lost_refreshes() const;
     const std::vector<int64_t>& lost_misses() const;
-    // The round succeeded, its answer refreshing `refreshed` and serving
-    // `served`.
-    void Done(std::vector<int64_t> refreshed, std::vector<int64_t> served = {});
+    // The pushed keys the round's first answer refused: a repeat names them
+    // again, as the worker may never have heard.
+    const std::vector<int64_t>& refused() const;
+    // The round succeeded, its answer refreshing `refreshed`, serving
+    // `served` and refusing `refused` (a repeat: kept from the first).
+    void Done(std::vector<int64_t> refreshed, std::vector<int64_t> served = {},
+              std::vector<int64_t> refused = {});
 
    private:
     friend class SenderLog;

@@ -291,11 +291,15 @@ TableCounters TableShard::Counters() const {
 }
 
 void TableShard::Clear() {
+  // Locks in the order the requests take them: the hot set's (Read), a
+  // sender's (a round, held while it reserves room), then the room's.
+  std::lock_guard<std::mutex> hot(hot_mu_);
+  hot_keys_.clear();
+  epoch_.store(NewEpoch());
+  senders_.Clear();
   // Alone: no eviction is choosing rows of the arenas cleared here.
   std::unique_lock<std::shared_mutex> alone(room_mu_, std::defer_lock);
   if (dropping()) alone.lock();
-  epoch_.store(NewEpoch());
-  senders_.Clear();
   tracking_.store(false);
   for (Stripe& stripe : stripes_) {
     std::lock_guard<std::mutex> lock(stripe.mu);
@@ -312,10 +316,6 @@ void TableShard::Clear() {
   // The sightings were of ids of the table emptied: a restored or rewritten
   // table admits from none (a request already deciding may count one).
   if (sketch_ != nullptr) sketch_->Clear();
-  {
-    std::lock_guard<std::mutex> hot(hot_mu_);
-    hot_keys_.clear();
-  }
   // The floor stays: a key made again after a restore starts past every
   // clock it had, as after an eviction.
 }

@@ -174,19 +174,24 @@ Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const in
   HET_RETURN_IF_ERROR(AdmitRound(sender, &turn));
   const int64_t answered = states != nullptr ? n - unanswered : 0;
   int64_t lean_rows = 0;
+  std::vector<int64_t> refusals;
   if (turn.repeat()) {
     // The rows are answered as they are now, whole: other pushes may have
-    // reached them since the round was merged.
+    // reached them since the round was merged. Its refusals are named
+    // again: the answer that named them may be the one lost.
     AnswerRepeat(keys, n, sender, unanswered, states, clocks);
     TakeBackLost(sender, turn);
+    refusals = turn.refused();
   } else {
     HET_RETURN_IF_ERROR(MergeDeltas(keys, deltas, counts, base_clocks, n, learning_rate, states,
                                     clocks, sender, unanswered, /*reserved=*/false,
-                                    states != nullptr ? lean : nullptr, &lean_rows, refused));
+                                    states != nullptr ? lean : nullptr, &lean_rows, &refusals));
   }
   // A push refreshes nothing; refreshes lost before it were queued again.
-  turn.Done({});
+  turn.Done({}, {}, refusals);
   CountPushBytes(n, width, /*delta=*/true, answered, lean_rows);
+  bytes_sent_.fetch_add(wire::kKey * refusals.size(), std::memory_order_relaxed);
+  if (refused != nullptr) refused->insert(refused->end(), refusals.begin(), refusals.end());
   return Status::Ok();
 }
 

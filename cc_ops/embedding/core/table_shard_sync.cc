@@ -80,7 +80,8 @@ Status TableShard::Exchange(const uint8_t* request, size_t size, std::vector<uin
   const bool rebuild = r.initial_state != 0 && r.initial_state == initial_state_;
   SyncedRows rows;
   Serve(r.sender, r.misses, r.evicted, r.read_staleness, rebuild, reservation.get(), &rows);
-  turn.Done(rows.refresh_keys, std::move(r.misses));
+  if (turn.repeat()) a.refused_keys = turn.refused();
+  turn.Done(rows.refresh_keys, std::move(r.misses), a.refused_keys);
   a.push_states = {push_states.data(), answered - lean_rows};
   if (lean_rows > 0) a.push_lean = wire::PackFlags(lean.data(), lean.size());
   a.miss_states = {rows.miss_states.data(),

@@ -49,7 +49,8 @@ inline uint64_t PullAnswer(int64_t rows, int width) {
 // row's new state and clock. A delta push's answer carries each answered
 // row's clock and a flag (one byte) saying whether it was acknowledged by
 // its clock alone (`lean` rows, whose state the cache computes), the
-// others' states, and the shard's epoch.
+// others' states, the shard's epoch and the keys whose update it refused.
+// A pull's answer carries the shard's epoch too.
 inline uint64_t PushRequest(int64_t rows, int width, bool delta, int64_t requests = 1) {
   return (kKey + kCount + Row(width) + (delta ? kClock : 0)) * rows +
          (kLearningRate + (delta ? 5 * kSetting : 0)) * requests;

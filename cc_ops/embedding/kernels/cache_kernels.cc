@@ -171,7 +171,7 @@ class HetCacheStatsOp : public CacheKernel {
                                              {"pushed_uncached", int64_t(c.pushed_uncached)},
                                              {"not_admitted", int64_t(c.not_admitted)},
                                              {"gradients_dropped", int64_t(c.gradients_dropped)},
-                                             {"updates_refused", int64_t(c.updates_refused)},
+                                             {"rows_refused", int64_t(c.rows_refused)},
                                              {"pinned_keys", cache.pinned_keys()},
                                          }));
   }

@@ -137,10 +137,11 @@ HET_TEST(CheckedStepsCostEveryKeyAndItsClock) {
   het::FloorConfig config = Config(8, 4);
   config.sync = het::SyncMode::kCheck;
   const het::FloorCounts counts = Replay({{1, 2, 2}, {1, 2}}, config);
-  // Two pulls (2 keys each with clocks), the two misses' rows, and the flush.
+  // Two pulls (2 keys each with clocks), the two misses' rows with each
+  // pull's epoch, and the flush.
   EXPECT_EQ(counts.bytes_sent,
             2 * het::wire::PullRequest(2) + het::wire::PushRequest(2, 4, /*delta=*/true));
-  EXPECT_EQ(counts.bytes_received, het::wire::PullAnswer(2, 4));
+  EXPECT_EQ(counts.bytes_received, het::wire::PullAnswer(2, 4) + 2 * het::wire::EpochAnswer());
 }
 
 HET_TEST(RefreshStepsCostOnlyMissesAndPushes) {

@@ -353,8 +353,39 @@ HET_TEST(ARoundAShardRefusesInPartEndsAndTheWorkerTrainsOn) {
       for (float v : row) EXPECT_TRUE(std::isfinite(v));
     }
     EXPECT_EQ(cluster.shard(0).Counters().updates_refused_non_finite, 1u);
-    EXPECT_EQ(b->Counters().updates_refused, 1u);
+    EXPECT_EQ(b->Counters().rows_refused, 1u);
   }
+}
+
+HET_TEST(ARefusalWhoseAnswerWasLostIsNamedByTheRepeat) {
+  // As above, by refresh: b's round is refused for id 1 and its answer
+  // lost. The round sent again is a repeat, which merges nothing and names
+  // id 1 all the same: no refusal goes unsaid. Before, the repeat's answer
+  // named nothing and id 1's update was gone without an error.
+  het::TableConfig table = SgdTable(2);
+  table.optimizer.kind = het::OptimizerKind::kAdagrad;
+  LocalCluster cluster(table, 1);
+  het::CacheConfig c = het_test::CacheConfigOf(table, 1);
+  c.capacity = 8;
+  c.read_staleness = c.write_staleness = 0;
+  auto a = het_test::MakeCache(c), b = het_test::MakeCache(c);
+  het::LookupPlan plan;
+  std::vector<float> rows;
+  const std::vector<float> huge = {1.5e19f, 1.0f, 1.0f, 1.0f};
+  EXPECT_OK(cluster.Lookup(*a, {1, 2}, true, &plan, &rows));
+  EXPECT_OK(cluster.Lookup(*b, {1, 2}, true, &plan, &rows));
+  EXPECT_OK(cluster.Update(*a, {1, 2}, huge, kLr));
+  EXPECT_OK(cluster.Lookup(*a, {3}, true, &plan, &rows));
+  EXPECT_OK(cluster.Update(*b, {1, 2}, huge, kLr));
+  EXPECT_TRUE(ExchangeLosingAnswers(cluster, *b, {3}).code() == het::StatusCode::kAborted);
+  const het::Status refused = cluster.Lookup(*b, {3}, true, &plan, &rows);
+  EXPECT_TRUE(refused.code() == het::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(refused.message().find("ids [1]") != std::string::npos);
+  EXPECT_OK(cluster.Lookup(*b, {3}, true, &plan, &rows));
+  std::map<int64_t, int64_t> clocks;
+  cluster.Contents(&clocks);
+  EXPECT_EQ(clocks[1], 1);
+  EXPECT_EQ(clocks[2], 2);  // merged once, by the round's first sending
 }
 
 HET_TEST(ALostAnswerLeavesNoRecordOfCopiesTheCacheNeverTook) {

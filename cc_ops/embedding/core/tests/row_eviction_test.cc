@@ -179,6 +179,29 @@ HET_TEST(AHotSetReplacedReleasesThePinsOfTheRowsThatLeftIt) {
   EXPECT_TRUE(Held(*t) == (std::set<int64_t>{20, 21, 22, 23}));
 }
 
+HET_TEST(HotSetsClearsAndRequestsRunTogether) {
+  // A hot block's loads, restores and training reads at once: each takes
+  // the hot set's lock before the room's, so none waits on another for
+  // good (the sanitizer builds check the locks' order).
+  auto t = Make(Evicting(64, het::EvictionPolicy::kLRU));
+  std::vector<std::thread> pool;
+  for (int w = 0; w < 3; ++w) {
+    pool.emplace_back([&, w] {
+      std::vector<float> rows(16);
+      het::TableChunk read;
+      for (int r = 0; r < 300; ++r) {
+        std::vector<int64_t> keys = {w * 1000 + r % 7, w * 1000 + 100 + r};
+        if (w == 0) EXPECT_OK(t->Read(keys.data(), 2, &read));
+        if (w == 1 && r % 50 == 0) t->Clear();
+        het::Status s = t->Gather(keys.data(), 2, rows.data());
+        EXPECT_TRUE(s.ok() || s.code() == het::StatusCode::kResourceExhausted);
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  EXPECT_TRUE(t->Size() <= 64);
+}
+
 HET_TEST(AKeysClockNeverGoesBackAcrossAClear) {
   // A row evicted at clock 3, the table cleared (a restore): the key made
   // again starts at 3 or later, not at 0.
