@@ -40,6 +40,17 @@ def export_all(table):
     return out
 
 
+def assert_table_is_reference(table, ref_table):
+    """Every shard's rows are the NumPy table's, keys, values and clocks;
+    returns them, {key: (values, clock)}."""
+    contents = export_all(table)
+    assert sorted(contents) == sorted(ref_table.rows)
+    for key, (values, clock) in contents.items():
+        np.testing.assert_array_equal(values, ref_table.rows[key]["w"])
+        assert clock == ref_table.rows[key]["clock"]
+    return contents
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     batches=st.lists(st.lists(st.integers(-6, 40), min_size=1, max_size=12), min_size=1, max_size=10),
@@ -104,11 +115,7 @@ def test_cached_training_matches_reference(unique_name, batches, capacity, polic
         cache.flush(LR)
         ref.flush(LR)
 
-    contents = export_all(table)
-    assert sorted(contents) == sorted(ref_table.rows)
-    for key, (values, clock) in contents.items():
-        np.testing.assert_array_equal(values, ref_table.rows[key]["w"])
-        assert clock == ref_table.rows[key]["clock"]
+    contents = assert_table_is_reference(table, ref_table)
     table_stats = table.stats()
     assert table_stats["updates_applied"] == ref_table.updates_applied
     # One record per syncing worker and shard at most, none larger than
@@ -172,11 +179,7 @@ def test_answers_lost_after_the_merge_leave_every_read_as_the_reference(
     for cache, ref in zip(caches, ref_caches):
         cache.flush(LR)
         ref.flush(LR)
-    contents = export_all(table)
-    assert sorted(contents) == sorted(ref_table.rows)
-    for key, (values, clock) in contents.items():
-        np.testing.assert_array_equal(values, ref_table.rows[key]["w"])
-        assert clock == ref_table.rows[key]["clock"]
+    assert_table_is_reference(table, ref_table)
     # No copy recorded that a cache never took: at most what each holds
     # and its unreported evictions.
     assert table.stats()["record_copies"] <= workers * (capacity + 10)
@@ -240,11 +243,7 @@ def test_the_lookahead_matches_reference(unique_name, batches, capacity, policy,
             assert stats[name] == value, name
         cache.flush(LR)
         ref.flush(LR)
-    contents = export_all(table)
-    assert sorted(contents) == sorted(ref_table.rows)
-    for key, (values, clock) in contents.items():
-        np.testing.assert_array_equal(values, ref_table.rows[key]["w"])
-        assert clock == ref_table.rows[key]["clock"]
+    assert_table_is_reference(table, ref_table)
     assert table.stats()["updates_applied"] == ref_table.updates_applied
 
 

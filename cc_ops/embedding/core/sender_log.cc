@@ -21,7 +21,6 @@ void SenderLog::Turn::Done(std::vector<int64_t> refreshed, std::vector<int64_t> 
                            std::vector<int64_t> refused) {
   if (entry_ == nullptr) return;
   entry_->sequence = sequence_;
-  if (repeat_) refused = entry_->refused;  // the round's, whatever this answer merged
   auto bytes = [](const std::vector<int64_t>& a, const std::vector<int64_t>& b,
                   const std::vector<int64_t>& c) {
     return sizeof(int64_t) * (a.capacity() + b.capacity() + c.capacity());

@@ -64,7 +64,7 @@ class SenderLog {
     // again, as the worker may never have heard.
     const std::vector<int64_t>& refused() const;
     // The round succeeded, its answer refreshing `refreshed`, serving
-    // `served` and refusing `refused` (a repeat: kept from the first).
+    // `served` and refusing `refused` (a repeat: the first's, refused()).
     void Done(std::vector<int64_t> refreshed, std::vector<int64_t> served = {},
               std::vector<int64_t> refused = {});
 

@@ -33,7 +33,7 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
   // A table that admits ids drops the updates of ids it does not hold (not
   // admitted, or dropped since), counted: they are not lost unseen.
   constexpr int64_t kDropped = -2;
-  std::vector<uint8_t> refuse(by_row ? n : 0);
+  constexpr int64_t kRefused = -3;  // a round's row whose update is refused alone
   ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
     float* copy = next.data() + size_t(i) * state;
     const uint32_t row = stripe.index.Find(keys[i]);
@@ -54,7 +54,7 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
     apply(i, seen[i], copy, &steps[i]);
     if (AllFinite(copy, state)) return;
     if (by_row) {
-      refuse[i] = 1;
+      seen[i] = kRefused;
     } else if (bad < 0 || i < bad) {  // the first in the request's order
       bad = i;
     }
@@ -79,7 +79,7 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
     MarkChanged(stripe, slot);
     const bool unmoved = *Clock(p) == seen[i];
     float* copy = next.data() + size_t(i) * state;
-    bool taken = !by_row || !refuse[i];
+    bool taken = seen[i] != kRefused;
     if (taken && !unmoved) {
       // Another push moved the row between the passes: the update is taken
       // again on a copy of the row as it is now, checked as the first pass
@@ -190,7 +190,7 @@ Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const in
   // A push refreshes nothing; refreshes lost before it were queued again.
   turn.Done({}, {}, refusals);
   CountPushBytes(n, width, /*delta=*/true, answered, lean_rows);
-  bytes_sent_.fetch_add(wire::kKey * refusals.size(), std::memory_order_relaxed);
+  bytes_sent_.fetch_add(wire::RefusedAnswer(refusals.size()), std::memory_order_relaxed);
   if (refused != nullptr) refused->insert(refused->end(), refusals.begin(), refusals.end());
   return Status::Ok();
 }

@@ -58,6 +58,8 @@ inline uint64_t PushRequest(int64_t rows, int width, bool delta, int64_t request
 inline uint64_t PushAnswer(int64_t rows, int width) { return (kClock + Row(width)) * rows; }
 // The shard's epoch, which every delta push's answer carries.
 inline uint64_t EpochAnswer(int64_t answers = 1) { return kSetting * answers; }
+// The keys whose update a delta push's shards refused.
+inline uint64_t RefusedAnswer(int64_t keys) { return kKey * keys; }
 inline uint64_t DeltaPushRows(int64_t rows, int width, int64_t lean) {
   return (kClock + kFlag) * rows + Row(width) * (rows - lean);
 }

@@ -295,7 +295,7 @@ Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* count
     counters_.bytes_received += wire::DeltaPushRows(answered, width_, answered - whole);
   }
   if (epochs != nullptr) counters_.bytes_received += wire::EpochAnswer(config_.num_shards);
-  counters_.bytes_received += wire::kKey * refused.size();
+  counters_.bytes_received += wire::RefusedAnswer(refused.size());
   return RefusedUpdates(Name(), refused, &counters_.rows_refused);
 }
 

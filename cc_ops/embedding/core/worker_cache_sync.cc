@@ -212,11 +212,9 @@ Status WorkerCache::TakeAnswers(const int64_t* keys, int64_t u, const std::vecto
   EndRound(states, clocks.data(), lean);
   LearnEpochs(epochs.data());
   refused->clear();
-  for (const wire::ExchangeAnswer& answer : a) {
-    refused->insert(refused->end(), answer.refused_keys.begin(), answer.refused_keys.end());
-  }
   uint64_t refreshed = 0, refreshes = 0, missing = 0;
   for (const wire::ExchangeAnswer& answer : a) {
+    refused->insert(refused->end(), answer.refused_keys.begin(), answer.refused_keys.end());
     for (size_t r = 0; r < answer.refresh_keys.size(); ++r) {
       const uint32_t slot = index_.Find(answer.refresh_keys[r]);
       if (slot == KeyIndex::kAbsent) continue;  // evicted after the shard queued it

@@ -306,32 +306,50 @@ HET_TEST(AnUpdateThatWouldOverflowIsRefusedAndTheCacheTrainsOn) {
   for (float v : contents.at(5)) EXPECT_TRUE(std::isfinite(v));
 }
 
-HET_TEST(ARoundAShardRefusesInPartEndsAndTheWorkerTrainsOn) {
-  // Two caches of one Adagrad table each train id 1 with 1.5e19: each
-  // cache's accumulator (2.25e38) is finite, so both take the step, but the
-  // second round would overflow the shard's. The shard refuses that update
-  // alone and merges the rest (id 2); the worker is told once, its copy of
-  // id 1 is the shard's row again, and it trains and flushes on.
-  for (het::SyncMode sync : {het::SyncMode::kRefresh, het::SyncMode::kCheck}) {
-    het::TableConfig table = SgdTable(2);
-    table.optimizer.kind = het::OptimizerKind::kAdagrad;
-    LocalCluster cluster(table, 1);
-    het::CacheConfig c = het_test::CacheConfigOf(table, 1);
+// Two caches of one Adagrad shard, both having looked up ids 1 and 2, and
+// a's update of them with `huge` merged. Each cache's accumulator of id 1
+// stays finite after a step of 1.5e19 (2.25e38); the shard's would not
+// after a second one: b's round.
+struct TwoAdagradCaches {
+  static het::TableConfig Table() {
+    het::TableConfig t = SgdTable(2);
+    t.optimizer.kind = het::OptimizerKind::kAdagrad;
+    return t;
+  }
+  static het::CacheConfig Cache(het::SyncMode sync) {
+    het::CacheConfig c = het_test::CacheConfigOf(Table(), 1);
     c.capacity = 8;
     c.sync = sync;
     c.read_staleness = c.write_staleness = 0;
-    auto a = het_test::MakeCache(c), b = het_test::MakeCache(c);
-    het::LookupPlan plan;
-    std::vector<float> rows;
-    const std::vector<float> huge = {1.5e19f, 1.0f, 1.0f, 1.0f};
+    return c;
+  }
+  explicit TwoAdagradCaches(het::SyncMode sync)
+      : a(het_test::MakeCache(Cache(sync))), b(het_test::MakeCache(Cache(sync))) {
     EXPECT_OK(cluster.Lookup(*a, {1, 2}, true, &plan, &rows));
     EXPECT_OK(cluster.Lookup(*b, {1, 2}, true, &plan, &rows));
     EXPECT_OK(cluster.Update(*a, {1, 2}, huge, kLr));
+    // By refresh a's round goes with its next exchange.
     if (sync == het::SyncMode::kRefresh) EXPECT_OK(cluster.Lookup(*a, {3}, true, &plan, &rows));
-    het::Status refused = cluster.Update(*b, {1, 2}, huge, kLr);
+  }
+  const std::vector<float> huge = {1.5e19f, 1.0f, 1.0f, 1.0f};  // ids 1 and 2
+  LocalCluster cluster{Table(), 1};
+  std::unique_ptr<het::WorkerCache> a, b;
+  het::LookupPlan plan;
+  std::vector<float> rows;
+};
+
+HET_TEST(ARoundAShardRefusesInPartEndsAndTheWorkerTrainsOn) {
+  // b's round would overflow the shard's accumulator of id 1. The shard
+  // refuses that update alone and merges the rest (id 2); the worker is
+  // told once, its copy of id 1 is the shard's row again, and it trains
+  // and flushes on.
+  for (het::SyncMode sync : {het::SyncMode::kRefresh, het::SyncMode::kCheck}) {
+    TwoAdagradCaches t(sync);
+    LocalCluster& cluster = t.cluster;
+    het::Status refused = cluster.Update(*t.b, {1, 2}, t.huge, kLr);
     if (sync == het::SyncMode::kRefresh) {
       EXPECT_OK(refused);
-      refused = cluster.Lookup(*b, {3}, true, &plan, &rows);  // the round goes now
+      refused = cluster.Lookup(*t.b, {3}, true, &t.plan, &t.rows);  // the round goes now
     }
     EXPECT_TRUE(refused.code() == het::StatusCode::kInvalidArgument);
     EXPECT_TRUE(refused.message().find("ids [1]") != std::string::npos);
@@ -341,19 +359,19 @@ HET_TEST(ARoundAShardRefusesInPartEndsAndTheWorkerTrainsOn) {
     EXPECT_EQ(clocks[1], 1);  // a's update alone
     EXPECT_EQ(clocks[2], 2);  // both
     // b reads the shard's row 1, not its own refused update.
-    EXPECT_OK(cluster.Lookup(*b, {1}, true, &plan, &rows));
-    EXPECT_NEAR(rows[0], contents.at(1)[0], 1e-6);
-    EXPECT_NEAR(rows[1], contents.at(1)[1], 1e-6);
-    EXPECT_OK(cluster.Update(*b, {1}, {1.0f, 1.0f}, kLr));  // trains on
-    EXPECT_OK(cluster.Flush(*b, kLr));
-    EXPECT_OK(cluster.Flush(*a, kLr));
+    EXPECT_OK(cluster.Lookup(*t.b, {1}, true, &t.plan, &t.rows));
+    EXPECT_NEAR(t.rows[0], contents.at(1)[0], 1e-6);
+    EXPECT_NEAR(t.rows[1], contents.at(1)[1], 1e-6);
+    EXPECT_OK(cluster.Update(*t.b, {1}, {1.0f, 1.0f}, kLr));  // trains on
+    EXPECT_OK(cluster.Flush(*t.b, kLr));
+    EXPECT_OK(cluster.Flush(*t.a, kLr));
     contents = cluster.Contents(&clocks);
     EXPECT_EQ(clocks[1], 2);
     for (const auto& [key, row] : contents) {
       for (float v : row) EXPECT_TRUE(std::isfinite(v));
     }
     EXPECT_EQ(cluster.shard(0).Counters().updates_refused_non_finite, 1u);
-    EXPECT_EQ(b->Counters().rows_refused, 1u);
+    EXPECT_EQ(t.b->Counters().rows_refused, 1u);
   }
 }
 
@@ -362,26 +380,14 @@ HET_TEST(ARefusalWhoseAnswerWasLostIsNamedByTheRepeat) {
   // lost. The round sent again is a repeat, which merges nothing and names
   // id 1 all the same: no refusal goes unsaid. Before, the repeat's answer
   // named nothing and id 1's update was gone without an error.
-  het::TableConfig table = SgdTable(2);
-  table.optimizer.kind = het::OptimizerKind::kAdagrad;
-  LocalCluster cluster(table, 1);
-  het::CacheConfig c = het_test::CacheConfigOf(table, 1);
-  c.capacity = 8;
-  c.read_staleness = c.write_staleness = 0;
-  auto a = het_test::MakeCache(c), b = het_test::MakeCache(c);
-  het::LookupPlan plan;
-  std::vector<float> rows;
-  const std::vector<float> huge = {1.5e19f, 1.0f, 1.0f, 1.0f};
-  EXPECT_OK(cluster.Lookup(*a, {1, 2}, true, &plan, &rows));
-  EXPECT_OK(cluster.Lookup(*b, {1, 2}, true, &plan, &rows));
-  EXPECT_OK(cluster.Update(*a, {1, 2}, huge, kLr));
-  EXPECT_OK(cluster.Lookup(*a, {3}, true, &plan, &rows));
-  EXPECT_OK(cluster.Update(*b, {1, 2}, huge, kLr));
-  EXPECT_TRUE(ExchangeLosingAnswers(cluster, *b, {3}).code() == het::StatusCode::kAborted);
-  const het::Status refused = cluster.Lookup(*b, {3}, true, &plan, &rows);
+  TwoAdagradCaches t(het::SyncMode::kRefresh);
+  LocalCluster& cluster = t.cluster;
+  EXPECT_OK(cluster.Update(*t.b, {1, 2}, t.huge, kLr));
+  EXPECT_TRUE(ExchangeLosingAnswers(cluster, *t.b, {3}).code() == het::StatusCode::kAborted);
+  const het::Status refused = cluster.Lookup(*t.b, {3}, true, &t.plan, &t.rows);
   EXPECT_TRUE(refused.code() == het::StatusCode::kInvalidArgument);
   EXPECT_TRUE(refused.message().find("ids [1]") != std::string::npos);
-  EXPECT_OK(cluster.Lookup(*b, {3}, true, &plan, &rows));
+  EXPECT_OK(cluster.Lookup(*t.b, {3}, true, &t.plan, &t.rows));
   std::map<int64_t, int64_t> clocks;
   cluster.Contents(&clocks);
   EXPECT_EQ(clocks[1], 1);
