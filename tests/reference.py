@@ -172,18 +172,41 @@ def merge(optimizer, state, delta, count, lr, share=None, constraint=None):
     project(constraint, state)
 
 
+class StaleRound(Exception):
+    """A shard refused a round: an older generation's, or out of order.
+    Nothing changed."""
+
+
 class RefTable:
-    def __init__(self, dim, optimizer="sgd", seed=0, vocabulary_size=None, constraint=None):
+    """The shards' rows, their records of the copies refresh caches hold,
+    and their logs of each cache's rounds (sender_log.h): a shard merges a
+    cache's round q once, answers q again as a repeat (it merges nothing,
+    sends again the refreshes the lost answer carried and forgets the
+    misses it served), and refuses an older generation's or one out of
+    order. An update that would make a row non-finite is refused alone in
+    a round; the row keeps its state and clock."""
+
+    def __init__(self, dim, optimizer="sgd", seed=0, vocabulary_size=None, constraint=None,
+                 shards=1):
         self.dim, self.optimizer, self.seed = dim, optimizer, seed
         self.constraint = constraint
         self.vocabulary_size = vocabulary_size
+        self.shards = shards
         self.fields = FIELDS[optimizer]
         self.rows = {}  # key -> dict(w, acc, m, v, clock, step)
         self.updates_applied = 0
-        # sync="refresh": worker -> its record of copies: generation, read
-        # bound, key -> server clock of the copy, and the queue of copies
-        # that other writers moved past the bound.
+        self.updates_refused = 0
+        self.repeats = 0
+        # sync="refresh": (worker, shard) -> its record of copies:
+        # generation, read bound, key -> server clock of the copy, and the
+        # queue of copies that other writers moved past the bound.
         self.records = {}
+        # (worker, shard) -> the log of its rounds: generation, the last
+        # round merged, and the keys its answer refreshed, served and refused.
+        self.log = {}
+
+    def shard(self, key):
+        return shard_of(key, self.shards)
 
     def row(self, key):
         if key not in self.rows:
@@ -194,6 +217,9 @@ class RefTable:
         r = self.row(key)
         return {f: r[f].copy() for f in self.fields}
 
+    def record_copies(self):
+        return sum(len(rec["clocks"]) for rec in self.records.values())
+
     def pull(self, keys, clocks, read_staleness):
         """(position, state, clock) of each missing or stale key."""
         out = []
@@ -203,14 +229,110 @@ class RefTable:
                 out.append((i, self.state(k), r["clock"]))
         return out
 
-    def sync(self, worker, generation, misses, evicted, read_staleness):
-        """The sync by refresh: ([(state, clock)] of the misses, [(key,
-        state, clock)] of the sender's queued copies, oldest first). A row
-        made for a miss comes as (None, clock): the worker makes it (a
-        first touch moves no row)."""
-        rec = self.records.get(worker)
+    def _admit(self, sender, shard):
+        """The log entry of a round and whether it repeats the last one."""
+        worker, generation, sequence = sender
+        entry = self.log.setdefault((worker, shard), dict(generation=generation, sequence=None,
+                                                          refreshed=[], served=[], refused=[]))
+        if generation < entry["generation"]:
+            raise StaleRound(f"generation {generation} older than {entry['generation']}")
+        if generation > entry["generation"]:
+            entry.update(generation=generation, sequence=None, refreshed=[], served=[],
+                         refused=[])
+        repeat = sequence == entry["sequence"]
+        if not repeat and entry["sequence"] is not None and sequence != entry["sequence"] + 1:
+            raise StaleRound(f"round {sequence} after {entry['sequence']}")
+        self.repeats += repeat
+        return entry, repeat
+
+    def _take_back_lost(self, sender, shard, entry):
+        """A repeat: the refreshes its lost answer carried are queued again,
+        and the copies of the misses it served, which the cache never took,
+        are forgotten."""
+        rec = self.records.get((sender[0], shard))
+        if rec is None or rec["generation"] != sender[1]:
+            return
+        for k in entry["refreshed"]:
+            if k in rec["clocks"] and k not in rec["queue"]:
+                rec["queue"].append(k)
+        for k in entry["served"]:
+            rec["clocks"].pop(k, None)
+            rec["queue"] = [q for q in rec["queue"] if q != k]
+
+    def _merge_part(self, sender, repeat, pushes, lr):
+        """A round's pushes to one shard, (key, delta, count, base clock,
+        answered): {key: (state, clock, lean)} of those answered, and the
+        keys refused. A repeat merges nothing and answers the rows whole."""
+        answers, refused = {}, []
+        for k, delta, count, base_clock, answered in pushes:
+            if repeat:
+                if answered:
+                    self._moved(k, sender)
+                    answers[k] = (self.state(k), self.row(k)["clock"], False)
+                continue
+            state, clock, lean, taken = self.push_delta(k, delta, count, base_clock, lr, sender)
+            if not taken:
+                refused.append(k)
+            if answered:
+                answers[k] = (state, clock, lean)
+        return answers, refused
+
+    def exchange(self, sender, pushes, misses, evicted, read_staleness, lr, reach=None):
+        """A refresh cache's round to every shard in `reach` (all: None):
+        its pushes merged, then its misses served and its queued copies
+        refreshed, as sync() does. Returns the pushes' answers, the misses'
+        (state or None, clock) by key, the refreshes and the keys refused.
+        Raises StaleRound at the first shard that refuses it."""
+        out = dict(pushed={}, fetched={}, refreshes=[], refused=[])
+        for s in range(self.shards):
+            if reach is not None and s not in reach:
+                continue
+            entry, repeat = self._admit(sender, s)
+            if repeat:
+                self._take_back_lost(sender, s, entry)
+            answers, refused = self._merge_part(
+                sender, repeat, [p for p in pushes if self.shard(p[0]) == s], lr)
+            part = [k for k in misses if self.shard(k) == s]
+            fetched, refreshes = self.sync(sender, s, part,
+                                           [k for k in evicted if self.shard(k) == s],
+                                           read_staleness)
+            if repeat:
+                refused = entry["refused"]
+            entry.update(sequence=sender[2], refreshed=[k for k, *_ in refreshes], served=part,
+                         refused=refused)
+            out["pushed"].update(answers)
+            out["fetched"].update(zip(part, fetched))
+            out["refreshes"] += refreshes
+            out["refused"] += refused
+        return out
+
+    def push_round(self, sender, pushes, lr):
+        """A cache's round of pushes alone (a check cache's, or a flush):
+        as exchange() with no misses; a repeat also takes back what its
+        lost answer carried."""
+        out = dict(pushed={}, refused=[])
+        for s in range(self.shards):
+            part = [p for p in pushes if self.shard(p[0]) == s]
+            entry, repeat = self._admit(sender, s)
+            answers, refused = self._merge_part(sender, repeat, part, lr)
+            if repeat:
+                self._take_back_lost(sender, s, entry)
+                refused = entry["refused"]
+            entry.update(sequence=sender[2], refreshed=[], served=[], refused=refused)
+            out["pushed"].update(answers)
+            out["refused"] += refused
+        return out
+
+    def sync(self, sender, shard, misses, evicted, read_staleness):
+        """The sync by refresh of one shard: ([(state, clock)] of the
+        misses, [(key, state, clock)] of the sender's queued copies, oldest
+        first). A row made for a miss comes as (None, clock): the worker
+        makes it (a first touch moves no row)."""
+        worker, generation = sender[:2]
+        rec = self.records.get((worker, shard))
         if rec is None or rec["generation"] != generation:
-            rec = self.records[worker] = dict(generation=generation, clocks={}, queue=[])
+            rec = self.records[(worker, shard)] = dict(generation=generation, clocks={},
+                                                       queue=[])
         rec["bound"] = read_staleness
         for k in evicted:
             rec["clocks"].pop(k, None)
@@ -229,11 +351,13 @@ class RefTable:
         return answers, refreshes
 
     def _moved(self, key, sender):
-        """After a push by `sender` (worker, generation) moved key's row:
-        the sender's copy is the row now; others' copies may go stale."""
+        """After a push by `sender` (worker, generation, ...) reached key's
+        row: the sender's copy is the row now; others' copies may go stale."""
         clock = self.row(key)["clock"]
-        for worker, rec in self.records.items():
-            if (worker, rec["generation"]) == sender:
+        for (worker, shard), rec in self.records.items():
+            if shard != self.shard(key):
+                continue
+            if sender is not None and (worker, rec["generation"]) == tuple(sender[:2]):
                 if key in rec["clocks"]:
                     rec["clocks"][key] = clock
                     rec["queue"] = [q for q in rec["queue"] if q != key]
@@ -261,26 +385,51 @@ class RefTable:
     def push_delta(self, key, delta, count, base_clock, lr, sender=None):
         """A cache's write: every field takes its change (FTRL's row is
         recomputed from its merged slots), Adam's row its share. Returns
-        the row's state, its clock and whether the push is lean: no other
-        writer reached the row since base_clock (not FTRL's), so the cache
-        computes this merge itself."""
+        the row's state, its clock, whether the push is lean (no other
+        writer reached the row since base_clock, not FTRL's, so the cache
+        computes this merge itself) and whether it was taken: one that
+        would make the row non-finite is refused, the row kept as it was."""
         lean = key in self.rows and self.optimizer != "ftrl"
         r = self.row(key)
         lean = lean and r["clock"] == base_clock
-        merge(self.optimizer, r, delta, count, lr,
-              concurrent_share(self.optimizer, count, r["clock"] - base_clock), self.constraint)
-        r["step"] += count
-        r["clock"] += count
-        self.updates_applied += count
+        merged = {f: r[f].copy() for f in self.fields}
+        with np.errstate(over="ignore", invalid="ignore"):
+            merge(self.optimizer, merged, delta, count, lr,
+                  concurrent_share(self.optimizer, count, r["clock"] - base_clock),
+                  self.constraint)
+        taken = all(np.isfinite(v).all() for v in merged.values())
+        if taken:
+            r.update(merged)
+            r["step"] += count
+            r["clock"] += count
+            self.updates_applied += count
+        else:
+            self.updates_refused += count
         self._moved(key, sender)
-        return self.state(key), r["clock"], lean
+        return self.state(key), r["clock"], lean and taken, taken
+
+
+class Refused(Exception):
+    """A step or flush failed naming the ids whose update was refused: by
+    the shards, the round having ended (`local` False), or by the cache
+    before anything changed (`local`)."""
+
+    def __init__(self, keys, local=False):
+        super().__init__(f"refused {sorted(keys)}")
+        self.keys, self.local = list(keys), local
 
 
 class RefCache:
     """Entries hold a state (row and slots), c_s, c_c and the pending delta of
     every field. Local steps follow the table's optimizer, with Adam's step
     count taken from the local clock. The victim is the attached entry with
-    the lowest (bucket, attach order)."""
+    the lowest (bucket, attach order); the rows a step read are held (the
+    last resort) while the same step looks up again, and a held row evicted
+    passes through to the step's update.
+
+    Pushes go in numbered rounds, one at a time: a round whose answer was
+    lost (lose_answer) is sent again as it was by the next exchange or push,
+    and the shards merge it once."""
 
     _workers = itertools.count(1)
 
@@ -289,55 +438,94 @@ class RefCache:
         self.table, self.capacity, self.policy = table, capacity, policy
         self.s_r, self.s_w, self.pin = read_staleness, write_staleness, pin_threshold
         self.sync = sync
-        self.worker, self.generation = next(self._workers), 0
-        self.unreported = []  # sync="refresh": evictions since the last sync
-        self.passing = {}
-        self.entries = {}
-        self.outbox = []  # (key, delta, count, base clock)
-        self.due = []  # sync="refresh": keys made due, pushed with the next exchange
-        self.seq = 0
-        self.lr = 0.0
-        self.batch = []  # the last training lookup's unique keys
+        self.worker, self.generation, self.lr = next(self._workers), -1, 0.0
         self.staged = []  # [ids, taken] of the batches the lookahead staged
-        self.fetched_ahead = set()  # inserted by the last prefetch, until the next lookup
+        self.clear()
         self.counters = dict(lookups=0, unique_keys=0, hits=0, misses=0, stale_refreshes=0,
                              evictions=0, dirty_evictions=0, passed_through=0, rows_pulled=0,
                              rows_pushed=0, rows_pushed_lean=0, updates_pushed=0, prefetched=0,
-                             prefetch_hits=0, rows_rebuilt=0)
+                             prefetch_hits=0, rows_rebuilt=0, rounds_resent=0, rows_refused=0)
 
-    def _bucket(self, touches):
-        if self.policy == "lru":
-            return 0
-        if self.policy == "lfu_opt" and touches >= self.pin:
+    def _bucket(self, e):
+        if e.get("held") or (self.policy == "lfu_opt" and e["touches"] >= self.pin):
             return math.inf
-        return touches
+        return 0 if self.policy == "lru" else e["touches"]
 
     def _attach(self, e, touches):
-        e["touches"], e["attached"], e["seq"] = touches, True, self.seq
+        e["touches"], e["attached"], e["seq"], e["held"] = touches, True, self.seq, False
         self.seq += 1
 
     def clear(self):
-        """As after a restore: nothing cached or pending, a new generation."""
+        """As after a restore or restart: nothing cached, pending or in
+        flight, a new generation."""
         self.entries, self.outbox, self.unreported, self.passing = {}, [], [], {}
         self.due, self.batch, self.fetched_ahead = [], [], set()
+        self.seq, self.sequence, self.ledger, self.unmerged = 0, 0, None, []
+        self.lost_round = None  # (sender, rows) of the last round whose answer was lost
+        self.step_open, self.step_read, self.step_held = False, [], []
+        self.unreported = []  # sync="refresh": evictions not yet reported
+        self.outbox = []  # (key, delta, count, base clock)
         self.generation += 1
+
+    def _sender(self):
+        return (self.worker, self.generation, self.sequence)
 
     def _pending(self, e):
         return take_delta(self.table.optimizer, e["state"], e["base"], e["cc"] - e["cs"])
 
-    def _rebase(self, e, fresh, clock):
+    def _rebase(self, e, fresh, clock, delta=None):
         """The entry takes a fresh state as its base, its pending delta
-        merged back (the share the merge would keep, for Adam's row)."""
+        (or `delta`, of its pending updates) merged back (the share the
+        merge would keep, for Adam's row)."""
         pending = e["cc"] - e["cs"]
         state = copy_state(fresh)
         if pending:
-            delta = self._pending(e)
+            delta = self._pending(e) if delta is None else copy_state(delta)
             delta["w"] = delta["w"] * concurrent_share(self.table.optimizer, pending,
                                                        clock - e["cs"])
-            merge(self.table.optimizer, state, delta, pending, self.lr,
-                  constraint=self.table.constraint)
+            with np.errstate(over="ignore", invalid="ignore"):
+                merge(self.table.optimizer, state, delta, pending, self.lr,
+                      constraint=self.table.constraint)
         e["state"], e["base"] = state, copy_state(fresh)
         e["cs"], e["cc"] = clock, clock + pending
+        if pending:
+            self._keep_finite(e, fresh)
+
+    def _keep_finite(self, e, fresh):
+        """A copy whose pending updates would make it non-finite drops them
+        (the shards would refuse them): it takes the fresh row, and the op
+        names the key once."""
+        if not all(np.isfinite(v).all() for v in e["state"].values()):
+            e["state"], e["cc"] = copy_state(fresh), e["cs"]
+            self.unmerged.append(e["key"])
+
+    def _merge_unsent(self, k, state, clock, rows):
+        """This worker's outbox rows of k merged into a state read at
+        `clock`, as its shard will merge them; returns the updates merged."""
+        merged = 0
+        for key, delta, count, base_clock in rows:
+            if key == k:
+                merge(self.table.optimizer, state, delta, count, self.lr,
+                      concurrent_share(self.table.optimizer, count, max(clock - base_clock, 0)),
+                      self.table.constraint)
+                merged += count
+        return merged
+
+    def _reclaim(self, e, fresh, clock, unsent, taken):
+        """A fetched row takes back as pending updates its key's outbox rows
+        (of `unsent`, the outbox as the fill began), which the shard's row
+        lacks: the first as its pending delta, the rest merged in order."""
+        rows = [p for p in unsent if p[0] == e["key"] and id(p) not in taken]
+        taken.update(id(p) for p in rows)
+        if not rows:
+            return
+        _, delta, count, base_clock = rows[0]
+        e["cs"], e["cc"] = base_clock, base_clock + count
+        self._rebase(e, fresh, clock, delta)
+        with np.errstate(over="ignore", invalid="ignore"):
+            e["cc"] += self._merge_unsent(e["key"], e["state"], clock, rows[1:])
+        if e["cc"] > e["cs"]:
+            self._keep_finite(e, fresh)
 
     def _refresh(self, e, fresh, clock):
         self._rebase(e, fresh, clock)
@@ -354,48 +542,142 @@ class RefCache:
             behind = self.table.row(k)["clock"] - e["cs" if self.sync == "refresh" else "cc"]
             assert behind <= self.s_r, (k, behind, self.s_r)
 
-    def _exchange(self, keys, pushes, evicted):
-        """One exchange: the pushes are merged first, then the shard
-        answers the sync; the refreshes are applied. Returns the misses'
-        (state, clock) by key."""
-        self._push_and_ack(pushes, self.lr)
+    def _start_round(self, build, always=True):
+        """A new round of the rows `build()` gives (key, delta, count, base
+        clock, answered) unless one is in flight: then that one goes again.
+        Returns whether a round is to be sent: a new one with nothing in it
+        is not, unless `always` (an exchange, whose misses make it one)."""
+        if self.ledger is not None:
+            self.counters["rounds_resent"] += 1
+            return True
+        rows = build()
+        if not rows and not always:
+            return False
+        self.sequence += 1
+        self.ledger = rows
+        return True
+
+    def _end_round(self, pushed):
+        """The round's answer: each answered row's entry takes the shard's
+        row, updates made since merged back; a lean one already holds it."""
+        for k, delta, count, base_clock, answered in self.ledger:
+            self.counters["rows_pushed"] += 1
+            self.counters["updates_pushed"] += count
+            e = self.entries.get(k)
+            if not answered or e is None:
+                continue
+            state, clock, lean = pushed[k]
+            if not lean:
+                self._rebase(e, state, clock)
+                continue
+            self.counters["rows_pushed_lean"] += 1
+            if e["cs"] == clock and e["cc"] == clock:
+                # The proof of the rule: the entry computed the shard's merge.
+                for f in self.table.fields:
+                    assert np.array_equal(e["state"][f], state[f]), (k, f, e["state"][f], state[f])
+            if e["cs"] != base_clock or e["cs"] >= clock:
+                continue
+            # Fetched again at the round's base before the shard merged it:
+            # the merge, made from its base.
+            merged = copy_state(e["base"])
+            merge(self.table.optimizer, merged, delta, count, self.lr,
+                  constraint=self.table.constraint)
+            self._rebase(e, merged, clock)
+        self.ledger = None
+
+    def _refused(self, keys):
+        """An op's end: the keys refused by the shards or dropped by a
+        refresh (unmerged), named once."""
+        keys, self.unmerged = list(keys) + self.unmerged, []
+        if keys:
+            self.counters["rows_refused"] += len(keys)
+            raise Refused(keys)
+
+    def _take_due(self):
+        rows, self.due = self._round_rows(self.due), []
+        return rows
+
+    def _round_rows(self, due, misses=None, take_all=False):
+        """A round's rows: the outbox's first (those of `misses` only, if
+        given), each key once, unanswered; then the pending entries of
+        `due` (every entry: take_all) not queued already, each taken."""
+        rows, queued, left = [], set(), []
+        for p in self.outbox:
+            if p[0] in queued or (misses is not None and p[0] not in misses):
+                left.append(p)
+                continue
+            queued.add(p[0])
+            rows.append((*p, False))
+        self.outbox = left
+        keys = list(self.entries) if take_all else due
+        for k in keys:
+            e = self.entries.get(k)
+            if e is None or e["cc"] == e["cs"] or k in queued:
+                continue
+            queued.add(k)
+            rows.append((*self._take(e), True))
+        return rows
+
+    def _exchange(self, keys, lookahead=False, reach=None, lost=False):
+        """One exchange (a round, pushes or none): the shards merge its
+        pushes, then serve its misses and refresh the copies past the bound.
+        Returns the misses' (state, clock) by key and the keys refused; lost:
+        the shards in `reach` take the round, and its answer never comes."""
         misses = [k for k in keys if k not in self.entries]
-        fetched, refreshes = self.table.sync(self.worker, self.generation, misses, evicted,
-                                             self.s_r)
-        for k, state, clock in refreshes:
-            # A lookahead lookup reports only its misses' evictions, so a
-            # copy evicted since may be refreshed: it is dropped.
+        if lookahead:  # the step's prefetch carries the updates
+            self._start_round(lambda: self._round_rows([], misses=set(misses)))
+            evicted = [k for k in self.unreported if k in set(misses)]
+        else:
+            self._start_round(self._take_due)
+            evicted = list(self.unreported)
+        answer = self.table.exchange(self._sender(), self.ledger, misses, evicted, self.s_r,
+                                     self.lr, reach)
+        if lost:
+            return None
+        reported = set(evicted)
+        self.unreported = [k for k in self.unreported if k not in reported]
+        self._end_round(answer["pushed"])
+        for k, state, clock in answer["refreshes"]:
+            # A copy evicted since the shard queued it is dropped.
             if k in self.entries:
                 self._refresh(self.entries[k], state, clock)
-        self.counters["rows_pulled"] += len(fetched) + len(refreshes)
+        self.counters["rows_pulled"] += len(answer["fetched"]) + len(answer["refreshes"])
         made = {}
-        for k, (state, clock) in zip(misses, fetched):
+        for k in misses:
+            state, clock = answer["fetched"][k]
             if state is None:  # the shard made it: so does the cache
                 state = {f: v for f, v in initial_state(k, self.table.dim, self.table.seed).items()
                          if f in self.table.fields}
                 self.counters["rows_rebuilt"] += 1
             made[k] = (state, clock)
-        return made
+        return made, answer["refused"]
+
+    def lose_answer(self, ids, reach=None, lookahead=False):
+        """An exchange for `ids` whose answer is lost: the shards in
+        `reach` (every shard: None) merge its round and serve it. Returns
+        what a late copy of it would send again."""
+        unique = list(dict.fromkeys(ids))
+        self.counters["lookups"] += len(ids)
+        self.counters["unique_keys"] += len(unique)
+        self._exchange(unique, lookahead, reach, lost=True)
+        misses = [k for k in unique if k not in self.entries]
+        return (self._sender(), list(self.ledger), misses, list(self.unreported))
 
     def lookup(self, ids, training, lookahead=False):
         """lookahead: the step's prefetch carries the updates, so the
-        exchange carries only the misses' outbox rows and eviction reports."""
+        exchange carries only the misses' outbox rows and eviction reports.
+        A round the shards refused in part fails once its rows are read
+        (Refused), as the op does."""
         unique = list(dict.fromkeys(ids))
         self.counters["lookups"] += len(ids)
         self.counters["unique_keys"] += len(unique)
         if training and self.sync == "refresh":
-            if lookahead:
-                wanted = {k for k in unique if k not in self.entries}
-                pushes = [p for p in self.outbox if p[0] in wanted]
-                evicted = [k for k in self.unreported if k in wanted]
-                self.unreported = [k for k in self.unreported if k not in wanted]
-            else:
-                pushes, self.due = self._exchange_pushes(), []
-                evicted, self.unreported = self.unreported, []
-            fetched = self._exchange(unique, pushes, evicted)
+            fetched, refused = self._exchange(unique, lookahead)
             answer = {unique.index(k): a for k, a in fetched.items()}
             self.batch = unique
-            return unique, self._fill(unique, answer)
+            rows = self._fill(unique, answer)
+            self._refused(refused)
+            return unique, rows
         clocks = [self.entries[k]["cc"] if k in self.entries else -1 for k in unique]
         # Evaluation reads at bound 0: a copy behind the shard by any update.
         bound = self.s_r if training else 0
@@ -429,29 +711,66 @@ class RefCache:
                         project(self.table.constraint, seen)
                 out.append(seen["w"])
             return unique, out
-        return unique, self._fill(unique, answer)
+        rows = self._fill(unique, answer)
+        self._refused([])
+        return unique, rows
+
+    def _hold_step(self):
+        """A lookup before the step's update: the rows the step read so far
+        become the last resort until the update."""
+        for e in self.step_read:
+            if (self.entries.get(e["key"]) is not e or not e["attached"]
+                    or self._bucket(e) == math.inf):
+                continue
+            self._attach(e, e["touches"])
+            e["held"] = True
+            self.step_held.append(e)
+        self.step_read = []
+
+    def _release_step(self):
+        for e in self.step_held:
+            if self.entries.get(e["key"]) is e and self._bucket(e) == math.inf:
+                self._attach(e, e["touches"])
+        self.step_open, self.step_read, self.step_held = False, [], []
 
     def _fill(self, unique, answer):
         """A training lookup's rows: answer[i] = (state, clock) refreshes
         or inserts unique key i; the others are hits."""
+        again = self.step_open
+        if again:
+            self._hold_step()
+        if not again or len(self.passing) > 2 * max(self.capacity, len(unique)):
+            self.passing = {}  # rows with no room beside the batch's: key -> (state, clock)
         for k in unique:
             if k in self.entries:
                 self.entries[k]["attached"] = False
         inserted = set()
-        self.passing = {}  # rows with no room beside the batch's: key -> (state, clock)
+        passed = set()
         out = {}
+        unsent, taken = list(self.outbox), set()
         for i, k in enumerate(unique):
             if i not in answer:
                 self.counters["prefetch_hits" if k in self.fetched_ahead else "hits"] += 1
                 continue
             fresh, clock = answer[i]
+            if self.ledger:
+                # Read before its shard merged the round in flight (its answer
+                # lost): the round's rows of k, as the shard will have them. A
+                # row whose clock counts them is taken to have them.
+                fresh = copy_state(fresh)
+                clock += self._merge_unsent(k, fresh, clock, [
+                    p[:4] for p in self.ledger if clock < p[3] + p[2]])
             e = self.entries.get(k)
             if e is not None:
                 self._refresh(e, fresh, clock)
                 continue
             attached = [e for e in self.entries.values() if e["attached"]]
             if len(self.entries) >= self.capacity and not attached:
-                self.passing[k] = (fresh, clock)
+                # It reads the shard's row with this worker's unsent rows.
+                fresh = copy_state(fresh)
+                clock += self._merge_unsent(k, fresh, clock, self.outbox)
+                self.passing.setdefault(k, (fresh, clock))
+                passed.add(k)
                 if self.sync == "refresh":
                     self.unreported.append(k)
                 out[k] = fresh["w"].copy()
@@ -460,33 +779,41 @@ class RefCache:
                 continue
             if len(self.entries) >= self.capacity:
                 self._evict(attached)
-            self._insert(k, fresh, clock)
+            self._reclaim(self._insert(k, fresh, clock), fresh, clock, unsent, taken)
             inserted.add(k)
             self.counters["misses"] += 1
+        self.outbox = [p for p in self.outbox if id(p) not in taken]
         self.fetched_ahead = set()
-        self._check_bound([k for k in unique if k not in self.passing])
+        self._check_bound([k for k in unique if k not in passed])
         for k in unique:
-            if k in self.passing:
+            if k in passed:
                 continue
             e = self.entries[k]
             self._attach(e, 1 if k in inserted else e["touches"] + 1)
             out[k] = e["state"]["w"].copy()
+            self.step_read.append(e)
+        self.step_open = True
         return [out[k] for k in unique]
 
     def _evict(self, attached):
-        victim = min(attached, key=lambda e: (self._bucket(e["touches"]), e["seq"]))
+        victim = min(attached, key=lambda e: (self._bucket(e), e["seq"]))
+        k = victim["key"]
         if victim["cc"] > victim["cs"]:
-            self.outbox.append((victim["key"], self._pending(victim), victim["cc"] - victim["cs"],
+            self.outbox.append((k, self._pending(victim), victim["cc"] - victim["cs"],
                                 victim["cs"]))
             self.counters["dirty_evictions"] += 1
-        del self.entries[victim["key"]]
+        if self.step_open and self._bucket(victim) == math.inf and k not in self.passing:
+            # Most likely a row the open step read: the step's update still
+            # takes its step on the copy the step read.
+            self.passing[k] = (copy_state(victim["state"]), victim["cc"])
+        del self.entries[k]
         if self.sync == "refresh":
-            self.unreported.append(victim["key"])
+            self.unreported.append(k)
         self.counters["evictions"] += 1
 
     def _insert(self, k, fresh, clock):
         self.entries[k] = e = dict(key=k, state=fresh, base=copy_state(fresh), cs=clock,
-                                   cc=clock, touches=0, attached=False)
+                                   cc=clock, touches=0, attached=False, held=False)
         return e
 
     def stage(self, ids):
@@ -512,9 +839,7 @@ class RefCache:
         reported evicted."""
         next_ids = self._next_staged(current_ids)
         upcoming = [k for k in dict.fromkeys(next_ids) if k not in self.passing]
-        pushes, self.due = self._exchange_pushes(), []
-        evicted, self.unreported = self.unreported, []
-        fetched = self._exchange(upcoming, pushes, evicted)
+        fetched, refused = self._exchange(upcoming)
         held = []
         for k in self.batch + upcoming:
             e = self.entries.get(k)
@@ -522,6 +847,7 @@ class RefCache:
                 e["attached"] = False
                 held.append(e)
         inserted = []
+        unsent, taken = list(self.outbox), set()
         for k, (fresh, clock) in fetched.items():
             attached = [e for e in self.entries.values() if e["attached"]]
             if len(self.entries) >= self.capacity and not attached:
@@ -530,37 +856,68 @@ class RefCache:
             if len(self.entries) >= self.capacity:
                 self._evict(attached)
             inserted.append(self._insert(k, fresh, clock))
+            self._reclaim(inserted[-1], fresh, clock, unsent, taken)
+        self.outbox = [p for p in self.outbox if id(p) not in taken]
         for e in held:
             self._attach(e, e["touches"])
         for e in inserted:  # not touched until the lookup that uses them
             self._attach(e, 0)
         self.counters["prefetched"] += len(inserted)
         self.fetched_ahead |= {e["key"] for e in inserted}
+        self._refused(refused)
 
-    def apply_gradients(self, keys, grads, lr):
-        self.lr = lr  # FTRL's refreshes recompute rows with it
-        for k, g in zip(keys, grads):  # rows passed through: one step, pushed now
-            if k in self.passing:
-                base, clock = self.passing[k]
-                state = copy_state(base)
-                optimizer_step(self.table.optimizer, state, g.astype(np.float32), lr, clock,
-                               constraint=self.table.constraint)
-                self.outbox.append((k, take_delta(self.table.optimizer, state, base, 1), 1, clock))
-        self.passing = {}
-        due = []
+    def apply_gradients(self, keys, grads, lr, lost=False):
+        """The step's update: a cached key's local step, a key passing
+        through one step pushed from the copy it read, any other (a later
+        lookup of the step evicted it) a gradient pushed as without a
+        cache. A step that would make a state or its pending delta
+        non-finite is refused whole (Refused, local) before anything
+        changes. lost (sync="check"): the shards merge the step's round, and
+        its answer is lost."""
+        optimizer, constraint = self.table.optimizer, self.table.constraint
+        stepped = {}
         for k, g in zip(keys, grads):
-            if k not in self.entries:
+            e = self.entries.get(k)
+            if e is not None:
+                state, base, clock, count = copy_state(e["state"]), e["base"], e["cc"], \
+                    e["cc"] - e["cs"] + 1
+            elif k in self.passing:
+                base, clock = self.passing[k]
+                state, count = copy_state(base), 1
+            else:
                 continue
-            e = self.entries[k]
-            optimizer_step(self.table.optimizer, e["state"], g.astype(np.float32), lr, e["cc"],
-                           constraint=self.table.constraint)
-            e["cc"] += 1
-            if self.s_w >= 0 and e["cc"] - e["cs"] > self.s_w:
-                due.append(k)
-        if self.sync == "refresh":  # they go with the next exchange
-            self.due += due
-        else:
-            self._push_and_ack(list(self.outbox) + [self._take(self.entries[k]) for k in due], lr)
+            with np.errstate(over="ignore", invalid="ignore"):
+                optimizer_step(optimizer, state, g.astype(np.float32), lr, clock,
+                               constraint=constraint)
+                delta = take_delta(optimizer, state, base, count)
+            if not all(np.isfinite(v).all() for v in list(state.values()) + list(delta.values())):
+                raise Refused([k], local=True)
+            stepped[k] = (state, delta)
+        self.lr = lr  # FTRL's refreshes recompute rows with it
+        for k, g in zip(keys, grads):
+            e = self.entries.get(k)
+            if e is not None:
+                e["state"] = stepped[k][0]
+                e["cc"] += 1
+                if self.s_w >= 0 and e["cc"] - e["cs"] > self.s_w:
+                    self.due.append(k)
+            elif k in self.passing:
+                self.outbox.append((k, stepped[k][1], 1, self.passing[k][1]))
+            else:
+                self.table.push(k, g, 1, lr)
+        self.passing = {}
+        self._release_step()
+        # By refresh, what is due goes with the next exchange.
+        if self.sync == "check" and self._start_round(self._take_due, always=False):
+            self._push_round(lr, lost)
+
+    def _push_round(self, lr, lost=False):
+        answer = self.table.push_round(self._sender(), self.ledger, lr)
+        if lost:
+            self.lost_round = (self._sender(), list(self.ledger))
+            return
+        self._end_round(answer["pushed"])
+        self._refused(answer["refused"])
 
     def drop(self, keys):
         """Herald's plan: drops the copies of `keys` (the rows other workers
@@ -577,19 +934,6 @@ class RefCache:
             self.counters["evictions"] += 1
         return len(self.outbox)
 
-    def _exchange_pushes(self):
-        """What an exchange carries: the outbox, then the entries the last
-        update made due that are still cached and pending (and not beside
-        an outbox row of the same key)."""
-        pushes, queued = list(self.outbox), {k for k, *_ in self.outbox}
-        for k in self.due:
-            e = self.entries.get(k)
-            if e is None or e["cc"] == e["cs"] or k in queued:
-                continue
-            queued.add(k)
-            pushes.append(self._take(e))
-        return pushes
-
     def _take(self, e):
         """An entry's push as its round starts: its pending delta, and the
         entry becomes the merge a shard makes of it where no other writer
@@ -603,29 +947,8 @@ class RefCache:
         return (e["key"], delta, count, base_clock)
 
     def flush(self, lr):
-        due = list(self.outbox) + [self._take(e) for e in self.entries.values()
-                                   if e["cc"] > e["cs"]]
+        """Rounds until one finds nothing: a round in flight goes again
+        first, and each carries a key once."""
         self.due = []  # all of it pending, so in the flush
-        self._push_and_ack(due, lr)
-
-    def _push_and_ack(self, due, lr):
-        outbox_keys = {k for k, _, _, _ in self.outbox}
-        for k, delta, count, base_clock in due:
-            state, clock, lean = self.table.push_delta(k, delta, count, base_clock, lr,
-                                                       sender=(self.worker, self.generation))
-            self.counters["rows_pushed"] += 1
-            self.counters["updates_pushed"] += count
-            if k in outbox_keys:
-                continue
-            e = self.entries[k]
-            if lean:
-                # The proof of the rule: the entry computed the shard's merge.
-                self.counters["rows_pushed_lean"] += 1
-                assert e["cc"] == e["cs"] == clock
-                for f in self.table.fields:
-                    assert np.array_equal(e["state"][f], state[f]), (k, f, e["state"][f], state[f])
-                continue
-            e["state"], e["base"] = state, copy_state(state)
-            e["cs"], e["cc"] = clock, clock
-        pushed = {k for k, *_ in due}
-        self.outbox = [p for p in self.outbox if p[0] not in pushed]
+        while self._start_round(lambda: self._round_rows([], take_all=True), always=False):
+            self._push_round(lr)

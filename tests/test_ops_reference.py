@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import het_tf
-from tests.reference import RefCache, RefTable, initial_row, shard_of
+from tests.reference import RefCache, RefTable, Refused, StaleRound, initial_row, shard_of
 
 LR = 0.05
 
@@ -452,3 +452,181 @@ def test_staleness_zero_equals_the_no_cache_path(unique_name, optimizer, sync):
         np.testing.assert_array_equal(a[k][0], b[k][0])
         assert a[k][1] == b[k][1]
     assert cache.stats()["evictions"] > 0
+
+
+# The faults the NumPy model knows (tests/reference.py), one drawn a step:
+# the step's exchange (by refresh) merged by every shard, by shard 0 alone
+# or by none, or its push (by check) merged, with the answer lost, so the
+# next exchange or push sends the round again; a restart (a flush, then a
+# new incarnation) with a late copy of the lost round arriving after it; the
+# layer called twice in a step; a gradient so large that the shards refuse
+# to merge it (or the cache refuses the step, or a refresh drops it).
+FAULTS = ["none", "none", "lost", "lost_part", "restart", "twice", "spike"]
+# A spike: an Adagrad accumulator's 2.25e38, or an SGD step of 2e38 at LR_FAULTS,
+# finite in one copy and past float32 in two: the second push is refused.
+SPIKES = {"sgd": 2e38, "adagrad": 1.5e19, "adam": 1.5e19}
+LR_FAULTS = 1.0
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    steps=st.lists(st.tuples(st.lists(st.integers(0, 14), min_size=1, max_size=8),
+                             st.sampled_from(FAULTS)), min_size=3, max_size=14),
+    capacity=st.integers(5, 16),  # below 8, a batch may not fit: rows pass through
+    policy=st.sampled_from(["lru", "lfu", "lfu_opt"]),
+    read_staleness=st.sampled_from([0, 1, -1]),
+    write_staleness=st.sampled_from([0, 2, -1]),
+    shards=st.integers(1, 2),
+    workers=st.integers(1, 2),
+    optimizer=st.sampled_from(["sgd", "adagrad", "adam"]),
+    sync=st.sampled_from(["refresh", "refresh", "check"]),
+)
+# Two copies of a row each take a spike; the first push merges, and the
+# second copy's refresh cannot merge its own pending spike into the row
+# (past float32): it drops it, named once, and trains on.
+@example(steps=[([0], "none")] * 5 + [([0], "spike")] * 2 + [([0], "none")] * 2, capacity=5,
+         policy="lru", read_staleness=0, write_staleness=2, shards=1, workers=2, optimizer="sgd",
+         sync="refresh")
+def test_faults_leave_the_ops_as_the_reference_that_models_them(
+        unique_name, steps, capacity, policy, read_staleness, write_staleness, shards, workers,
+        optimizer, sync):
+    """The ops against the NumPy model with the faults modelled in it:
+    every step's rows or its error (the ids a refused round names, or the
+    step the cache refuses), a late round refused or answered as a repeat
+    alike, the counters, the shards' records of copies (exactly: none of a
+    copy never taken), the refused updates and the final table, to the bit."""
+    dim = 3
+    config = het_tf.TableConfig(unique_name(), dim, seed=5, optimizer=constrained(optimizer, None))
+    table = het_tf.ShardedTable(config, [None] * shards)
+    cache_config = het_tf.CacheConfig(capacity, policy, read_staleness, write_staleness,
+                                      pin_threshold=3, sync=sync)
+    caches = [het_tf.WorkerCache(table, cache_config) for _ in range(workers)]
+    ref_table = RefTable(dim, optimizer, seed=5, shards=shards)
+    ref_caches = [RefCache(ref_table, capacity, policy, read_staleness, write_staleness, 3, sync)
+                  for _ in range(workers)]
+    ops = caches[0]._ops
+
+    def both(real, model):
+        """Runs a step's part on the ops and on the model: both succeed, or
+        both fail naming the same ids."""
+        try:
+            expected = model()
+        except Refused as refused:
+            with pytest.raises(tf.errors.InvalidArgumentError) as error:
+                real()
+            message = str(error.value)
+            assert ("nothing was applied" in message) == refused.local, message
+            for k in refused.keys:
+                assert str(k) in message, (refused.keys, message)
+            return None
+        return real(), expected
+
+    def lose_exchange(w, batch, reach):
+        _u, _i, requests = ops.het_cache_begin_exchange(
+            caches[w].handle(), tf.constant(batch, tf.int64), num_shards=shards)
+        for s in range(shards) if reach is None else reach:
+            ops.het_table_exchange(table.handle(s), requests[s], dim=dim).numpy()
+        late = ref_caches[w].lose_answer(batch, reach)
+        return (lambda: [ops.het_table_exchange(table.handle(s), requests[s], dim=dim).numpy()
+                         for s in range(shards)],
+                lambda: ref_table.exchange(*late[:2], late[2], late[3], read_staleness,
+                                           LR_FAULTS))
+
+    def push_lost(w, keys, grads):
+        """A checking cache's step whose round the shards merge, its answer
+        lost; returns how to send that round again."""
+        keys = tf.constant(keys, tf.int64)
+        *pushes, uncached = ops.het_cache_accumulate(caches[w].handle(), keys,
+                                                     tf.constant(grads), LR_FAULTS, dim=dim)
+        if tf.size(uncached) > 0:
+            het_tf.push_without_cache(table, tf.gather(keys, uncached),
+                                      tf.gather(grads, uncached), LR_FAULTS)
+        keys, deltas, counts, bases, evicted, senders = pushes
+
+        def send():
+            return [t.numpy() for t in table.push_deltas(keys, deltas, counts, bases, LR_FAULTS,
+                                                         senders=senders, unanswered=evicted)]
+        send()
+        return send
+
+    def train(w, step, reads, lost):
+        """The step's lookups then its update; returns how to send again a
+        round lost at the update, if one was."""
+        union = sorted({k for batch in reads for k in batch})
+        grads = grads_for(np.array(union, np.float32)[:, None] * np.ones(dim), step)
+        if fault == "spike":  # on key 0, which the batch reads
+            grads[0] = SPIKES[optimizer]
+        for batch in reads:
+            done = both(lambda b=batch: caches[w].lookup(tf.constant(b, tf.int64), True),
+                        lambda b=batch: ref_caches[w].lookup(b, True))
+            if done is None:
+                return None
+            (rows, unique, _), (ref_unique, ref_rows) = done
+            assert unique.numpy().tolist() == ref_unique
+            np.testing.assert_array_equal(rows.numpy(), np.stack(ref_rows))
+        if lost:
+            ref_caches[w].lost_round = None
+            try:
+                ref_caches[w].apply_gradients(union, grads, LR_FAULTS, lost=True)
+            except Refused as refused:
+                assert refused.local
+                with pytest.raises(tf.errors.InvalidArgumentError, match="nothing was applied"):
+                    push_lost(w, union, grads)
+                return None
+            send = push_lost(w, union, grads)
+            late = ref_caches[w].lost_round
+            return None if late is None else (send, lambda: ref_table.push_round(*late,
+                                                                                 LR_FAULTS))
+        both(lambda: caches[w].apply_gradients(tf.constant(union, tf.int64), tf.constant(grads),
+                                               LR_FAULTS),
+             lambda: ref_caches[w].apply_gradients(union, grads, LR_FAULTS))
+        return None
+
+    def restart(w):
+        both(lambda: caches[w].flush(LR_FAULTS), lambda: ref_caches[w].flush(LR_FAULTS))
+        caches[w].clear()
+        ref_caches[w].clear()
+
+    for step, (batch, fault) in enumerate(steps):
+        w = step % workers
+        late = None
+        if sync == "refresh" and fault in ("lost", "restart", "lost_part"):
+            reach = [0] if shards > 1 else []
+            late = lose_exchange(w, batch, reach if fault == "lost_part" else None)
+            if fault == "restart":
+                restart(w)
+        more = [k + 7 for k in batch[:3]] if fault == "twice" else None
+        batch = [0] + batch if fault == "spike" else batch
+        lost = sync == "check" and fault in ("lost", "restart", "lost_part")
+        pushed_late = train(w, step, [batch] + ([more] if more else []), lost)
+        if sync == "check" and fault == "restart":
+            late = pushed_late
+            restart(w)
+        if fault == "restart" and late is not None:
+            # The old incarnation's round, late: refused (an older generation,
+            # or a round before the last), or answered as a repeat if the
+            # shards have seen nothing newer; nothing changes.
+            real, model = late
+            try:
+                model()
+            except StaleRound:
+                with pytest.raises(tf.errors.FailedPreconditionError):
+                    real()
+            else:
+                real()
+
+    for cache, ref in zip(caches, ref_caches):
+        stats = cache.stats()
+        for name, value in ref.counters.items():
+            assert stats[name] == value, name
+    table_stats = table.stats()
+    assert table_stats["record_copies"] == ref_table.record_copies()
+    for cache, ref in zip(caches, ref_caches):
+        for _ in range(3):  # a flush a refused round stops is taken again
+            if both(lambda c=cache: c.flush(LR_FAULTS),
+                    lambda r=ref: r.flush(LR_FAULTS)) is not None:
+                break
+    assert_table_is_reference(table, ref_table)
+    table_stats = table.stats()
+    assert table_stats["updates_applied"] == ref_table.updates_applied
+    assert table_stats["updates_refused_non_finite"] == ref_table.updates_refused

@@ -83,10 +83,10 @@ Status RefusedUpdates(const std::string& name, std::vector<int64_t> keys, uint64
     ids += (i ? ", " : "") + std::to_string(keys[i]);
   if (keys.size() > 8) ids += ", ... (" + std::to_string(keys.size()) + " ids)";
   return Status::InvalidArgument(
-      name + ": the shards refused the pushed updates of ids [" + ids +
-      "], as they would make the rows or optimizer slots non-finite (is the gradient, or the "
-      "learning rate, too large?); those updates were dropped, the rest was merged, and this "
-      "worker's copies of the rows are the shards' again: training can go on");
+      name + ": the updates of ids [" + ids +
+      "] were refused, as they would make the rows or optimizer slots non-finite (is the "
+      "gradient, or the learning rate, too large?); those updates were dropped, the rest was "
+      "merged, and this worker's copies of the rows are the shards' again: training can go on");
 }
 
 Status CheckLearningRate(const std::string& name, const OptimizerConfig& c, float lr) {

@@ -301,6 +301,7 @@ void WorkerCache::ClearLocked() {
   free_slots_.clear();
   outbox_ = Pushes();
   due_keys_.clear();
+  unmerged_.clear();
   step_.Clear();
   ledger_ = Pushes();
   in_flight_ = false;

@@ -111,15 +111,13 @@ class WorkerCache : private WorkerCacheData {
                      const size_t* sizes, int64_t shards);
 
   // Takes the shards' answer for plan.unique_keys (clocks at distinct
-  // `positions`, with full states in training and bare rows out of it) and
-  // writes all u unique rows to `rows_out`. In training, missing rows are
-  // inserted and stale ones refreshed with their own pending deltas
-  // re-applied; a row evicted with pending updates keeps them in an outbox
-  // that goes out with the next pushes. A missing row that finds the cache
-  // full of the batch's own rows passes through: it is read, and its update
-  // is pushed with the step's (see Accumulate). Out of training nothing
-  // changes, so evaluation never causes a push. `epochs` (num_shards, when
-  // given) are the shards' at the pull: one changed fails it as EndExchange.
+  // `positions`, whole states in training, bare rows out of it); writes all
+  // u unique rows to `rows_out`. In training, missing rows are inserted and
+  // stale ones refreshed with their pending deltas re-applied; an evicted
+  // row's pending updates go to the outbox, for the next pushes; a missing
+  // row with no room beside the batch's passes through (Accumulate). Out of
+  // training nothing changes. `epochs` (num_shards, if given): the shards'
+  // at the pull; one changed fails it as EndExchange.
   Status Complete(const int64_t* unique_keys, int64_t u, const int32_t* positions, int64_t m,
                   const float* states, const int64_t* clocks, bool training, float* rows_out,
                   const int64_t* epochs = nullptr);
@@ -251,15 +249,18 @@ class WorkerCache : private WorkerCacheData {
   // their slots.
   Status BeginLookup(const int64_t* ids, int64_t n, std::vector<int64_t>* unique_keys,
                      std::vector<int32_t>* inverse);
-  // A cached entry's pending delta (TakeDelta of its state from its base),
-  // in delta_ until the next call.
+  // A cached entry's pending delta (TakeDelta from its base), in delta_.
   float* PendingDelta(int32_t slot);
   // A cached entry takes a fresh state at server clock `clock` as its base,
   // with its own pending delta merged back in as the shard will merge it.
   void Refresh(int32_t slot, const float* fresh, int64_t clock);
   // The same with `delta` (of the entry's pending count, which it may
-  // scale) as the pending delta.
+  // scale); one that would make the copy non-finite is dropped (DropPending).
   void Rebase(int32_t slot, const float* fresh, int64_t clock, float* delta);
+  void DropPending(int32_t slot, const float* fresh);
+  // An op's end: names once the keys whose updates the shards refused, or
+  // a refresh dropped (unmerged_).
+  Status EndRefusals(std::vector<int64_t> refused);
   // The merge a shard makes of `delta` (`count` updates) on a row no other
   // writer reached since the entry's base: ApplyDelta on the base, in `out`.
   void MergeOnBase(int32_t slot, const float* delta, int64_t count, float* out);
@@ -336,11 +337,9 @@ class WorkerCache : private WorkerCacheData {
     PushChains chains;
     std::vector<uint8_t> taken;
   };
-  // A row just inserted at `slot` (`fresh`, fetched at `clock`) whose key
-  // still has updates in the outbox (not sent before the fetch: every row
-  // of it, a copy evicted and a row passed through alike) takes them back
-  // as its pending updates, merged into the fetched row: this worker reads
-  // its own writes.
+  // A row just inserted at `slot` (`fresh`, fetched at `clock`) takes back
+  // its key's outbox rows (a copy evicted, a row passed through: not sent
+  // before the fetch) as pending updates, merged into it (reads see writes).
   void Reclaim(int32_t slot, const float* fresh, int64_t clock, OutboxRows& unsent);
   // Puts a cached slot back in the eviction order, pinned if its key is.
   void AttachSlot(int32_t slot, uint64_t touches);

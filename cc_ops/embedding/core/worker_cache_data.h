@@ -65,6 +65,10 @@ class WorkerCacheData {
   std::vector<int64_t> unreported_evictions_;  // kRefresh: since the last completed exchange
   size_t evictions_in_flight_ = 0;             // of those, sent by the last BeginExchange
   std::vector<int64_t> due_keys_;              // kRefresh: made due by Accumulate, not yet sent
+  // Keys whose pending updates a refresh could not merge into the fresh
+  // row (the copy would turn non-finite; the shards would refuse them
+  // too): dropped, and named by the op that met them (EndRefusals).
+  std::vector<int64_t> unmerged_;
   // Exactly once (docs/consistency.md): every exchange or push goes to every
   // shard as one round, numbered in this generation. The round's pushes are
   // its ledger: taken out of the pending updates when the round starts (an

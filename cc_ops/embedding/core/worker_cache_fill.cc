@@ -74,6 +74,22 @@ void WorkerCache::Rebase(int32_t slot, const float* fresh, int64_t clock, float*
   }
   entries_[slot].server_clock = clock;
   entries_[slot].local_clock = clock + pending;
+  if (pending > 0 && !AllFinite(state, width_)) DropPending(slot, fresh);
+}
+
+void WorkerCache::DropPending(int32_t slot, const float* fresh) {
+  // The copy would be non-finite: every later step of the key would be
+  // refused, and its push too, for good. Its pending updates are dropped,
+  // as a shard drops a refused update, and named once.
+  std::memcpy(State(slot), fresh, sizeof(float) * width_);
+  entries_[slot].local_clock = entries_[slot].server_clock;
+  unmerged_.push_back(entries_[slot].key);
+}
+
+Status WorkerCache::EndRefusals(std::vector<int64_t> refused) {
+  refused.insert(refused.end(), unmerged_.begin(), unmerged_.end());
+  unmerged_.clear();
+  return RefusedUpdates(Name(), std::move(refused), &counters_.rows_refused);
 }
 
 void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
@@ -327,7 +343,7 @@ Status WorkerCache::Complete(const int64_t* unique_keys, int64_t u, const int32_
     LearnEpochs(epochs);
     counters_.bytes_received += wire::EpochAnswer(config_.num_shards);
   }
-  return Status::Ok();
+  return EndRefusals({});
 }
 
 }  // namespace het

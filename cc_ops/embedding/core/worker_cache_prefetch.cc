@@ -136,7 +136,7 @@ Status WorkerCache::EndPrefetch(const int64_t* unique_keys, int64_t u,
   // Not touched yet: the lookup that uses them counts their first touch.
   for (int32_t slot : inserted) AttachSlot(slot, 0);
   counters_.prefetched += inserted.size();
-  return RefusedUpdates(Name(), refused, &counters_.rows_refused);
+  return EndRefusals(std::move(refused));
 }
 
 }  // namespace het

@@ -296,7 +296,7 @@ Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* count
   }
   if (epochs != nullptr) counters_.bytes_received += wire::EpochAnswer(config_.num_shards);
   counters_.bytes_received += wire::RefusedAnswer(refused.size());
-  return RefusedUpdates(Name(), refused, &counters_.rows_refused);
+  return EndRefusals(std::move(refused));
 }
 
 bool WorkerCache::Flush(Pushes* out, std::vector<Sender>* senders) {

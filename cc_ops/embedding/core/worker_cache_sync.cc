@@ -249,7 +249,7 @@ Status WorkerCache::EndExchange(const int64_t* unique_keys, int64_t u,
   HET_RETURN_IF_ERROR(TakeAnswers(unique_keys, u, slots, answers, sizes, shards, &fresh,
                                   &fresh_clocks, &rebuilt, &refused));
   FillForTraining(unique_keys, u, slots, fresh, fresh_clocks, rows_out);
-  return RefusedUpdates(Name(), refused, &counters_.rows_refused);
+  return EndRefusals(std::move(refused));
 }
 
 Status WorkerCache::CheckEpochs(const int64_t* epochs) {

@@ -316,15 +316,17 @@ struct TwoAdagradCaches {
     t.optimizer.kind = het::OptimizerKind::kAdagrad;
     return t;
   }
-  static het::CacheConfig Cache(het::SyncMode sync) {
+  static het::CacheConfig Cache(het::SyncMode sync, int64_t write_staleness) {
     het::CacheConfig c = het_test::CacheConfigOf(Table(), 1);
     c.capacity = 8;
     c.sync = sync;
-    c.read_staleness = c.write_staleness = 0;
+    c.read_staleness = 0;
+    c.write_staleness = write_staleness;
     return c;
   }
-  explicit TwoAdagradCaches(het::SyncMode sync)
-      : a(het_test::MakeCache(Cache(sync))), b(het_test::MakeCache(Cache(sync))) {
+  explicit TwoAdagradCaches(het::SyncMode sync, int64_t write_staleness = 0)
+      : a(het_test::MakeCache(Cache(sync, write_staleness))),
+        b(het_test::MakeCache(Cache(sync, write_staleness))) {
     EXPECT_OK(cluster.Lookup(*a, {1, 2}, true, &plan, &rows));
     EXPECT_OK(cluster.Lookup(*b, {1, 2}, true, &plan, &rows));
     EXPECT_OK(cluster.Update(*a, {1, 2}, huge, kLr));
@@ -372,6 +374,36 @@ HET_TEST(ARoundAShardRefusesInPartEndsAndTheWorkerTrainsOn) {
     }
     EXPECT_EQ(cluster.shard(0).Counters().updates_refused_non_finite, 1u);
     EXPECT_EQ(t.b->Counters().rows_refused, 1u);
+  }
+}
+
+HET_TEST(ARefreshThatWouldMakeACopyNonFiniteDropsItsPendingUpdates) {
+  // b keeps its huge update of id 1 pending (write bound 5) after a's is
+  // flushed: the refresh that a's push queued would merge b's pending
+  // accumulator (2.25e38) into the shard's (2.25e38). b drops those
+  // pending updates, as the shard would refuse them, names id 1 once and
+  // trains on. Before, b's copy held inf: every later step of id 1 and
+  // every flush were refused for good.
+  TwoAdagradCaches t(het::SyncMode::kRefresh, /*write_staleness=*/5);
+  LocalCluster& cluster = t.cluster;
+  EXPECT_OK(cluster.Flush(*t.a, kLr));  // merged: b's copy of id 1 is queued
+  EXPECT_OK(cluster.Update(*t.b, {1, 2}, t.huge, kLr));
+  const het::Status dropped = cluster.Lookup(*t.b, {1}, true, &t.plan, &t.rows);
+  EXPECT_TRUE(dropped.code() == het::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(dropped.message().find("ids [1]") != std::string::npos);
+  EXPECT_EQ(t.b->Counters().rows_refused, 1u);
+  EXPECT_OK(cluster.Lookup(*t.b, {1}, true, &t.plan, &t.rows));
+  std::map<int64_t, int64_t> clocks;
+  auto contents = cluster.Contents(&clocks);
+  EXPECT_NEAR(t.rows[0], contents.at(1)[0], 1e-6);          // the shard's row
+  EXPECT_OK(cluster.Update(*t.b, {1}, {1.0f, 1.0f}, kLr));  // trains on
+  EXPECT_OK(cluster.Flush(*t.b, kLr));
+  EXPECT_OK(cluster.Flush(*t.a, kLr));
+  contents = cluster.Contents(&clocks);
+  EXPECT_EQ(clocks[1], 2);  // a's huge update and b's last
+  EXPECT_EQ(clocks[2], 2);
+  for (const auto& [key, row] : contents) {
+    for (float v : row) EXPECT_TRUE(std::isfinite(v));
   }
 }
 
