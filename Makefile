@@ -189,7 +189,8 @@ test-tf2.21: $(TF221_LIBRARY)
 FUZZ_EXAMPLES ?= 1000
 fuzz: build
 	HET_TF_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q --timeout=0 tests/test_fuzz.py \
-		tests/test_exactly_once.py
+		tests/test_exactly_once.py \
+		tests/test_ops_reference.py::test_faults_leave_the_ops_as_the_reference_that_models_them
 
 # Workers killed and restarted while a 2-PS, 2-worker cluster trains; the
 # clocks and the final checkpoint are checked after. Then two workers train

@@ -45,6 +45,12 @@ def parse_args():
     p.add_argument("--stay-bonus", default="auto",
                    help="the cached rows a sample must gain to leave its rank ('auto': its "
                    "bytes' worth)")
+    p.add_argument("--allreduce-dtype", default="float32",
+                   help="the type the dense gradients cross the allreduce in: float32 or "
+                   "float16 (half the bytes, with a loss scale)")
+    p.add_argument("--overflow-at", type=int, nargs=2, metavar=("RANK", "STEP"),
+                   help="a fault drill: RANK weighs the samples of step STEP of each epoch "
+                   "a million times, so that its dense gradients overflow float16")
     p.add_argument("--lose-rank-at", type=int, nargs=2, metavar=("RANK", "STEP"),
                    help="a fault drill: RANK kills itself (SIGKILL) as it begins training "
                    "step STEP (counted over the epochs from 0), while the others are in it")
@@ -65,8 +71,8 @@ def main():
     hybrid.init()  # first, like hvd.init(): before any model is built
     model, layer = build_model(args)
     hybrid.distribute(model, allocate_every=args.allocate_every,
-                      summary_rows=args.summary_rows,
-                      stay_bonus=args.stay_bonus)  # before compile
+                      summary_rows=args.summary_rows, stay_bonus=args.stay_bonus,
+                      allreduce_dtype=args.allreduce_dtype)  # before compile
     # Horovod's convention: scale the learning rate with the number of ranks.
     model.compile(tf_keras.optimizers.Adam(0.005 * hybrid.size()), "binary_crossentropy")
     rank = hybrid.rank()
@@ -121,6 +127,11 @@ def main():
     if args.export_every:
         callbacks += version_exports(args, model, version_scores, hybrid.flush_and_clear, rank)
     fit_data = dict(x=ids, y=labels, batch_size=args.batch_size, shuffle=False)
+    if args.overflow_at and args.overflow_at[0] == rank:
+        weights = np.ones(len(labels), np.float32)
+        step = args.overflow_at[1]
+        weights[step * args.batch_size:(step + 1) * args.batch_size] = 1e6
+        fit_data["sample_weight"] = weights
     if args.window > 1:
         # Herald's window: the pipeline stages the batches ahead of each step.
         fit_data = dict(x=het_tf.lookahead(tf.data.Dataset.from_tensor_slices(
@@ -150,6 +161,7 @@ def main():
                       cache_rows_pushed=stats["cache_rows_pushed"])
     result.update(
         losses=history.history.get("loss", []),
+        allreduce_skipped_steps=hybrid.allreduce_skipped_steps(model),
         dense_digest=dense_digest(model), step_digests=step_digests,
         cache_updates_pushed=stats["cache_updates_pushed"], hit_rate=stats["hit_rate"],
         table_updates_applied=stats["table_updates_applied"], clock_sum=int(clocks.sum()),

@@ -34,8 +34,16 @@ from het_tf.distribute.horovod import (
                                        size,
 )
 from het_tf.training.hybrid_reads import evaluate, export_saved_model, flush_and_clear, predict
-from het_tf.training.hybrid_training import Checkpoint, distribute, het_allocation, restore, save
+from het_tf.training.hybrid_training import (
+    Checkpoint,
+    allreduce_skipped_steps,
+    distribute,
+    het_allocation,
+    restore,
+    save,
+)
 
-__all__ = ["CLIENT_HOST_ENV", "PS_ENV", "Checkpoint", "allreduce_sum", "barrier", "distribute",
-           "evaluate", "export_saved_model", "flush_and_clear", "het_allocation", "init",
-           "num_ps", "ps_addresses", "predict", "rank", "restore", "save", "size"]
+__all__ = ["CLIENT_HOST_ENV", "PS_ENV", "Checkpoint", "allreduce_skipped_steps", "allreduce_sum",
+           "barrier", "distribute", "evaluate", "export_saved_model", "flush_and_clear",
+           "het_allocation", "init", "num_ps", "ps_addresses", "predict", "rank", "restore",
+           "save", "size"]

@@ -1,5 +1,7 @@
 """The ops against the NumPy model of the table, cache and clock rules, on
 randomized key streams, one or two workers, one to three shards."""
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -468,7 +470,9 @@ SPIKES = {"sgd": 2e38, "adagrad": 1.5e19, "adam": 1.5e19}
 LR_FAULTS = 1.0
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# `make fuzz` runs it with HET_TF_FUZZ_EXAMPLES (1,000) times 1.5.
+@settings(max_examples=int(os.environ.get("HET_TF_FUZZ_EXAMPLES", "40")) * 3 // 2, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     steps=st.lists(st.tuples(st.lists(st.integers(0, 14), min_size=1, max_size=8),
                              st.sampled_from(FAULTS)), min_size=3, max_size=14),

@@ -6,6 +6,7 @@ import os
 import tensorflow as tf
 import tf_keras
 
+from het_tf.distribute.dense_allreduce import DenseAllreduce
 from het_tf.distribute.horovod import (
     barrier,
     initialized,
@@ -35,17 +36,20 @@ def _check_built_after_init(model):
                              "het_tf.hybrid.init(): call init() first, before building the model")
 
 
-def _hybrid_train_step(model, data, allocation=None):
-    """Keras' train step with the dense gradients averaged over the ranks.
-    The tables' gradients go to the optimizer as they are: each rank updates
-    the tables through its own cache. With `allocation` the step first
-    re-divides the samples over the ranks."""
+def _hybrid_train_step(model, data, allreduce, allocation=None):
+    """Keras' train step with the dense gradients averaged over the ranks
+    (`allreduce`, a DenseAllreduce). The tables' gradients go to the
+    optimizer as they are: each rank updates the tables through its own
+    cache. A step the allreduce says to skip (a float16 overflow, alike on
+    every rank) changes nothing but the optimizer's step count. With
+    `allocation` the step first re-divides the samples over the ranks."""
     if isinstance(model.optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
         # Its skip decision would read each rank's own table gradients:
         # ranks could skip different steps and their dense weights part.
         raise ValueError("hybrid mode does not take a LossScaleOptimizer (mixed_float16): "
-                         "train in float32 or mixed_bfloat16, which needs no loss scale")
-    hvd = initialized()
+                         "train in float32 or mixed_bfloat16, which needs no loss scale (to "
+                         "send the dense gradients in float16, distribute's allreduce_dtype "
+                         "scales around the allreduce)")
     if allocation is not None:
         data = allocation(data)
     x, y, sample_weight = tf_keras.utils.unpack_x_y_sample_weight(data)
@@ -56,23 +60,53 @@ def _hybrid_train_step(model, data, allocation=None):
     grads = tape.gradient(loss, variables)
     dense = [i for i, (g, v) in enumerate(zip(grads, variables))
              if g is not None and not is_anchor(v)]
+    applied = True
     if dense:
-        averaged = hvd.grouped_allreduce([tf.convert_to_tensor(grads[i]) for i in dense],
-                                         op=hvd.Average)
+        averaged, applied = allreduce([tf.convert_to_tensor(grads[i]) for i in dense])
         grads = list(grads)
         for i, g in zip(dense, averaged):
             grads[i] = g
     # In the model's order, as Keras' own step: the optimizer makes its
     # slots in this order and files hold them by position (slot_order.py).
-    model.optimizer.apply_gradients(zip(grads, variables))
+    if allreduce.dtype == "float32":
+        model.optimizer.apply_gradients(zip(grads, variables))
+    else:
+        _apply_unless_skipped(model.optimizer, grads, variables, applied)
     return model.compute_metrics(x, y, y_pred, sample_weight)
 
 
-def distribute(model, allocate_every=0, summary_rows=65536, stay_bonus="auto"):
+def _apply_unless_skipped(optimizer, grads, variables, applied):
+    """apply_gradients where `applied`, as Keras' LossScaleOptimizer does:
+    the slots are made first, outside the condition."""
+    pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
+    with tf.init_scope():
+        if hasattr(optimizer, "build"):
+            optimizer.build([v for _, v in pairs])
+        else:  # the legacy optimizers
+            optimizer._create_all_weights([v for _, v in pairs])
+
+    def skip():
+        optimizer.iterations.assign_add(1)
+        return tf.constant(False)
+
+    def apply():
+        optimizer.apply_gradients(pairs)
+        return tf.constant(True)
+
+    tf.cond(applied, apply, skip)
+
+
+def distribute(model, allocate_every=0, summary_rows=65536, stay_bonus="auto",
+               allreduce_dtype="float32"):
     """Makes a plain tf_keras model, built after init(), hybrid-ready; call
     it before compile. Broadcasts the weights from rank 0 and averages dense
     gradients over the ranks in every training step; the HetEmbedding tables
     are on the PS tasks, shared by every rank.
+
+    allreduce_dtype "float16" sends the dense gradients in float16, half
+    the allreduce's bytes, with a dynamic loss scale; a step whose reduced
+    gradients overflow is skipped on every rank (allreduce_skipped_steps).
+    bfloat16 is refused: Horovod's Gloo allreduce cannot sum it.
 
     allocate_every > 0 turns on Herald's location-aware allocation
     (docs/herald.md): each step's samples train on the rank whose cache
@@ -88,12 +122,14 @@ def distribute(model, allocate_every=0, summary_rows=65536, stay_bonus="auto"):
     if getattr(model, "_is_compiled", False):
         raise ValueError("call het_tf.hybrid.distribute(model) before model.compile")
     _check_built_after_init(model)
+    allreduce = DenseAllreduce(hvd, allreduce_dtype)
     allocation = None
     if allocate_every:
         allocation = Allocation(model, allocate_every, summary_rows, hvd.size(), hvd.rank(),
                                 hvd.allgather, hvd.alltoall, stay_bonus)
     model._het_allocation = allocation
-    model.train_step = lambda data: _hybrid_train_step(model, data, allocation)
+    model._het_allreduce = allreduce
+    model.train_step = lambda data: _hybrid_train_step(model, data, allreduce, allocation)
     validate_together(model)
     hvd.broadcast_variables(model_variables(model), root_rank=0)
     return model
@@ -102,6 +138,13 @@ def distribute(model, allocate_every=0, summary_rows=65536, stay_bonus="auto"):
 def het_allocation(model):
     """The model's Allocation (distribute's allocate_every), or None."""
     return getattr(model, "_het_allocation", None)
+
+
+def allreduce_skipped_steps(model):
+    """The training steps every rank skipped because the dense gradients
+    overflowed float16 (distribute's allreduce_dtype; 0 in float32)."""
+    allreduce = getattr(model, "_het_allreduce", None)
+    return 0 if allreduce is None else int(allreduce.skipped_steps.numpy())
 
 
 def save(model, target):

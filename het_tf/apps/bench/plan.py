@@ -31,6 +31,11 @@ CONFIGURATIONS = (
      ["--mode", "hybrid", "--staleness", "100", "--sync", "check"]),
     ("hybrid-s100-lookahead", "HetEmbedding, 10% LFU cache, staleness 100, lookahead, hybrid",
      ["--mode", "hybrid", "--staleness", "100", "--lookahead"]),
+    ("hybrid-nocache-fp16", "HetEmbedding, cache off, hybrid mode, dense allreduce in float16",
+     ["--mode", "hybrid", "--cache-capacity", "0", "--allreduce-dtype", "float16"]),
+    ("hybrid-s100-lookahead-fp16", "HetEmbedding, 10% LFU cache, staleness 100, lookahead, "
+     "hybrid, dense allreduce in float16",
+     ["--mode", "hybrid", "--staleness", "100", "--lookahead", "--allreduce-dtype", "float16"]),
     ("hybrid-s0", "HetEmbedding, staleness 0 (synchronous: the cache's bound at 0), hybrid",
      ["--mode", "hybrid", "--staleness", "0"]),
     ("hybrid-s0-check", "HET's cache at staleness 0: every key checked, every update pushed "
@@ -55,6 +60,8 @@ CONFIGURATIONS = (
      "cache, hybrid", ["--mode", "hybrid", "--scheduler", "herald", "--window", "8",
                        "--allocate-every", "8", "--summary-rows", "65536"]),
 )
+# Run only behind a link: on loopback the allreduce's bytes cost little.
+LINK_ONLY = ("hybrid-nocache-fp16", "hybrid-s100-lookahead-fp16")
 # The staleness sweep for AUC: s10 and s100 come from the configurations above.
 STALENESS_SWEEP = (("het-s0", "0"), ("het-s10", "10"), ("het-s100", "100"),
                    ("het-s10000", "10000"), ("het-sinf", "inf"), ("het-auto", "auto"))
@@ -159,6 +166,8 @@ def resolve(args):
             raise ValueError(f"--only {name!r}: no such configuration"
                              + (" of the sweep (OPTIMIZER-SETTING, such as adagrad-s100)"
                                 if args.sweep else ""))
+        if name in LINK_ONLY and not args.link and not args.sweep:
+            raise ValueError(f"--only {name!r} runs behind a link only: give --link")
     if any(d < 1 for d in args.dim):
         raise ValueError(f"--dim must be positive, got {args.dim}")
     if args.timeline_samples < 0:
@@ -188,6 +197,8 @@ def section_plan(args, section, first):
         plan += [(name, ["--mode", "ps", "--staleness", s]) for name, s in STALENESS_SWEEP
                  if name not in dict(plan)]
     plan = [(name, extra) for name, extra in plan if not wanted or name in wanted]
+    if not section.link:
+        plan = [(name, extra) for name, extra in plan if name not in LINK_ONLY]
     if section.link:  # a local run has no cluster to shape
         shaped = ["--link", section.link] + (["--latency", args.latency] if args.latency else [])
         plan = [(name, extra + shaped if "local" not in extra else extra)

@@ -102,6 +102,17 @@ def _targets(runs, rows, traffic, target_auc, base, limit):
         else 1 - traffic["bytes_per_sample"] / keras_wire,
         "hybrid_s100_allreduce_share_of_wire": None if not hybrid_wire
         else get("hybrid-s100", "wire_between_workers_bytes_per_sample") / hybrid_wire,
+        # The dense allreduce in float16 against float32, cached, and its
+        # time to target against float32's cache-off run.
+        "hybrid_fp16_allreduce_bytes_ratio": _ratio(
+            get("hybrid-s100-lookahead-fp16", "wire_between_workers_bytes_per_sample"),
+            get("hybrid-s100-lookahead", "wire_between_workers_bytes_per_sample")),
+        "hybrid_fp16_speedup_cached": _ratio(
+            get("hybrid-s100-lookahead-fp16", "samples_per_second"),
+            get("hybrid-s100-lookahead", "samples_per_second")),
+        "hybrid_fp16_lookahead_speedup_to_target_vs_nocache": _ratio(
+            get("hybrid-nocache", "seconds_to_target"),
+            get("hybrid-s100-lookahead-fp16", "seconds_to_target")),
         # Herald: the allocation against HET's cache at the same
         # capacity and staleness; allocation and plan against HET's s=0.
         "herald_alloc_hit_rate_minus_s100": {
@@ -194,11 +205,13 @@ def _fmt(value, spec):
     return "—" if value is None else format(value, spec)
 
 
-def _met(value, threshold, spec):
-    """A target's measured value, and whether it met `threshold` (at least)."""
+def _met(value, threshold, spec, below=False):
+    """A target's measured value, and whether it met `threshold` (at least,
+    or with `below` at most)."""
     if value is None:
         return "not measured"
-    return f"{format(value, spec)} ({'met' if value >= threshold else 'missed'})"
+    met = value <= threshold if below else value >= threshold
+    return f"{format(value, spec)} ({'met' if met else 'missed'})"
 
 
 def _section_report(section, latency):
@@ -252,6 +265,13 @@ def _section_report(section, latency):
               f"estimate over the wire): {_fmt(t['keras_ps_dense_share_of_ps_wire'], '.1%')}",
               f"- hybrid s=100: allreduce share of the wire: "
               f"{_fmt(t['hybrid_s100_allreduce_share_of_wire'], '.1%')}"]
+    if t["hybrid_fp16_allreduce_bytes_ratio"] is not None:
+        lines.append(
+            "- dense allreduce in float16 (hybrid, cached, lookahead) over float32: allreduce "
+            f"bytes {_met(t['hybrid_fp16_allreduce_bytes_ratio'], 0.55, '.2f', below=True)}, "
+            f"samples/s {_met(t['hybrid_fp16_speedup_cached'], 1.4, '.2f')}; time to target, "
+            "float32 cache off over it: "
+            f"{_met(t['hybrid_fp16_lookahead_speedup_to_target_vs_nocache'], 2.0, '.2f')}")
     if t["herald_alloc_hit_rate_minus_s100"] or t["herald_bytes_reduction_vs_s0_check"] \
             is not None:
         raised = ", ".join(f"{n} {_met(v, 0.001, '+.4f')}"

@@ -7,6 +7,7 @@ import os
 import sys
 
 from het_tf.apps import link
+from het_tf.distribute.allreduce_dtype import check_allreduce_dtype
 from het_tf.runtime import combinations
 from het_tf.runtime.config import check_window, parse_stay_bonus
 
@@ -102,6 +103,10 @@ def add_arguments(p):
                    help="the cached rows a sample must gain to leave the rank that read it "
                    "('auto', the default: the rows its own bytes are worth; 0 moves it for "
                    "any gain)")
+    p.add_argument("--allreduce-dtype", default="float32",
+                   help="hybrid mode: the type the dense gradients cross the allreduce in, "
+                   "float32 (the default) or float16 (half the bytes, with a dynamic loss "
+                   "scale; docs/hybrid.md)")
     p.add_argument("--lookahead", action=argparse.BooleanOptionalAction, default=None,
                    help="the input pipeline stages each batch's ids a step ahead, and each "
                    "training step prefetches the next batch's rows while it computes "
@@ -200,6 +205,10 @@ def check(args):
         raise ValueError("--link shapes the local cluster that ps or hybrid mode starts by "
                          "itself; local mode has none")
     _check_hot(args)
+    check_allreduce_dtype(args.allreduce_dtype, "--allreduce-dtype")
+    if args.allreduce_dtype != "float32" and args.mode != "hybrid":
+        raise ValueError(f"--allreduce-dtype is hybrid mode's (its dense allreduce); "
+                         f"--mode {args.mode} has none")
     _rename_sync(args)
     _check_herald(args)
     _check_combination(args)

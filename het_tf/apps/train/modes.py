@@ -81,6 +81,10 @@ class LocalMode:
     def barrier(self):
         pass
 
+    def figures(self, model):
+        """The mode's own figures for metrics.json."""
+        return {}
+
 
 class PsMode(LocalMode):
     """ParameterServerStrategy: this process is the chief, the tables are on
@@ -160,7 +164,8 @@ class HybridMode(LocalMode):
         hybrid.init()  # before the model is built
         self.rank, self.size = hybrid.rank(), hybrid.size()
         self.allocation = dict(allocate_every=args.allocate_every,
-                               summary_rows=args.summary_rows, stay_bonus=args.stay_bonus)
+                               summary_rows=args.summary_rows, stay_bonus=args.stay_bonus,
+                               allreduce_dtype=args.allreduce_dtype)
 
     def learning_rate_factor(self):
         return self.size  # Horovod's convention: the dense rate scales with the ranks
@@ -180,6 +185,9 @@ class HybridMode(LocalMode):
 
     def barrier(self):
         hybrid.barrier()
+
+    def figures(self, model):
+        return {"allreduce_skipped_steps": hybrid.allreduce_skipped_steps(model)}
 
 
 MODES = {"local": LocalMode, "ps": PsMode, "hybrid": HybridMode}

@@ -128,7 +128,7 @@ def train(args, mode):
               "versions": figures.versions(), "workers": num_workers,
               "train_samples": train_samples, "train_seconds": throughput.train_seconds(),
               "samples_per_second": float(mode.sum(throughput.samples_per_second())),
-              "loss": history.get("loss", []), **hot}
+              "loss": history.get("loss", []), **hot, **mode.figures(model)}
     if args.drift:  # where the held-out rows were drawn
         result["held_out_position"] = inputs.held_out_position
     if wire is not None:
