@@ -136,6 +136,7 @@ def main():
         # Herald's window: the pipeline stages the batches ahead of each step.
         fit_data = dict(x=het_tf.lookahead(tf.data.Dataset.from_tensor_slices(
             (ids, labels)).batch(args.batch_size), model))
+    result["initial_digest"] = dense_digest(model)
     history = model.fit(**fit_data, epochs=args.epochs, verbose=2 if rank == 0 else 0,
                         callbacks=callbacks)
 

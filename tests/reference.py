@@ -588,7 +588,7 @@ class RefCache:
     def _refused(self, keys):
         """An op's end: the keys refused by the shards or dropped by a
         refresh (unmerged), named once."""
-        keys, self.unmerged = list(keys) + self.unmerged, []
+        keys, self.unmerged = sorted(set(keys) | set(self.unmerged)), []
         if keys:
             self.counters["rows_refused"] += len(keys)
             raise Refused(keys)

@@ -54,11 +54,13 @@ def test_a_hybrid_model_trains_in_float16_as_in_float32_and_skips_alike(tmp_path
     """examples/hybrid_train.py both ways (2 ranks, 1 PS task, 2 epochs of
     64 steps). In float16, rank 1's samples of step 5 (of each epoch) weigh
     a million times: its dense gradients overflow float16, and both ranks
-    skip those steps (the dense weights after each are those before) and
-    no other. The ranks share tables, so two float32 runs already differ
-    (an epoch's loss by up to 10% here): rank 0's losses within 25% of
-    float32's catch a broken scale (gradients 2^14 times too large, or
-    flushed to zero), not float16's rounding, which the test above bounds."""
+    skip those steps (the dense weights after each equal those before),
+    and only the steps they count (the scale may also find its level on a
+    gradient past 65,504 / 2^14 early on). The ranks share tables, so two
+    float32 runs already differ (an epoch's loss by up to 0.035 here): rank
+    0's last loss within 0.1 of float32's catches a broken scale (gradients
+    2^14 times too large, or flushed to zero), not float16's rounding, which
+    the test above bounds."""
     epochs, steps = 2, SAMPLES // BATCH_SIZE
     common = ["--epochs", str(epochs)]
     exact = run_hybrid(tmp_path / "float32", 1, common)
@@ -66,13 +68,14 @@ def test_a_hybrid_model_trains_in_float16_as_in_float32_and_skips_alike(tmp_path
                                                          "--overflow-at", "1", "5"])
     for r in exact:
         assert r["allreduce_skipped_steps"] == 0
+    assert half[0]["step_digests"] == half[1]["step_digests"]  # every step alike on both
+    digests = [half[0]["initial_digest"]] + half[0]["step_digests"]
+    unchanged = [i - 1 for i in range(1, len(digests)) if digests[i] == digests[i - 1]]
+    assert {5 + e * steps for e in range(epochs)} <= set(unchanged)
     for r in half:
-        assert r["allreduce_skipped_steps"] == epochs
-    digests = half[0]["step_digests"]
-    assert digests == half[1]["step_digests"]  # every step alike on both ranks
-    unchanged = [i for i in range(1, len(digests)) if digests[i] == digests[i - 1]]
-    assert unchanged == [5 + e * steps for e in range(epochs)]
-    np.testing.assert_allclose(half[0]["losses"], exact[0]["losses"], rtol=0.25)
+        assert r["allreduce_skipped_steps"] == len(unchanged)
+    assert half[0]["losses"][-1] < half[0]["losses"][0] - 0.2  # it learns
+    assert abs(half[0]["losses"][-1] - exact[0]["losses"][-1]) < 0.1
 
 
 def test_bfloat16_is_refused_by_name():

@@ -298,7 +298,8 @@ def test_hybrid_mode_refuses_a_loss_scale_optimizer():
     model.compile(tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.SGD(0.1)),
                   "mse")
     with pytest.raises(ValueError, match="hybrid mode does not take a LossScaleOptimizer"):
-        _hybrid_train_step(model, (np.zeros((4, 1), np.int64), np.zeros((4, 1), np.float32)))
+        _hybrid_train_step(model, (np.zeros((4, 1), np.int64), np.zeros((4, 1), np.float32)),
+                           allreduce=None)
 
 
 @pytest.mark.parametrize("route", ["off", "refresh-s100", "check-s100", "small-cache"])

@@ -60,7 +60,7 @@ def _hybrid_train_step(model, data, allreduce, allocation=None):
     grads = tape.gradient(loss, variables)
     dense = [i for i, (g, v) in enumerate(zip(grads, variables))
              if g is not None and not is_anchor(v)]
-    applied = True
+    applied = True  # a step with no dense gradient is never skipped
     if dense:
         averaged, applied = allreduce([tf.convert_to_tensor(grads[i]) for i in dense])
         grads = list(grads)
@@ -77,23 +77,24 @@ def _hybrid_train_step(model, data, allreduce, allocation=None):
 
 def _apply_unless_skipped(optimizer, grads, variables, applied):
     """apply_gradients where `applied`, as Keras' LossScaleOptimizer does:
-    the slots are made first, outside the condition."""
-    pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
+    the slots are made first, outside the condition, for every variable
+    (as apply_gradients would: files hold them by position)."""
     with tf.init_scope():
         if hasattr(optimizer, "build"):
-            optimizer.build([v for _, v in pairs])
+            optimizer.build(variables)
         else:  # the legacy optimizers
-            optimizer._create_all_weights([v for _, v in pairs])
+            optimizer._create_all_weights(variables)
 
     def skip():
         optimizer.iterations.assign_add(1)
         return tf.constant(False)
 
     def apply():
-        optimizer.apply_gradients(pairs)
+        optimizer.apply_gradients(zip(grads, variables))
         return tf.constant(True)
 
-    tf.cond(applied, apply, skip)
+    # A step with no dense gradient has nothing to skip on (a Python True).
+    tf.__internal__.smart_cond.smart_cond(applied, apply, skip)
 
 
 def distribute(model, allocate_every=0, summary_rows=65536, stay_bonus="auto",

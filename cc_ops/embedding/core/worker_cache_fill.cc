@@ -87,8 +87,12 @@ void WorkerCache::DropPending(int32_t slot, const float* fresh) {
 }
 
 Status WorkerCache::EndRefusals(std::vector<int64_t> refused) {
+  // Each id once: a shard may refuse a row whose refresh then drops the
+  // updates made since, and a reclaimed row may be dropped twice.
   refused.insert(refused.end(), unmerged_.begin(), unmerged_.end());
   unmerged_.clear();
+  std::sort(refused.begin(), refused.end());
+  refused.erase(std::unique(refused.begin(), refused.end()), refused.end());
   return RefusedUpdates(Name(), std::move(refused), &counters_.rows_refused);
 }
 

@@ -166,7 +166,7 @@ def resolve(args):
             raise ValueError(f"--only {name!r}: no such configuration"
                              + (" of the sweep (OPTIMIZER-SETTING, such as adagrad-s100)"
                                 if args.sweep else ""))
-        if name in LINK_ONLY and not args.link and not args.sweep:
+        if name in LINK_ONLY and not args.link and args.plan != "full" and not args.sweep:
             raise ValueError(f"--only {name!r} runs behind a link only: give --link")
     if any(d < 1 for d in args.dim):
         raise ValueError(f"--dim must be positive, got {args.dim}")
