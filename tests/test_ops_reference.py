@@ -42,6 +42,21 @@ def export_all(table):
     return out
 
 
+def ops_and_reference(name, optimizer, capacity, policy, read_staleness, write_staleness, sync,
+                      shards, workers, constraint=None):
+    """The ops' table and workers' caches, and the NumPy model's, set alike
+    (dim 3, seed 5, pin threshold 3): (table, caches, ref_table, ref_caches)."""
+    config = het_tf.TableConfig(name, 3, seed=5, optimizer=constrained(optimizer, constraint))
+    table = het_tf.ShardedTable(config, [None] * shards)
+    cache_config = het_tf.CacheConfig(capacity, policy, read_staleness, write_staleness,
+                                      pin_threshold=3, sync=sync)
+    caches = [het_tf.WorkerCache(table, cache_config) for _ in range(workers)]
+    ref_table = RefTable(3, optimizer, seed=5, constraint=constraint, shards=shards)
+    ref_caches = [RefCache(ref_table, capacity, policy, read_staleness, write_staleness, 3, sync)
+                  for _ in range(workers)]
+    return table, caches, ref_table, ref_caches
+
+
 def assert_table_is_reference(table, ref_table):
     """Every shard's rows are the NumPy table's, keys, values and clocks;
     returns them, {key: (values, clock)}."""
@@ -81,16 +96,9 @@ def test_cached_training_matches_reference(unique_name, batches, capacity, polic
     read bound allows. A restart flushes a worker's cache and clears it: a
     new generation, whose old record the shards drop. A row constraint
     projects every update and merge, in the caches and on the shards."""
-    dim = 3
-    config = het_tf.TableConfig(unique_name(), dim, seed=5,
-                                optimizer=constrained(optimizer, constraint))
-    table = het_tf.ShardedTable(config, [None] * shards)
-    cache_config = het_tf.CacheConfig(capacity, policy, read_staleness, write_staleness,
-                                      pin_threshold=3, sync=sync)
-    caches = [het_tf.WorkerCache(table, cache_config) for _ in range(workers)]
-    ref_table = RefTable(dim, optimizer, seed=5, constraint=constraint)
-    ref_caches = [RefCache(ref_table, capacity, policy, read_staleness, write_staleness, 3, sync)
-                  for _ in range(workers)]
+    table, caches, ref_table, ref_caches = ops_and_reference(
+        unique_name(), optimizer, capacity, policy, read_staleness, write_staleness, sync, shards,
+        workers, constraint)
 
     for step, batch in enumerate(batches):
         w = step % workers
@@ -151,15 +159,9 @@ def test_answers_lost_after_the_merge_leave_every_read_as_the_reference(
     again and forgets the copies it handed out that the cache never took,
     so every row read, each step, and the final table are the model's, to
     the bit."""
-    dim = 3
-    config = het_tf.TableConfig(unique_name(), dim, seed=5, optimizer=constrained(optimizer, None))
-    table = het_tf.ShardedTable(config, [None] * shards)
-    cache_config = het_tf.CacheConfig(capacity, "lru", read_staleness, write_staleness,
-                                      sync="refresh")
-    caches = [het_tf.WorkerCache(table, cache_config) for _ in range(workers)]
-    ref_table = RefTable(dim, optimizer, seed=5)
-    ref_caches = [RefCache(ref_table, capacity, "lru", read_staleness, write_staleness, 3,
-                           "refresh") for _ in range(workers)]
+    table, caches, ref_table, ref_caches = ops_and_reference(
+        unique_name(), optimizer, capacity, "lru", read_staleness, write_staleness, "refresh",
+        shards, workers)
     ops, injected = caches[0]._ops, 0
     for step, batch in enumerate(batches):
         w = step % workers
@@ -207,16 +209,9 @@ def test_the_lookahead_matches_reference(unique_name, batches, capacity, policy,
     counters and the final table still match the NumPy model, which asserts
     the read bound at every training read. Some batches are never staged
     (their step fetches its misses itself)."""
-    dim = 3
-    config = het_tf.TableConfig(unique_name(), dim, seed=5,
-                                optimizer=het_tf.OptimizerConfig(optimizer))
-    table = het_tf.ShardedTable(config, [None] * shards)
-    cache_config = het_tf.CacheConfig(capacity, policy, read_staleness, write_staleness,
-                                      pin_threshold=3, sync="refresh")
-    caches = [het_tf.WorkerCache(table, cache_config) for _ in range(workers)]
-    ref_table = RefTable(dim, optimizer, seed=5)
-    ref_caches = [RefCache(ref_table, capacity, policy, read_staleness, write_staleness, 3,
-                           "refresh") for _ in range(workers)]
+    table, caches, ref_table, ref_caches = ops_and_reference(
+        unique_name(), optimizer, capacity, policy, read_staleness, write_staleness, "refresh",
+        shards, workers)
     staged = [step not in unstaged for step in range(len(batches))]
 
     def stage(step):
@@ -500,14 +495,9 @@ def test_faults_leave_the_ops_as_the_reference_that_models_them(
     alike, the counters, the shards' records of copies (exactly: none of a
     copy never taken), the refused updates and the final table, to the bit."""
     dim = 3
-    config = het_tf.TableConfig(unique_name(), dim, seed=5, optimizer=constrained(optimizer, None))
-    table = het_tf.ShardedTable(config, [None] * shards)
-    cache_config = het_tf.CacheConfig(capacity, policy, read_staleness, write_staleness,
-                                      pin_threshold=3, sync=sync)
-    caches = [het_tf.WorkerCache(table, cache_config) for _ in range(workers)]
-    ref_table = RefTable(dim, optimizer, seed=5, shards=shards)
-    ref_caches = [RefCache(ref_table, capacity, policy, read_staleness, write_staleness, 3, sync)
-                  for _ in range(workers)]
+    table, caches, ref_table, ref_caches = ops_and_reference(
+        unique_name(), optimizer, capacity, policy, read_staleness, write_staleness, sync, shards,
+        workers)
     ops = caches[0]._ops
 
     def both(real, model):

@@ -25,6 +25,8 @@ class DenseAllreduce:
 
     def __init__(self, hvd, dtype="float32"):
         self.hvd, self.dtype = hvd, check_allreduce_dtype(dtype)
+        if self.dtype == "float32":
+            return  # no scale, and no step ever skipped
         # Alike on every rank: they start alike and change by reduced values.
         self.scale = tf.Variable(INITIAL_SCALE, trainable=False, dtype=tf.float32,
                                  name="het_allreduce_scale")
@@ -33,11 +35,15 @@ class DenseAllreduce:
         self.skipped_steps = tf.Variable(0, trainable=False, dtype=tf.int64,
                                          name="het_allreduce_skipped_steps")
 
+    def skipped(self):
+        """The steps skipped so far (0 in float32)."""
+        return 0 if self.dtype == "float32" else int(self.skipped_steps.numpy())
+
     def __call__(self, grads):
         """The ranks' average of `grads` (dense tensors) and whether the step
-        is to be applied (always in float32)."""
+        is to be applied: a Python True in float32, which never skips."""
         if self.dtype == "float32":
-            return self.hvd.grouped_allreduce(grads, op=self.hvd.Average), tf.constant(True)
+            return self.hvd.grouped_allreduce(grads, op=self.hvd.Average), True
         # Each rank's share of the average, scaled, so that the sum of the
         # float16 shares is the scaled average.
         factor = self.scale / self.hvd.size()

@@ -68,7 +68,7 @@ def _hybrid_train_step(model, data, allreduce, allocation=None):
             grads[i] = g
     # In the model's order, as Keras' own step: the optimizer makes its
     # slots in this order and files hold them by position (slot_order.py).
-    if allreduce.dtype == "float32":
+    if applied is True:  # nothing to skip on: float32, or no dense gradient
         model.optimizer.apply_gradients(zip(grads, variables))
     else:
         _apply_unless_skipped(model.optimizer, grads, variables, applied)
@@ -93,8 +93,7 @@ def _apply_unless_skipped(optimizer, grads, variables, applied):
         optimizer.apply_gradients(zip(grads, variables))
         return tf.constant(True)
 
-    # A step with no dense gradient has nothing to skip on (a Python True).
-    tf.__internal__.smart_cond.smart_cond(applied, apply, skip)
+    tf.cond(applied, apply, skip)
 
 
 def distribute(model, allocate_every=0, summary_rows=65536, stay_bonus="auto",
@@ -145,7 +144,7 @@ def allreduce_skipped_steps(model):
     """The training steps every rank skipped because the dense gradients
     overflowed float16 (distribute's allreduce_dtype; 0 in float32)."""
     allreduce = getattr(model, "_het_allreduce", None)
-    return 0 if allreduce is None else int(allreduce.skipped_steps.numpy())
+    return 0 if allreduce is None else allreduce.skipped()
 
 
 def save(model, target):

@@ -198,9 +198,7 @@ def section_plan(args, section, first):
                  if name not in dict(plan)]
     plan = [(name, extra) for name, extra in plan if not wanted or name in wanted]
     if not section.link:
-        plan = [(name, extra) for name, extra in plan if name not in LINK_ONLY]
-    if section.link:  # a local run has no cluster to shape
-        shaped = ["--link", section.link] + (["--latency", args.latency] if args.latency else [])
-        plan = [(name, extra + shaped if "local" not in extra else extra)
-                for name, extra in plan]
-    return plan
+        return [(name, extra) for name, extra in plan if name not in LINK_ONLY]
+    # A local run has no cluster to shape.
+    shaped = ["--link", section.link] + (["--latency", args.latency] if args.latency else [])
+    return [(name, extra + shaped if "local" not in extra else extra) for name, extra in plan]

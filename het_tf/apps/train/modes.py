@@ -163,15 +163,16 @@ class HybridMode(LocalMode):
     def prepare(self, args):
         hybrid.init()  # before the model is built
         self.rank, self.size = hybrid.rank(), hybrid.size()
-        self.allocation = dict(allocate_every=args.allocate_every,
-                               summary_rows=args.summary_rows, stay_bonus=args.stay_bonus,
-                               allreduce_dtype=args.allreduce_dtype)
+        self.distribute_options = dict(allocate_every=args.allocate_every,
+                                       summary_rows=args.summary_rows,
+                                       stay_bonus=args.stay_bonus,
+                                       allreduce_dtype=args.allreduce_dtype)
 
     def learning_rate_factor(self):
         return self.size  # Horovod's convention: the dense rate scales with the ranks
 
     def distribute(self, model):
-        hybrid.distribute(model, **self.allocation)
+        hybrid.distribute(model, **self.distribute_options)
 
     def flush(self, model):
         hybrid.flush_and_clear(model)
