@@ -80,6 +80,7 @@ class HetEmbedding(tf_keras.layers.Layer):
       hot_rows: the most rows FAE's hot block replicates (None: none).
       route: the name of a route registered with
         het_tf.runtime.routes.register (None: the settings above choose).
+      wire_dtype: "float32", "bfloat16" or "float16": what a cache's rows travel in.
 
     mask_zero, input_length, embeddings_regularizer, activity_regularizer,
     embeddings_constraint, sparse and weights are tf_keras.layers.Embedding's,
@@ -95,7 +96,7 @@ class HetEmbedding(tf_keras.layers.Layer):
                  input_length=None, embeddings_regularizer=None, activity_regularizer=None,
                  embeddings_constraint=None, sparse=False, window=1, route=None, scheduler=None,
                  on_full="refuse", eviction="lru", ttl=None, admit_after=None,
-                 full_checkpoint_every=None, **kwargs):
+                 full_checkpoint_every=None, wire_dtype="float32", **kwargs):
         kwargs.setdefault("autocast", False)  # ids must stay ints
         if "input_shape" not in kwargs and "batch_input_shape" not in kwargs:
             # As Keras' Embedding: a Sequential model may start with this
@@ -142,13 +143,13 @@ class HetEmbedding(tf_keras.layers.Layer):
             staleness, read_staleness, write_staleness)
         sync, scheduler = route_choice.renamed_sync(sync, scheduler, owner)
         self.sync, self.scheduler, self.window = sync, scheduler, window
-        self.hot_rows, self.route = hot_rows, route
+        self.hot_rows, self.route, self.wire_dtype = hot_rows, route, wire_dtype
         self._choice = route_choice.choose(
             owner, self.input_dim, cache_capacity=cache_capacity, cache_policy=cache_policy,
             staleness=staleness, read_staleness=read_staleness,
             write_staleness=write_staleness, pin_threshold=pin_threshold, sync=sync,
             scheduler=scheduler, window=window, hot_rows=hot_rows, route=route,
-            on_full=on_full, ttl=ttl, admit_after=admit_after)
+            on_full=on_full, ttl=ttl, admit_after=admit_after, wire_dtype=wire_dtype)
         self._table = self._cache = None
         self._route = None  # how a step's rows travel: route_choice.build
         self._strategy = None  # ParameterServerStrategy's (layer_state.flush waits for it)
@@ -327,8 +328,7 @@ class HetEmbedding(tf_keras.layers.Layer):
 
     @property
     def combination(self):
-        """The settings that chose the route, as het_tf.runtime.combinations
-        has them (after build: with the strategy's mode)."""
+        """The settings that chose the route (combinations.py; after build, with the mode)."""
         return self._combination if self.built else self._choice.combination
 
     @property

@@ -9,7 +9,8 @@ import tf_keras
 _PLAIN = ("input_dim", "output_dim", "combiner", "cache_capacity", "cache_policy", "staleness",
           "read_staleness", "write_staleness", "seed", "pin_threshold", "max_rows", "on_full",
           "eviction", "ttl", "admit_after", "full_checkpoint_every", "sync",
-          "scheduler", "window", "route", "hot_rows", "mask_zero", "input_length", "sparse")
+          "scheduler", "window", "route", "hot_rows", "mask_zero", "input_length", "sparse",
+          "wire_dtype")
 
 # Keras objects among the arguments: (argument, its serializer module).
 _OBJECTS = (("embeddings_regularizer", tf_keras.regularizers),

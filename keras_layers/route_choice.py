@@ -27,6 +27,7 @@ from het_tf.runtime.herald_plan import HeraldPlan
 from het_tf.runtime.hot_block import HotBlock
 from het_tf.runtime.routes import CachedRoute, DirectRoute, HeraldRoute, HotRowsRoute
 from het_tf.runtime.table import ShardedTable
+from het_tf.runtime.wire_dtype import check_wire_dtype
 
 # What the layer's arguments chose: the cache (None: off), the most hot rows
 # (0: none), a registered route's factory (None: the others choose), and
@@ -53,13 +54,14 @@ def renamed_sync(sync, scheduler, owner):
 
 def choose(owner, input_dim, *, cache_capacity, cache_policy, staleness, read_staleness,
            write_staleness, pin_threshold, sync, scheduler, window, hot_rows, route,
-           on_full="refuse", ttl=None, admit_after=None):
+           on_full="refuse", ttl=None, admit_after=None, wire_dtype="float32"):
     """The layer's Choice: each argument checked alone, then all of them
     against the table of what goes together (combinations.py); `owner`
     names the layer in errors."""
     rows = cache_rows(cache_capacity, input_dim, owner)
     check_sync(sync, scheduler, owner)
     check_window(window, owner)
+    check_wire_dtype(wire_dtype, owner)
     bounded = (not (isinstance(staleness, str) and staleness == AUTO)
                or read_staleness is not None or write_staleness is not None)
     if scheduler == "herald" or rows == 0:
@@ -72,7 +74,8 @@ def choose(owner, input_dim, *, cache_capacity, cache_policy, staleness, read_st
     combination = combinations.Combination(
         cache=cache, sync=sync, scheduler=scheduler,
         staleness=bounded, window=window, hot_rows=hot_rows > 0, route=route is not None,
-        evict=on_full == "evict" or ttl is not None, admits=admit_after is not None)
+        evict=on_full == "evict" or ttl is not None, admits=admit_after is not None,
+        wire_dtype=wire_dtype)
     combinations.check(combination, combinations.spell_argument, f"{owner}: ")
     policy = cache_policy if isinstance(cache_policy, str) else repr(cache_policy)
     cache_config = None
@@ -82,7 +85,8 @@ def choose(owner, input_dim, *, cache_capacity, cache_policy, staleness, read_st
     elif cache:
         read, write, ramp = bounds
         cache_config = CacheConfig(rows, policy, read, write, pin_threshold,
-                                   staleness_ramp=ramp, sync=sync).validate(owner)
+                                   staleness_ramp=ramp, sync=sync,
+                                   wire_dtype=wire_dtype).validate(owner)
     factory = None if route is None else routes.registered(route, owner)
     return Choice(cache_config, hot_rows, factory, combination)
 

@@ -120,7 +120,7 @@ class WorkerCache:
                     vocabulary_size=self.table.config.vocabulary_size, policy=c.policy,
                     pin_threshold=c.pin_threshold, read_staleness=c.read_staleness,
                     write_staleness=c.write_staleness, staleness_ramp=c.staleness_ramp,
-                    sync=c.sync, num_shards=self.table.num_shards,
+                    sync=c.sync, wire_dtype=c.wire_dtype, num_shards=self.table.num_shards,
                     rows_leave=self.table.config.evicting or self.table.config.ttl is not None,
                     # A row a shard makes for a miss is made here instead:
                     # its clock alone comes back (rows written otherwise,

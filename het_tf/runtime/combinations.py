@@ -31,6 +31,7 @@ class Combination:
     allocation: bool = False  # Herald's allocation moves samples between ranks
     evict: bool = False  # rows may leave the table: on_full "evict", or a ttl
     admits: bool = False  # ids become rows after admit_after training reads
+    wire_dtype: str = "float32"  # the type rows travel in between caches and shards
 
 
 Rule = collections.namedtuple("Rule", "settings refuses reason")
@@ -58,6 +59,10 @@ def stages(c):
             and (c.mode == "ps" or not c.hot_rows)
             and ((c.sync == "refresh" and c.scheduler is None)
                  or (c.scheduler == "herald" and c.window > 1)))
+
+
+def _wire16(c):
+    return c.wire_dtype != "float32"
 
 
 RULES = (
@@ -121,6 +126,15 @@ RULES = (
          "toward admission apart too"),
     Rule(("admits", "embedding"), lambda c: c.admits and c.embedding != "het",
          "admission decides when an id becomes a HetEmbedding row"),
+    Rule(("wire_dtype", "embedding"), lambda c: _wire16(c) and c.embedding != "het",
+         "the wire dtype is the type HetEmbedding's caches and shards exchange rows in"),
+    Rule(("wire_dtype", "cache"), lambda c: _wire16(c) and not c.cache,
+         "16-bit rows travel on the cache's exchange, and the rounding stays in the cache "
+         "until the row's next push"),
+    Rule(("wire_dtype", "sync"), lambda c: _wire16(c) and c.sync != "refresh",
+         "16-bit rows travel on the exchange of a sync by refresh; sync 'check' sends float32"),
+    Rule(("wire_dtype", "scheduler"), lambda c: _wire16(c) and c.scheduler == "herald",
+         "Herald's plan reads and writes its direct rows in float32"),
     Rule(("evict", "scheduler"), lambda c: c.evict and c.scheduler == "herald",
          "Herald's plan keeps its direct rows' updates between steps, on rows a shard that "
          "drops rows would not know to keep"),
@@ -160,6 +174,7 @@ def spell_argument(setting, c):
         "allocation": "the allocation",
         "evict": "on_full='evict' (or a ttl)",
         "admits": "admit_after",
+        "wire_dtype": f"wire_dtype={c.wire_dtype!r}",
     }[setting]
 
 
@@ -180,4 +195,5 @@ def spell_flag(setting, c):
         "allocation": "--allocate-every",
         "evict": "--on-full evict (or --ttl)",
         "admits": "--admit-after",
+        "wire_dtype": f"--wire-dtype {c.wire_dtype}",
     }[setting]

@@ -13,6 +13,7 @@ import warnings
 import numpy as np
 
 from het_tf.runtime import combinations, row_lifetime
+from het_tf.runtime.wire_dtype import check_wire_dtype
 
 OPTIMIZERS = ("sgd", "adagrad", "adam", "ftrl")
 # Row constraints the table applies after each update and merge of a row
@@ -189,9 +190,9 @@ class TableConfig:
             raise ValueError(f"{self.owner or 'a table'}: table name {self.name!r} must be a "
                              "non-empty string of letters, digits and _ . - /")
         owner = self.label
-        if not _is_int(self.dim) or self.dim < 1:
+        if not is_whole(self.dim) or self.dim < 1:
             _fail(owner, f"output dimension must be a positive int, got {self.dim!r}")
-        if not _is_int(self.vocabulary_size) or (self.vocabulary_size < 1
+        if not is_whole(self.vocabulary_size) or (self.vocabulary_size < 1
                                                   and self.vocabulary_size != UNBOUNDED):
             _fail(owner, "vocabulary size must be a positive int, or None for dynamic "
                   f"int64 keys; got {self.vocabulary_size!r}")
@@ -199,7 +200,7 @@ class TableConfig:
             _fail(owner, f"unknown initializer {self.initializer!r}; expected one of "
                   f"{', '.join(INITIALIZERS)}")
         self.optimizer.validate(owner)
-        if not _is_int(self.seed):
+        if not is_whole(self.seed):
             _fail(owner, f"seed must be an int, got {self.seed!r}")
         row_lifetime.check(owner, self.max_rows, self.on_full, self.eviction, self.ttl,
                            self.admit_after, self.fixed_vocabulary)
@@ -276,6 +277,7 @@ class CacheConfig:
     # window - 1 the input pipeline staged after it (docs/herald.md).
     window: int = 1
     scheduler: typing.Optional[str] = None  # one of SCHEDULERS
+    wire_dtype: str = "float32"  # the type rows travel in (wire_dtype.py)
 
     def __post_init__(self):
         # sync="herald" named the scheduler before it had its own field.
@@ -286,19 +288,19 @@ class CacheConfig:
 
     def validate(self, owner):
         """Checks every field; `owner` names the table or layer in errors."""
-        if not _is_int(self.capacity) or self.capacity < 1:
+        if not is_whole(self.capacity) or self.capacity < 1:
             _fail(owner, f"cache capacity must be a positive number of rows, got {self.capacity!r}")
         if self.policy not in POLICIES:
             _fail(owner, f"unknown cache policy {self.policy!r}; expected one of "
                   f"{', '.join(POLICIES)}")
         for field in ("read_staleness", "write_staleness"):
             value = getattr(self, field)
-            if not _is_int(value) or value < UNBOUNDED:
+            if not is_whole(value) or value < UNBOUNDED:
                 _fail(owner, f"{field} must be an int >= 0, or {UNBOUNDED} for unbounded; "
                       f"got {value!r}")
-        if not _is_int(self.pin_threshold) or self.pin_threshold < 1:
+        if not is_whole(self.pin_threshold) or self.pin_threshold < 1:
             _fail(owner, f"pin_threshold must be a positive int, got {self.pin_threshold!r}")
-        if not _is_int(self.staleness_ramp) or self.staleness_ramp < 0:
+        if not is_whole(self.staleness_ramp) or self.staleness_ramp < 0:
             _fail(owner, "staleness_ramp must be an int >= 0 (0: no ramp), got "
                   f"{self.staleness_ramp!r}")
         check_sync(self.sync, self.scheduler, owner)
@@ -307,15 +309,17 @@ class CacheConfig:
             _fail(owner, "scheduler 'herald' is exact: it reads with a bound of 0 and writes "
                   "with none; give it no staleness")
         check_window(self.window, owner)
+        check_wire_dtype(self.wire_dtype, owner)
         combinations.check(combinations.Combination(sync=self.sync, scheduler=self.scheduler,
-                                                    window=self.window),
+                                                    window=self.window,
+                                                    wire_dtype=self.wire_dtype),
                            combinations.spell_argument, f"{owner}: ")
         return self
 
 
 def check_window(window, owner):
     """Herald's window: 1 to MAX_WINDOW batches (combinations.py: which sync takes more)."""
-    if not _is_int(window) or not 1 <= window <= MAX_WINDOW:
+    if not is_whole(window) or not 1 <= window <= MAX_WINDOW:
         _fail(owner, f"window must be a number of batches from 1 (the step's own) to "
               f"{MAX_WINDOW}, got {window!r}")
 
@@ -344,7 +348,7 @@ def parse_stay_bonus(value, owner):
         return None
     if isinstance(value, str) and value.isdigit():
         value = int(value)
-    if not _is_int(value) or value < 0:
+    if not is_whole(value) or value < 0:
         _fail(owner, f"stay_bonus must be 'auto' or a number of rows >= 0, got {value!r}")
     return value
 
@@ -354,7 +358,3 @@ def is_whole(value, at_least=None):
     least `at_least`: the one test of every int setting."""
     return (isinstance(value, numbers.Integral) and not isinstance(value, bool)
             and (at_least is None or value >= at_least))
-
-
-def _is_int(value):
-    return isinstance(value, int) and not isinstance(value, bool)

@@ -81,7 +81,8 @@ void CountBytes(const FloorConfig& config, const Messages& m, int64_t unique,
   }
   for (int s = 0; s < shards; ++s) {
     wire::ExchangeRequest request;
-    request.width = config.width;
+    request.width = request.dim = config.width;  // sizes need no split
+    request.row_type = config.row_type;
     request.initial_state = 1;  // the worker makes the rows made for it
     request.misses = m.misses[s];
     request.evicted = m.evicted[s];
@@ -97,7 +98,8 @@ void CountBytes(const FloorConfig& config, const Messages& m, int64_t unique,
     }
     request.push_deltas = {zeros->data(), pushes};
     wire::ExchangeAnswer answer;
-    answer.width = config.width;
+    answer.width = answer.dim = config.width;
+    answer.row_type = config.row_type;
     answer.push_states = {zeros->data(), 0};
     answer.push_clocks.assign(m.bound[s].size(), 0);
     const std::vector<uint8_t> lean(m.bound[s].size(), 1);
@@ -127,7 +129,8 @@ uint64_t RefreshBytes(const FloorConfig& config, const std::vector<int64_t>& key
   const int64_t ends[2] = {keys.empty() ? 0 : *range.first, keys.empty() ? 0 : *range.second};
   auto size = [&](int64_t rows) {
     wire::ExchangeAnswer answer;
-    answer.width = config.width;
+    answer.width = answer.dim = config.width;
+    answer.row_type = config.row_type;
     answer.refresh_keys.assign(ends, ends + rows);
     answer.refresh_clocks.assign(rows, 0);
     answer.refresh_states = {zeros.data(), rows};

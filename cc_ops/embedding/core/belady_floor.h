@@ -32,6 +32,8 @@ struct FloorConfig {
   int64_t write_staleness = -1;
   SyncMode sync = SyncMode::kRefresh;
   int num_shards = 1;
+  // The type the exchange's rows travel in (row_codec.h), as the real run's.
+  RowType row_type = RowType::kFloat32;
   // Copies the shards refreshed in the real run because other workers'
   // pushes took them past the read bound: the floor pays for them as the
   // protocol does (a refresh's key, clock and state).

@@ -32,6 +32,11 @@ Status ValidateCacheConfig(const CacheConfig& c) {
     return Status::InvalidArgument(name + ": the staleness ramp must be >= 0 steps, got " +
                                    std::to_string(c.staleness_ramp));
   }
+  if (c.wire_type != RowType::kFloat32 && c.sync != SyncMode::kRefresh) {
+    return Status::InvalidArgument(name + ": rows travel in " + RowTypeName(c.wire_type) +
+                                   " on the exchange of a sync by refresh; sync 'check' "
+                                   "sends float32");
+  }
   Status s = ValidateOptimizer(c.optimizer);
   if (!s.ok()) return Status::InvalidArgument(name + ": " + s.message());
   // What the cache holds once full (it takes memory as it fills): each row's

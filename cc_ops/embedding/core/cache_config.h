@@ -9,6 +9,7 @@
 
 #include "cc_ops/common/status.h"
 #include "cc_ops/embedding/core/eviction_order.h"
+#include "cc_ops/embedding/core/row_codec.h"
 #include "cc_ops/embedding/core/row_initializer.h"
 #include "cc_ops/embedding/core/sparse_optimizer.h"
 
@@ -53,6 +54,9 @@ struct CacheConfig {
   // miss as its clock alone. Off: every missing row comes whole.
   bool rebuilds_rows = false;
   InitializerConfig initializer;
+  // The type a sync by refresh sends rows and updates in (row_codec.h);
+  // its rounding stays on the worker and joins the row's next push.
+  RowType wire_type = RowType::kFloat32;
 };
 
 Status ValidateCacheConfig(const CacheConfig& config);

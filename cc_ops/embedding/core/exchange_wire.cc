@@ -21,14 +21,16 @@ constexpr uint64_t kMaxCount = kWideBit - 1;
 
 class Writer {
  public:
-  // Starts the message with its header: the magic, the wire's version and
-  // the state width, which the receiver checks against its table before
+  // Starts the message with its header: the magic, the wire's version,
+  // the state width and the rows' type, which the receiver checks before
   // reading any row.
-  Writer(std::vector<uint8_t>* out, uint32_t magic, int32_t width) : out_(out) {
+  Writer(std::vector<uint8_t>* out, uint32_t magic, int32_t width, RowShape shape, RowType type)
+      : out_(out), shape_(shape), type_(type) {
     out_->clear();
     Scalar(magic);
     Scalar(kWireVersion);
     Scalar(width);
+    Scalar(static_cast<uint32_t>(type));
   }
 
   template <typename T>
@@ -59,9 +61,17 @@ class Writer {
       std::memcpy(p + sizeof(uint32_t) * i, &offset, sizeof(uint32_t));
     }
   }
-  void RowsOf(const Rows& rows, int32_t width) {
+  // The first `exact` rows in float32, the others in the message's type,
+  // padded to 4 bytes.
+  void RowsOf(const Rows& rows, int64_t exact = 0) {
     Scalar(static_cast<uint32_t>(rows.rows));
-    Append(rows.data, sizeof(float) * size_t(rows.rows) * width);
+    const size_t lead = size_t(std::min(exact, rows.rows));
+    Append(rows.data, sizeof(float) * lead * shape_.width);
+    const size_t rest = size_t(rows.rows) - lead;
+    const size_t at = out_->size();
+    const size_t bytes = RowTypeBytes(type_) * rest * shape_.width;
+    out_->resize(at + bytes + (4 - bytes % 4) % 4, 0);
+    EncodeRows(type_, shape_, rows.data + lead * shape_.width, rest, out_->data() + at);
   }
   // Bytes of bits, padded to the next section's 4-byte alignment.
   void Bits(const std::vector<uint8_t>& bits) {
@@ -78,6 +88,8 @@ class Writer {
     std::memcpy(out_->data() + at, data, n);
   }
   std::vector<uint8_t>* out_;
+  const RowShape shape_;
+  const RowType type_;
 };
 
 class Reader {
@@ -115,14 +127,34 @@ class Reader {
     }
     at_ += bytes;
   }
-  void RowsOf(Rows& rows, int32_t width) {
+  // As Writer::RowsOf wrote them. float32 rows are read in place; a
+  // section with 16-bit rows is decoded whole into rows.decoded.
+  void RowsOf(Rows& rows, int64_t exact = 0) {
     uint32_t n = 0;
     Scalar(n);
-    const size_t bytes = sizeof(float) * size_t(n) * size_t(width);
-    if (!ok() || n > kMaxCount || !Have(bytes, "rows")) return;
-    rows.data = reinterpret_cast<const float*>(data_ + at_);
+    if (!ok() || n > kMaxCount) return;
+    const size_t lead = std::min(size_t(std::max<int64_t>(exact, 0)), size_t(n));
+    const size_t rest = size_t(n) - lead;
+    const size_t width = size_t(shape_.width);
+    const size_t lead_bytes = sizeof(float) * lead * width;
+    const size_t rest_bytes = RowTypeBytes(type_) * rest * width;
+    const size_t padded = rest_bytes + (4 - rest_bytes % 4) % 4;
+    if (!Have(lead_bytes, "rows") || !Have(lead_bytes + padded, "rows")) return;
     rows.rows = n;
-    at_ += bytes;
+    if (type_ == RowType::kFloat32) {
+      rows.data = reinterpret_cast<const float*>(data_ + at_);
+    } else {
+      rows.decoded.resize(size_t(n) * width);
+      if (lead_bytes > 0) std::memcpy(rows.decoded.data(), data_ + at_, lead_bytes);
+      DecodeRows(type_, shape_, data_ + at_ + lead_bytes, rest, rows.decoded.data() + lead * width);
+      rows.data = rows.decoded.data();
+    }
+    at_ += lead_bytes + padded;
+  }
+  // The message's row type, read from its header.
+  void SetRows(RowShape shape, RowType type) {
+    shape_ = shape;
+    type_ = type;
   }
   void Bits(std::vector<uint8_t>& bits) {
     uint32_t n = 0;
@@ -160,6 +192,8 @@ class Reader {
   size_t size_;
   size_t at_ = 0;
   Status status_ = Status::Ok();
+  RowShape shape_;
+  RowType type_ = RowType::kFloat32;
 };
 
 // A message's fields in order, for the writer and the reader alike: the
@@ -179,29 +213,30 @@ void RequestFields(Io& io, Request& r) {
   io.Ints(r.push_keys);
   io.Ints(r.push_counts);
   io.Ints(r.push_base_clocks);
-  io.RowsOf(r.push_deltas, r.width);
+  io.RowsOf(r.push_deltas, r.push_unanswered);
 }
 
 template <typename Io, typename Answer>
 void AnswerFields(Io& io, Answer& a) {
   io.Scalar(a.epoch);
-  io.RowsOf(a.push_states, a.width);
+  io.RowsOf(a.push_states);
   io.Ints(a.push_clocks);
   io.Bits(a.push_lean);
   io.Ints(a.refused_keys);
-  io.RowsOf(a.miss_states, a.width);
+  io.RowsOf(a.miss_states);
   io.Ints(a.miss_clocks);
   io.Bits(a.miss_rebuilt);
   io.Ints(a.refresh_keys);
-  io.RowsOf(a.refresh_states, a.width);
+  io.RowsOf(a.refresh_states);
   io.Ints(a.refresh_clocks);
 }
 
 // Reads the header; the magic must be `magic` (`magic_v1` in the first
 // version's messages), the version this build's and the width the
-// receiving `side`'s own, `width`.
-void ReadHeader(Reader& reader, uint32_t magic, uint32_t magic_v1, const char* side,
-                int32_t width) {
+// receiving `side`'s own, `width`. The rows' type is read into `type`;
+// `expected`, when given, is the one it must be.
+void ReadHeader(Reader& reader, uint32_t magic, uint32_t magic_v1, const char* side, int32_t width,
+                int32_t dim, RowType* type, const RowType* expected = nullptr) {
   const std::string mixed = "; run the same het_tf on the workers and the parameter servers";
   uint32_t got_magic = 0;
   reader.Scalar(got_magic);
@@ -218,24 +253,37 @@ void ReadHeader(Reader& reader, uint32_t magic, uint32_t magic_v1, const char* s
   reader.Scalar(got_width);
   reader.Check(got_width == width, "rows of " + std::to_string(got_width) + " floats, but this " +
                                        side + "'s states have " + std::to_string(width));
+  uint32_t got_type = 0;
+  reader.Scalar(got_type);
+  reader.Check(KnownRowType(got_type), "rows of an unknown type " + std::to_string(got_type));
+  if (!reader.ok()) return;
+  const RowType read = static_cast<RowType>(got_type);
+  reader.Check(expected == nullptr || read == *expected,
+               std::string("rows in ") + RowTypeName(read) + ", but this " + side + " asked for " +
+                   RowTypeName(expected != nullptr ? *expected : read) +
+                   "; run the same wire dtype on the workers and the parameter servers");
+  *type = read;
+  reader.SetRows(RowShape{dim, width}, read);
 }
 
 }  // namespace
 
 void EncodeRequest(const ExchangeRequest& request, std::vector<uint8_t>* out) {
-  Writer writer(out, kRequestMagic, request.width);
+  Writer writer(out, kRequestMagic, request.width, RowShape{request.dim, request.width},
+                request.row_type);
   RequestFields(writer, request);
 }
 
 void EncodeAnswer(const ExchangeAnswer& answer, std::vector<uint8_t>* out) {
-  Writer writer(out, kAnswerMagic, answer.width);
+  Writer writer(out, kAnswerMagic, answer.width, RowShape{answer.dim, answer.width},
+                answer.row_type);
   AnswerFields(writer, answer);
 }
 
 Status DecodeRequest(const std::string& table, const uint8_t* data, size_t size,
                      ExchangeRequest* r) {
   Reader reader(table, "request", data, size);
-  ReadHeader(reader, kRequestMagic, kRequestMagicV1, "table", r->width);
+  ReadHeader(reader, kRequestMagic, kRequestMagicV1, "table", r->width, r->dim, &r->row_type);
   if (reader.ok()) RequestFields(reader, *r);
   const size_t n = r->push_keys.size();
   reader.Check(r->push_counts.size() == n && r->push_base_clocks.size() == n &&
@@ -270,7 +318,8 @@ bool FlagsFit(const std::vector<uint8_t>& bits, size_t n) {
 
 Status DecodeAnswer(const std::string& table, const uint8_t* data, size_t size, ExchangeAnswer* a) {
   Reader reader(table, "answer", data, size);
-  ReadHeader(reader, kAnswerMagic, kAnswerMagicV1, "cache", a->width);
+  const RowType asked = a->row_type;
+  ReadHeader(reader, kAnswerMagic, kAnswerMagicV1, "cache", a->width, a->dim, &a->row_type, &asked);
   if (reader.ok()) AnswerFields(reader, *a);
   const int64_t rebuilt = FlagCount(a->miss_rebuilt);
   const size_t misses = a->miss_clocks.size();

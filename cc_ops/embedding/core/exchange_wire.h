@@ -24,15 +24,20 @@
 
 #include "cc_ops/common/status.h"
 #include "cc_ops/embedding/core/copy_records.h"
+#include "cc_ops/embedding/core/row_codec.h"
 
 namespace het {
 namespace wire {
 
-// Rows of `width` floats: borrowed from the writer's memory when encoding,
-// pointing into the message when decoded.
+// Rows of `width` floats: borrowed from the writer's memory when encoding;
+// when decoded, pointing into the message (float32) or into `decoded` (a
+// 16-bit wire's, made float again), which a move keeps.
 struct Rows {
+  Rows() = default;
+  Rows(const float* data, int64_t rows) : data(data), rows(rows) {}
   const float* data = nullptr;
   int64_t rows = 0;
+  std::vector<float> decoded;
 };
 
 // 2: requests carry their round's sequence number and the epoch the worker
@@ -40,14 +45,21 @@ struct Rows {
 // can rebuild, and answers send a row made for the request as its clock
 // alone (a first touch moves no row). 4: answers acknowledge a push no
 // other writer met by its clock alone (lean acknowledgements). 5: answers
-// name the pushed keys whose updates the shard refused.
-constexpr uint32_t kWireVersion = 5;
+// name the pushed keys whose updates the shard refused. 6: the header names
+// the type the rows travel in (row_codec.h); a push's evicted rows travel in
+// float32 whatever it is.
+constexpr uint32_t kWireVersion = 6;
 
 struct ExchangeRequest {
   Sender sender;               // with the round's sequence and the epoch the worker saw
   int64_t read_staleness = 0;  // the read bound in force
   float learning_rate = 0.0f;  // of the pushes
   int32_t width = 0;           // floats of a row's state, checked by the shard
+  int32_t dim = 0;             // of them, the row's values (not on the wire)
+  // The type of the rows; the answer comes in the same. A round's
+  // rows are rounded to it before the round starts (RoundDelta), so
+  // encoding them is exact, but the first push_unanswered go in float32.
+  RowType row_type = RowType::kFloat32;
   // InitialStateFingerprint of the rows this worker can make itself
   // (initial_state.h); 0: none.
   uint64_t initial_state = 0;
@@ -63,6 +75,8 @@ struct ExchangeRequest {
 struct ExchangeAnswer {
   int64_t epoch = 0;  // the shard's (TableShard::epoch)
   int32_t width = 0;
+  int32_t dim = 0;                       // not on the wire
+  RowType row_type = RowType::kFloat32;  // the request's
   // Each answered push's clock after the merge, in order, and the rows of
   // those not lean. A push is lean (its flag in push_lean set) when no
   // other writer reached the row since the push's base clock: the worker
@@ -100,8 +114,10 @@ std::vector<uint8_t> PackFlags(const uint8_t* flags, size_t n);
 
 void EncodeRequest(const ExchangeRequest& request, std::vector<uint8_t>* out);
 void EncodeAnswer(const ExchangeAnswer& answer, std::vector<uint8_t>* out);
-// `table` names the table in errors. The decoded rows point into `data`,
-// which must outlive them and be 4-byte aligned.
+// `table` names the table in errors. Decoded float32 rows point into `data`,
+// which must outlive them and be 4-byte aligned. The caller sets `width`
+// and `dim` (its own) and, for an answer, the `row_type` it asked in; a
+// request's row type is read.
 Status DecodeRequest(const std::string& table, const uint8_t* data, size_t size,
                      ExchangeRequest* out);
 Status DecodeAnswer(const std::string& table, const uint8_t* data, size_t size,

@@ -14,6 +14,7 @@ Status TableShard::Exchange(const uint8_t* request, size_t size, std::vector<uin
   const std::string name = TableLabel(config_.name);
   wire::ExchangeRequest r;
   r.width = state_width();
+  r.dim = config_.dim;
   HET_RETURN_IF_ERROR(wire::DecodeRequest(config_.name, request, size, &r));
   if (r.sender.worker == Sender::kNoWorker) {
     return Status::InvalidArgument(name + ": an exchange must name its worker (nonzero id)");
@@ -32,6 +33,8 @@ Status TableShard::Exchange(const uint8_t* request, size_t size, std::vector<uin
   wire::ExchangeAnswer a;
   a.epoch = epoch();
   a.width = r.width;
+  a.dim = r.dim;
+  a.row_type = r.row_type;  // the answer's rows travel as the request's
   if (SawOtherEpoch(r.sender, a.epoch)) {
     // The sender's copies and pending updates belong to a table this shard
     // no longer holds: it merges nothing, and learns the epoch from the

@@ -252,7 +252,7 @@ int64_t WorkerCache::Drop(const int64_t* keys, int64_t n) {
     if (slot < 0) continue;  // not cached, or listed twice
     // Between steps every cached row is in the eviction order.
     if (order_.attached(slot)) order_.Detach(slot);
-    if (PendingCount(slot) > 0) {
+    if (HasPending(slot)) {
       outbox_.Add(keys[i], PendingDelta(slot), width_, PendingCount(slot),
                   entries_[slot].server_clock);
       ++counters_.dirty_evictions;

@@ -288,9 +288,9 @@ class WorkerCache : private WorkerCacheData {
   // What every exchange's answers do, for the keys it asked about (slots:
   // theirs, -1 for the misses): checks them, acknowledges the pushes and
   // refreshes stale copies; fresh[i] and fresh_clocks[i] receive key i's
-  // missing row (one the shard made for this request is made here, in
-  // `rebuilt`), `refused` the keys whose pushes a shard refused. Changes
-  // nothing unless every check passes.
+  // missing row (one the shard made for this request is made here, and a
+  // 16-bit one decoded, in `rebuilt`), `refused` the keys a shard refused.
+  // Changes nothing unless every check passes.
   Status TakeAnswers(const int64_t* keys, int64_t u, const std::vector<int32_t>& slots,
                      const uint8_t* const* answers, const size_t* sizes, int64_t shards,
                      std::vector<const float*>* fresh, std::vector<int64_t>* fresh_clocks,

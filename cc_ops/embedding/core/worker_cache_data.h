@@ -9,6 +9,7 @@
 #define HET_TF_EMBEDDING_CORE_WORKER_CACHE_DATA_H_
 
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <vector>
@@ -36,6 +37,15 @@ class WorkerCacheData {
   const float* Base(int32_t slot) const { return State(slot) + width_; }
   int64_t PendingCount(int32_t slot) const {
     return entries_[slot].local_clock - entries_[slot].server_clock;
+  }
+  // Whether the entry holds anything the shards lack: pending updates, or
+  // under a 16-bit wire the rounding its last push left (its residual,
+  // StartRound), which travels with its next push, or alone (no update, in
+  // float32) when it is evicted or flushed.
+  bool HasPending(int32_t slot) const {
+    return PendingCount(slot) > 0 ||
+           (config_.wire_type != RowType::kFloat32 &&
+            std::memcmp(State(slot), Base(slot), sizeof(float) * width_) != 0);
   }
 
   const CacheConfig config_;
@@ -78,6 +88,9 @@ class WorkerCacheData {
   // next round.
   Pushes ledger_;           // the evicted rows lead, as in a push
   bool in_flight_ = false;  // the round `sequence_` awaits its answer
+  // The type the ledger's rows travel in (row_codec.h): the wire's, or
+  // float32 for a flush's round, whose rows are not rounded.
+  RowType ledger_type_ = RowType::kFloat32;
   int64_t sequence_ = 0;
   std::vector<int64_t> epochs_;  // each shard's, from the first answer
   bool old_timeline_ = false;    // a shard's epoch changed: clear first

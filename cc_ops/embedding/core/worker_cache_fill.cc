@@ -23,7 +23,7 @@ int32_t WorkerCache::TakeSlot() {
   const bool last_resort = step_.open && order_.pinned(slot);
   order_.Detach(slot);
   const int64_t key = entries_[slot].key;
-  if (PendingCount(slot) > 0) {
+  if (HasPending(slot)) {
     // The key is not in this batch, so it cannot be updated again before
     // the outbox goes out with the next pushes.
     outbox_.Add(key, PendingDelta(slot), width_, PendingCount(slot), entries_[slot].server_clock);
@@ -51,7 +51,7 @@ float* WorkerCache::PendingDelta(int32_t slot) {
 }
 
 void WorkerCache::Refresh(int32_t slot, const float* fresh, int64_t clock) {
-  Rebase(slot, fresh, clock, PendingCount(slot) > 0 ? PendingDelta(slot) : nullptr);
+  Rebase(slot, fresh, clock, HasPending(slot) ? PendingDelta(slot) : nullptr);
 }
 
 void WorkerCache::Rebase(int32_t slot, const float* fresh, int64_t clock, float* delta) {
@@ -59,7 +59,8 @@ void WorkerCache::Rebase(int32_t slot, const float* fresh, int64_t clock, float*
   float* state = State(slot);
   std::memcpy(state, fresh, sizeof(float) * width_);
   std::memcpy(Base(slot), fresh, sizeof(float) * width_);
-  if (pending > 0) {
+  // A delta of no update is a 16-bit wire's residual (HasPending).
+  if (delta != nullptr) {
     // The shard would keep this share of the pending delta if it came now;
     // the delta keeps only that share from here on (the state moves from
     // the new base by it), so that the push that carries it later is
@@ -74,7 +75,7 @@ void WorkerCache::Rebase(int32_t slot, const float* fresh, int64_t clock, float*
   }
   entries_[slot].server_clock = clock;
   entries_[slot].local_clock = clock + pending;
-  if (pending > 0 && !AllFinite(state, width_)) DropPending(slot, fresh);
+  if (delta != nullptr && !AllFinite(state, width_)) DropPending(slot, fresh);
 }
 
 void WorkerCache::DropPending(int32_t slot, const float* fresh) {

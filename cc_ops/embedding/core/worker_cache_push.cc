@@ -171,27 +171,44 @@ bool WorkerCache::StartRound(const KeyIndex* misses, const std::vector<int64_t>*
     if (misses != nullptr && misses->Find(key) == KeyIndex::kAbsent) continue;
     if (queued.Find(key) != KeyIndex::kAbsent) continue;
     queued.Insert(key, 0);
+    // Evicted or passed through: no later push carries a residual, so the
+    // row travels in float32 (exchange_wire.h), and is not rounded.
     ledger_.Add(key, outbox_.deltas.data() + i * width_, width_, outbox_.counts[i],
                 outbox_.base_clocks[i]);
     taken[i] = 1;
   }
   ledger_.evicted = static_cast<int64_t>(ledger_.size());
   outbox_.Remove(taken, width_);
+  // A 16-bit wire rounds the round's rows here, once, so that the round
+  // sent again is byte-identical; a flush (all) sends float32, as nothing
+  // follows it to carry a residual.
+  const bool round = config_.wire_type != RowType::kFloat32 && !all;
   const auto take = [&](int32_t slot) {
     const int64_t key = entries_[slot].key;
-    if (PendingCount(slot) == 0 || queued.Find(key) != KeyIndex::kAbsent) return;
+    if (!HasPending(slot) || queued.Find(key) != KeyIndex::kAbsent) return;
     queued.Insert(key, 0);
     const int64_t count = PendingCount(slot);
     float* delta = PendingDelta(slot);
+    const bool rounded = round && RoundDelta(config_.wire_type, RowShape{config_.dim, width_},
+                                             NonNegativeSlot(config_.optimizer.kind), delta);
     ledger_.Add(key, delta, width_, count, entries_[slot].server_clock);
-    // The entry becomes the merge a shard makes of the push where no other
-    // writer reached the row since its base, the same ApplyDelta on the
-    // same floats: such a push is acknowledged by its clock alone, and the
-    // entry already holds the shard's row to the bit. Its server clock
-    // counts the updates, so its next push is judged against the writers
-    // since.
-    MergeOnBase(slot, delta, count, State(slot));
-    std::memcpy(Base(slot), State(slot), sizeof(float) * width_);
+    if (rounded) {
+      // Error feedback: the base becomes the shard's row after it merges
+      // the rounded delta where no other writer came (what a lean
+      // acknowledgement keeps), and the state stays. What the state holds
+      // beyond the base, the rounding's residual, is pending: it goes with
+      // the row's next push, or alone when the row leaves or is flushed.
+      MergeOnBase(slot, delta, count, Base(slot));
+    } else {
+      // The entry becomes the merge a shard makes of the push where no
+      // other writer reached the row since its base, the same ApplyDelta on
+      // the same floats: such a push is acknowledged by its clock alone,
+      // and the entry already holds the shard's row to the bit.
+      MergeOnBase(slot, delta, count, State(slot));
+      std::memcpy(Base(slot), State(slot), sizeof(float) * width_);
+    }
+    // Its server clock counts the updates, so its next push is judged
+    // against the writers since.
     entries_[slot].server_clock = entries_[slot].local_clock;
   };
   if (all) {
@@ -206,6 +223,7 @@ bool WorkerCache::StartRound(const KeyIndex* misses, const std::vector<int64_t>*
     }
   }
   if (!always && ledger_.size() == 0) return true;
+  ledger_type_ = round ? config_.wire_type : RowType::kFloat32;
   ++sequence_;
   in_flight_ = true;
   return true;

@@ -76,6 +76,8 @@ Status WorkerCache::WriteRequests(const std::vector<int64_t>& keys,
     r.read_staleness = plan->read_staleness;
     r.learning_rate = last_learning_rate_;
     r.width = width_;
+    r.dim = config_.dim;
+    r.row_type = ledger_type_;
     r.initial_state = initial_state_;
     Pushes& p = parts[s];
     r.push_keys = std::move(p.keys);
@@ -128,6 +130,8 @@ Status WorkerCache::TakeAnswers(const int64_t* keys, int64_t u, const std::vecto
   std::vector<wire::ExchangeAnswer> a(shards);
   for (int64_t s = 0; s < shards; ++s) {
     a[s].width = width_;
+    a[s].dim = config_.dim;
+    a[s].row_type = ledger_type_;  // the round's, as its requests went
     HET_RETURN_IF_ERROR(wire::DecodeAnswer(config_.table_name, answers[s], sizes[s], &a[s]));
     HET_RETURN_IF_ERROR(CheckReturnedClocks(a[s].push_clocks.data(), a[s].push_clocks.size()));
     HET_RETURN_IF_ERROR(CheckReturnedClocks(a[s].miss_clocks.data(), a[s].miss_clocks.size(),
@@ -153,10 +157,15 @@ Status WorkerCache::TakeAnswers(const int64_t* keys, int64_t u, const std::vecto
   fresh->assign(u, nullptr);
   fresh_clocks->assign(u, 0);
   std::vector<int64_t> next(shards, 0), sent(shards, 0);
-  int64_t made = 0;
-  for (const wire::ExchangeAnswer& answer : a) made += wire::FlagCount(answer.miss_rebuilt);
-  rebuilt->resize(made * width_);  // the pointers into it stay valid
-  made = 0;
+  // The rows made here, and a 16-bit answer's misses, decoded into `a`,
+  // which ends here: `rebuilt` holds both for the caller.
+  int64_t made = 0, kept = 0;
+  for (const wire::ExchangeAnswer& answer : a) {
+    made += wire::FlagCount(answer.miss_rebuilt);
+    if (!answer.miss_states.decoded.empty()) kept += answer.miss_states.rows;
+  }
+  rebuilt->resize((made + kept) * width_);  // the pointers into it stay valid
+  int64_t at = 0;
   for (int64_t i = 0; i < u; ++i) {
     if (slots[i] >= 0) continue;
     const int s = ShardOf(keys[i], static_cast<int>(shards));
@@ -167,11 +176,16 @@ Status WorkerCache::TakeAnswers(const int64_t* keys, int64_t u, const std::vecto
         return Status::InvalidArgument(Name() + ": shard " + std::to_string(s) +
                                        " sent a row not admitted to rebuild");
       }
-      float* state = rebuilt->data() + made++ * width_;
+      float* state = rebuilt->data() + at++ * width_;
       MakeInitialState(config_.initializer, config_.optimizer, config_.dim, keys[i], state);
       (*fresh)[i] = state;
-    } else {
+    } else if (a[s].miss_states.decoded.empty()) {
       (*fresh)[i] = a[s].miss_states.data + size_t(sent[s]++) * width_;
+    } else {
+      float* state = rebuilt->data() + at++ * width_;
+      std::memcpy(state, a[s].miss_states.data + size_t(sent[s]++) * width_,
+                  sizeof(float) * width_);
+      (*fresh)[i] = state;
     }
     (*fresh_clocks)[i] = a[s].miss_clocks[j];
   }

@@ -113,7 +113,7 @@ void WorkerCache::Reclaim(int32_t slot, const float* fresh, int64_t clock, Outbo
               outbox_.counts[r], outbox_.base_clocks[r], clock, State(slot), /*whole_state=*/true);
     entries_[slot].local_clock += outbox_.counts[r];
   }
-  if (PendingCount(slot) > 0 && !AllFinite(State(slot), width_)) DropPending(slot, fresh);
+  if (HasPending(slot) && !AllFinite(State(slot), width_)) DropPending(slot, fresh);
 }
 
 }  // namespace het

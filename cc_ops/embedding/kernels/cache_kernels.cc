@@ -55,12 +55,14 @@ class HetCacheOp : public CoreResourceOp<WorkerCache, CacheConfig> {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("rebuild_rows", &config_.rebuilds_rows));
     OP_REQUIRES_OK(ctx, ParseInitializerAttrs(ctx, config_.table_name, &config_.initializer));
     OP_REQUIRES_OK(ctx, ParseOptimizerAttrs(ctx, config_.table_name, &config_.optimizer));
-    std::string sync, shared_name;
+    std::string sync, shared_name, wire_dtype;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("sync", &sync));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("wire_dtype", &wire_dtype));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("shared_name", &shared_name));
     config_.worker_id = WorkerIdOf(ctx->device()->name(), shared_name);
     Status s = ParseCachePolicy(policy, &config_.policy);
     if (s.ok()) s = ParseSyncMode(sync, &config_.sync);
+    if (s.ok()) s = ParseRowType(wire_dtype, &config_.wire_type);
     OP_REQUIRES(
         ctx, s.ok(),
         tensorflow::errors::InvalidArgument(TableLabel(config_.table_name), ": ", s.message()));
@@ -70,12 +72,12 @@ class HetCacheOp : public CoreResourceOp<WorkerCache, CacheConfig> {
   tensorflow::Status Mismatch(const CacheConfig& have) const override {
     if (have.dim != config_.dim || have.capacity != config_.capacity ||
         have.optimizer.kind != config_.optimizer.kind || have.sync != config_.sync ||
-        have.num_shards != config_.num_shards) {
+        have.num_shards != config_.num_shards || have.wire_type != config_.wire_type) {
       return tensorflow::errors::InvalidArgument(
           "the cache of ", TableLabel(config_.table_name),
           " already exists on this device with dim ", have.dim, " and ", have.capacity,
           " rows; asked for dim ", config_.dim, " and ", config_.capacity,
-          " rows, or for another optimizer, sync or number of shards");
+          " rows, or for another optimizer, sync, number of shards or wire dtype");
     }
     return tensorflow::OkStatus();
   }

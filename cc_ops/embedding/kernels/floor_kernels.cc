@@ -27,6 +27,9 @@ class HetBeladyFloorOp : public tensorflow::OpKernel {
     config_.width = static_cast<int>(width);
     config_.num_shards = static_cast<int>(shards);
     OP_REQUIRES_OK(ctx, ToTf(ParseSyncMode(sync, &config_.sync)));
+    std::string wire_dtype;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("wire_dtype", &wire_dtype));
+    OP_REQUIRES_OK(ctx, ToTf(ParseRowType(wire_dtype, &config_.row_type)));
   }
 
   void Compute(tensorflow::OpKernelContext* ctx) override {

@@ -65,6 +65,7 @@ REGISTER_OP("HetCache")
     .Attr("num_shards: int >= 1 = 1")
     .Attr("rows_leave: bool = false")
     .Attr("rebuild_rows: bool = false")
+    .Attr("wire_dtype: string = 'float32'")
     .HET_INITIALIZER_ATTRS()
     .HET_OPTIMIZER_ATTRS()
     .HET_SHARED_RESOURCE()
@@ -82,7 +83,9 @@ HetCacheComplete; every key goes with its clock, as in HET).
 expire rows, and the cache reports a copy's eviction only once its updates
 have gone out. `rebuild_rows`: the initializer attrs are the table's, and the
 cache makes a row a shard made for its miss (sync 'refresh'), which then
-sends the row's clock alone.
+sends the row's clock alone. `wire_dtype` ('float32', 'bfloat16' or
+'float16', sync 'refresh' only): the type the exchange's rows travel in; a
+push's rounding stays in the cache and joins the row's next push.
 )doc");
 
 REGISTER_OP("HetCachePrepare")

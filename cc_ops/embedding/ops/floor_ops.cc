@@ -18,6 +18,7 @@ REGISTER_OP("HetBeladyFloor")
     .Attr("write_staleness: int = -1")
     .Attr("sync: string = 'refresh'")
     .Attr("num_shards: int = 1")
+    .Attr("wire_dtype: string = 'float32'")
     .SetShapeFn(VectorsShape)
     .Doc(R"doc(
 Replays one worker's training ids through a cache of `capacity` rows that

@@ -49,11 +49,11 @@ HET_TEST(ExchangeMessagesComeBackExactlyAndNarrowWhereValuesFit) {
   EXPECT_EQ(back.push_unanswered, 1);
   EXPECT_EQ(back.initial_state, 0x5eedULL);
   EXPECT_TRUE(std::vector<float>(back.push_deltas.data, back.push_deltas.data + 6) == deltas);
-  // 72 bytes of header (magic, version, width), sender (worker, generation,
+  // 76 bytes of header (magic, version, width, row type), sender (worker, generation,
   // sequence, epoch) and settings (with the initial states it makes);
   // misses 4 + 8 + 3 * 4; evicted 4 + 8 + 2 * 8; keys, counts and clocks
   // 4 + 8 + 2 * 4 each; deltas 4 + 6 * 4.
-  EXPECT_EQ(bytes.size(), 72u + 24 + 28 + 3 * 20 + 28);
+  EXPECT_EQ(bytes.size(), 76u + 24 + 28 + 3 * 20 + 28);
 
   wire::ExchangeAnswer a;
   a.epoch = -5;
@@ -123,7 +123,9 @@ HET_TEST(MalformedExchangeMessagesAreRefusedNotReadPast) {
   EXPECT_INVALID(wire::DecodeRequest("emb", other.data(), other.size(), &r), "wire version 1");
   other = bytes;
   std::memcpy(other.data() + 4, &next, 4);
-  EXPECT_INVALID(wire::DecodeRequest("emb", other.data(), other.size(), &r), "wire version 6");
+  EXPECT_INVALID(wire::DecodeRequest("emb", other.data(), other.size(), &r),
+                 "wire version " + std::to_string(next) + ", but this table speaks version " +
+                     std::to_string(wire::kWireVersion));
   // Every truncation and random corruption is refused or read within bounds
   // (the sanitizer builds check the latter).
   std::mt19937 rng(1);

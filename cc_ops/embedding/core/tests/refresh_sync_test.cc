@@ -42,10 +42,10 @@ HET_TEST(HitsCostNoBytes) {
   EXPECT_EQ(after.hits - before.hits, 25u);
   EXPECT_EQ(checked_after, checked_before);  // no key reached a shard
   // Only each request's header, sender (with its round and the epoch it
-  // saw), settings and six empty sections went out (96 bytes), and each
-  // shard's header, epoch and ten empty sections came back (60 bytes).
-  EXPECT_EQ(after.bytes_sent - before.bytes_sent, 5u * shards * 96);
-  EXPECT_EQ(after.bytes_received - before.bytes_received, 5u * shards * 60);
+  // saw), settings and six empty sections went out (100 bytes), and each
+  // shard's header, epoch and ten empty sections came back (64 bytes).
+  EXPECT_EQ(after.bytes_sent - before.bytes_sent, 5u * shards * 100);
+  EXPECT_EQ(after.bytes_received - before.bytes_received, 5u * shards * 64);
   // The shards counted the same bytes.
   uint64_t received = 0, sent = 0;
   for (int s = 0; s < shards; ++s) {
