@@ -150,8 +150,9 @@ def take_delta(optimizer, state, base, count):
 
 def concurrent_share(optimizer, count, others):
     """The share of an Adam delta's change of the row that a merge keeps
-    when `others` updates by other writers came since the copy was taken."""
-    if optimizer != "adam" or others <= 0:
+    when `others` updates by other writers came since the copy was taken
+    (all of a residual: a delta of no update)."""
+    if optimizer != "adam" or others <= 0 or count <= 0:
         return np.float32(1)
     return np.float32(count / (count + others))
 
@@ -170,6 +171,54 @@ def merge(optimizer, state, delta, count, lr, share=None, constraint=None):
     if optimizer == "ftrl":
         state["w"] = ftrl_weight(lr, state["lin"], state["acc"])
     project(constraint, state)
+
+
+# The field of a sum or average of squared gradients (never negative).
+SQUARES = {"adagrad": "acc", "adam": "v", "ftrl": "acc"}
+
+
+def _bfloat16(x, toward_zero=False):
+    """float32 values rounded to bfloat16 (to nearest, ties to even, or
+    toward zero), clamped to its largest finite value; NaN stays NaN."""
+    u = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    c = np.uint64
+    sign, mag = u & c(0x80000000), u & c(0x7FFFFFFF)
+    nan, inf = mag > c(0x7F800000), mag == c(0x7F800000)
+    if not toward_zero:
+        mag = mag + c(0x7FFF) + ((mag >> c(16)) & c(1))
+    mag = np.where(mag > c(0x7F7FFFFF), np.where(inf, c(0x7F800000), c(0x7F7F0000)), mag)
+    out = np.where(nan, u | c(0x00400000), sign | mag).astype(np.uint64) & c(0xFFFF0000)
+    return out.astype(np.uint32).view(np.float32)
+
+
+def _float16(x):
+    """float32 values rounded to float16 (to nearest, ties to even),
+    clamped to +-65,504; NaN stays NaN."""
+    x = np.asarray(x, np.float32)
+    clamped = np.where(np.isfinite(x), np.clip(x, -65504, 65504), x)
+    return clamped.astype(np.float16).astype(np.float32)
+
+
+def wire_rounded(wire, optimizer, state, delta=False):
+    """A state (or, with `delta`, a push's delta) as a 16-bit wire carries
+    it: float16 takes the row's values, bfloat16 everything else; a delta's
+    sum of squared gradients rounds toward zero, so its residual is never
+    negative."""
+    if wire == "float32":
+        return copy_state(state)
+    out = {}
+    for f, v in state.items():
+        if f == "w" and wire == "float16":
+            out[f] = _float16(v)
+        else:
+            out[f] = _bfloat16(v, toward_zero=delta and f == SQUARES.get(optimizer))
+    return out
+
+
+def same_bits(a, b):
+    """Whether two states are equal bit for bit (a residual is their difference)."""
+    return all(np.array_equal(np.asarray(a[f], np.float32).view(np.uint32),
+                              np.asarray(b[f], np.float32).view(np.uint32)) for f in a)
 
 
 class StaleRound(Exception):
@@ -429,13 +478,21 @@ class RefCache:
 
     Pushes go in numbered rounds, one at a time: a round whose answer was
     lost (lose_answer) is sent again as it was by the next exchange or push,
-    and the shards merge it once."""
+    and the shards merge it once.
+
+    On a 16-bit `wire` (sync="refresh") the exchange's answers come rounded,
+    and a push's delta is rounded as its round starts: the entry's base
+    becomes the shard's merge of the rounded delta and its state stays, so
+    the rounding's residual (state beyond base) joins the row's next push;
+    an evicted row's and a flush's go in float32, a residual alone with a
+    count of 0."""
 
     _workers = itertools.count(1)
 
     def __init__(self, table, capacity, policy, read_staleness, write_staleness, pin_threshold,
-                 sync="check"):
+                 sync="check", wire="float32"):
         self.table, self.capacity, self.policy = table, capacity, policy
+        self.wire = wire
         self.s_r, self.s_w, self.pin = read_staleness, write_staleness, pin_threshold
         self.sync = sync
         self.worker, self.generation, self.lr = next(self._workers), -1, 0.0
@@ -473,13 +530,19 @@ class RefCache:
     def _pending(self, e):
         return take_delta(self.table.optimizer, e["state"], e["base"], e["cc"] - e["cs"])
 
+    def _has_pending(self, e):
+        """Pending updates, or a 16-bit wire's residual."""
+        return e["cc"] > e["cs"] or (self.wire != "float32"
+                                     and not same_bits(e["state"], e["base"]))
+
     def _rebase(self, e, fresh, clock, delta=None):
         """The entry takes a fresh state as its base, its pending delta
         (or `delta`, of its pending updates) merged back (the share the
         merge would keep, for Adam's row)."""
         pending = e["cc"] - e["cs"]
         state = copy_state(fresh)
-        if pending:
+        merging = delta is not None or self._has_pending(e)
+        if merging:
             delta = self._pending(e) if delta is None else copy_state(delta)
             delta["w"] = delta["w"] * concurrent_share(self.table.optimizer, pending,
                                                        clock - e["cs"])
@@ -488,7 +551,7 @@ class RefCache:
                       constraint=self.table.constraint)
         e["state"], e["base"] = state, copy_state(fresh)
         e["cs"], e["cc"] = clock, clock + pending
-        if pending:
+        if merging:
             self._keep_finite(e, fresh)
 
     def _keep_finite(self, e, fresh):
@@ -524,7 +587,7 @@ class RefCache:
         self._rebase(e, fresh, clock, delta)
         with np.errstate(over="ignore", invalid="ignore"):
             e["cc"] += self._merge_unsent(e["key"], e["state"], clock, rows[1:])
-        if e["cc"] > e["cs"]:
+        if self._has_pending(e):
             self._keep_finite(e, fresh)
 
     def _refresh(self, e, fresh, clock):
@@ -571,7 +634,7 @@ class RefCache:
                 self._rebase(e, state, clock)
                 continue
             self.counters["rows_pushed_lean"] += 1
-            if e["cs"] == clock and e["cc"] == clock:
+            if e["cs"] == clock and e["cc"] == clock and self.wire == "float32":
                 # The proof of the rule: the entry computed the shard's merge.
                 for f in self.table.fields:
                     assert np.array_equal(e["state"][f], state[f]), (k, f, e["state"][f], state[f])
@@ -612,10 +675,11 @@ class RefCache:
         keys = list(self.entries) if take_all else due
         for k in keys:
             e = self.entries.get(k)
-            if e is None or e["cc"] == e["cs"] or k in queued:
+            if e is None or not self._has_pending(e) or k in queued:
                 continue
             queued.add(k)
-            rows.append((*self._take(e), True))
+            # A flush (take_all) sends float32: nothing follows to carry a residual.
+            rows.append((*self._take(e, rounded=not take_all), True))
         return rows
 
     def _exchange(self, keys, lookahead=False, reach=None, lost=False):
@@ -634,6 +698,7 @@ class RefCache:
                                      self.lr, reach)
         if lost:
             return None
+        answer = self._as_sent(answer)
         reported = set(evicted)
         self.unreported = [k for k in self.unreported if k not in reported]
         self._end_round(answer["pushed"])
@@ -651,6 +716,17 @@ class RefCache:
                 self.counters["rows_rebuilt"] += 1
             made[k] = (state, clock)
         return made, answer["refused"]
+
+    def _as_sent(self, answer):
+        """An exchange's answer as its wire carried it: every state rounded."""
+        if self.wire == "float32":
+            return answer
+        rounded = lambda state: wire_rounded(self.wire, self.table.optimizer, state)  # noqa: E731
+        return dict(answer, pushed={k: (rounded(s), c, lean)
+                                    for k, (s, c, lean) in answer["pushed"].items()},
+                    refreshes=[(k, rounded(s), c) for k, s, c in answer["refreshes"]],
+                    fetched={k: (None if s is None else rounded(s), c)
+                             for k, (s, c) in answer["fetched"].items()})
 
     def lose_answer(self, ids, reach=None, lookahead=False):
         """An exchange for `ids` whose answer is lost: the shards in
@@ -798,7 +874,7 @@ class RefCache:
     def _evict(self, attached):
         victim = min(attached, key=lambda e: (self._bucket(e), e["seq"]))
         k = victim["key"]
-        if victim["cc"] > victim["cs"]:
+        if self._has_pending(victim):
             self.outbox.append((k, self._pending(victim), victim["cc"] - victim["cs"],
                                 victim["cs"]))
             self.counters["dirty_evictions"] += 1
@@ -927,24 +1003,30 @@ class RefCache:
             e = self.entries.pop(k, None)
             if e is None:
                 continue
-            if e["cc"] > e["cs"]:
+            if self._has_pending(e):
                 self.outbox.append((k, self._pending(e), e["cc"] - e["cs"], e["cs"]))
                 self.counters["dirty_evictions"] += 1
             self.unreported.append(k)
             self.counters["evictions"] += 1
         return len(self.outbox)
 
-    def _take(self, e):
+    def _take(self, e, rounded=False):
         """An entry's push as its round starts: its pending delta, and the
         entry becomes the merge a shard makes of it where no other writer
-        reached the row since its base."""
+        reached the row since its base. `rounded` on a 16-bit wire: the
+        delta as the wire carries it, and only the base becomes the merge
+        (the state stays: the residual is pending)."""
         count, base_clock = e["cc"] - e["cs"], e["cs"]
         delta = self._pending(e)
+        sent = wire_rounded(self.wire, self.table.optimizer, delta, delta=True) if rounded \
+            else delta
         state = copy_state(e["base"])
-        merge(self.table.optimizer, state, delta, count, self.lr,
+        merge(self.table.optimizer, state, sent, count, self.lr,
               constraint=self.table.constraint)
-        e["state"], e["base"], e["cs"] = state, copy_state(state), e["cc"]
-        return (e["key"], delta, count, base_clock)
+        if same_bits(sent, delta):
+            e["state"] = state
+        e["base"], e["cs"] = copy_state(state), e["cc"]
+        return (e["key"], sent, count, base_clock)
 
     def flush(self, lr):
         """Rounds until one finds nothing: a round in flight goes again

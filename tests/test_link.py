@@ -156,19 +156,23 @@ def test_a_latency_needs_a_link_and_the_kernels_netem():
     assert link_state() == before
 
 
-def test_hybrid_training_behind_links_is_shaped_counted_and_cleaned_up(tmp_path):
+@pytest.mark.parametrize("wire", ["float32", "bfloat16"])
+def test_hybrid_training_behind_links_is_shaped_counted_and_cleaned_up(tmp_path, wire):
     """Two Horovod ranks and a PS task, each in a namespace of its own
     behind a 4mbit link: no task's interface moves bytes faster than the
     rate, the allreduce crosses the links, and the wire carries at least
-    what the table shards counted. Each rank moves about 14 MB each way
-    (8 steps); on loopback its training takes about a second, so unshaped
-    ranks would fail the link's ceiling of 0.5 MB/s many times over."""
+    what the table shards counted, with the rows in float32 or in bfloat16
+    (whose messages the shards count as they are sent). Each rank moves
+    about 14 MB each way (8 steps); on loopback its training takes about a
+    second, so unshaped ranks would fail the link's ceiling of 0.5 MB/s
+    many times over."""
     before = link_state()
     run_dir = tmp_path / "run"
     done = subprocess.run(HET_TF + ["train", "--mode", "hybrid", "--ps", "1", "--workers", "2",
                                     "--link", "4mbit", "--samples", "8192", "--batch-size",
                                     "512", "--eval-samples", "1024", "--no-save", "--run-dir",
-                                    str(run_dir)], capture_output=True, text=True, timeout=600)
+                                    str(run_dir), "--wire-dtype", wire],
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     metrics = json.loads((run_dir / "metrics.json").read_text())
     tasks = metrics["wire_tasks"]

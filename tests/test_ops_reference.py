@@ -43,17 +43,18 @@ def export_all(table):
 
 
 def ops_and_reference(name, optimizer, capacity, policy, read_staleness, write_staleness, sync,
-                      shards, workers, constraint=None):
+                      shards, workers, constraint=None, wire="float32"):
     """The ops' table and workers' caches, and the NumPy model's, set alike
-    (dim 3, seed 5, pin threshold 3): (table, caches, ref_table, ref_caches)."""
+    (dim 3, seed 5, pin threshold 3; rows on a `wire` of that type):
+    (table, caches, ref_table, ref_caches)."""
     config = het_tf.TableConfig(name, 3, seed=5, optimizer=constrained(optimizer, constraint))
     table = het_tf.ShardedTable(config, [None] * shards)
     cache_config = het_tf.CacheConfig(capacity, policy, read_staleness, write_staleness,
-                                      pin_threshold=3, sync=sync)
+                                      pin_threshold=3, sync=sync, wire_dtype=wire)
     caches = [het_tf.WorkerCache(table, cache_config) for _ in range(workers)]
     ref_table = RefTable(3, optimizer, seed=5, constraint=constraint, shards=shards)
-    ref_caches = [RefCache(ref_table, capacity, policy, read_staleness, write_staleness, 3, sync)
-                  for _ in range(workers)]
+    ref_caches = [RefCache(ref_table, capacity, policy, read_staleness, write_staleness, 3, sync,
+                           wire) for _ in range(workers)]
     return table, caches, ref_table, ref_caches
 
 
@@ -201,17 +202,20 @@ def test_answers_lost_after_the_merge_leave_every_read_as_the_reference(
     workers=st.integers(1, 2),
     optimizer=st.sampled_from(["sgd", "adagrad", "adam", "ftrl"]),
     unstaged=st.sets(st.integers(0, 11), max_size=3),
+    wire=st.sampled_from(["float32", "float32", "bfloat16", "float16"]),
 )
 def test_the_lookahead_matches_reference(unique_name, batches, capacity, policy, read_staleness,
-                                         write_staleness, shards, workers, optimizer, unstaged):
+                                         write_staleness, shards, workers, optimizer, unstaged,
+                                         wire):
     """With the lookahead each step's own exchange asks only for what the
     last prefetch did not bring, and its prefetch carries the pushes: rows,
     counters and the final table still match the NumPy model, which asserts
     the read bound at every training read. Some batches are never staged
-    (their step fetches its misses itself)."""
+    (their step fetches its misses itself). On a 16-bit wire the model
+    rounds the answers and each push, keeping the residual for the next."""
     table, caches, ref_table, ref_caches = ops_and_reference(
         unique_name(), optimizer, capacity, policy, read_staleness, write_staleness, "refresh",
-        shards, workers)
+        shards, workers, wire=wire)
     staged = [step not in unstaged for step in range(len(batches))]
 
     def stage(step):
@@ -479,25 +483,28 @@ LR_FAULTS = 1.0
     workers=st.integers(1, 2),
     optimizer=st.sampled_from(["sgd", "adagrad", "adam"]),
     sync=st.sampled_from(["refresh", "refresh", "check"]),
+    wire=st.sampled_from(["float32", "float32", "bfloat16", "float16"]),
 )
 # Two copies of a row each take a spike; the first push merges, and the
 # second copy's refresh cannot merge its own pending spike into the row
 # (past float32): it drops it, named once, and trains on.
 @example(steps=[([0], "none")] * 5 + [([0], "spike")] * 2 + [([0], "none")] * 2, capacity=5,
          policy="lru", read_staleness=0, write_staleness=2, shards=1, workers=2, optimizer="sgd",
-         sync="refresh")
+         sync="refresh", wire="float32")
 def test_faults_leave_the_ops_as_the_reference_that_models_them(
         unique_name, steps, capacity, policy, read_staleness, write_staleness, shards, workers,
-        optimizer, sync):
+        optimizer, sync, wire):
     """The ops against the NumPy model with the faults modelled in it:
     every step's rows or its error (the ids a refused round names, or the
     step the cache refuses), a late round refused or answered as a repeat
     alike, the counters, the shards' records of copies (exactly: none of a
-    copy never taken), the refused updates and the final table, to the bit."""
+    copy never taken), the refused updates and the final table, to the bit.
+    By refresh, rows may travel in 16 bits (the model rounds them and keeps
+    each push's residual for the next)."""
     dim = 3
     table, caches, ref_table, ref_caches = ops_and_reference(
         unique_name(), optimizer, capacity, policy, read_staleness, write_staleness, sync, shards,
-        workers)
+        workers, wire=wire if sync == "refresh" else "float32")
     ops = caches[0]._ops
 
     def both(real, model):

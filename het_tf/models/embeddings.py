@@ -72,15 +72,15 @@ class EmbeddingSpec:
       learning_rate: its learning rate.
       hot_rows, hot_bytes: HetEmbedding's hot_rows, given in rows or in
         bytes of row state (FAE, docs/fae.md); 0 for none.
-      max_rows, on_full, eviction, ttl, admit_after, full_checkpoint_every:
-        HetEmbedding's, for each table.
+      max_rows, on_full, eviction, ttl, admit_after, full_checkpoint_every,
+        wire_dtype: HetEmbedding's, for each table.
     """
 
     def __init__(self, kind="het", cardinalities=KAGGLE_CARDINALITIES, cache_capacity=0.1,
                  cache_policy="lfu", staleness="auto", optimizer="adagrad", learning_rate=0.05,
                  seed=0, sync="refresh", hot_rows=0, hot_bytes=0, window=1, scheduler=None,
                  max_rows=None, on_full="refuse", eviction="lru", ttl=None, admit_after=None,
-                 full_checkpoint_every=None):
+                 full_checkpoint_every=None, wire_dtype="float32"):
         if kind not in KINDS:
             raise ValueError(f"embedding kind must be one of {', '.join(KINDS)}, got {kind!r}")
         self.kind = kind
@@ -99,6 +99,7 @@ class EmbeddingSpec:
         self.max_rows, self.on_full, self.eviction, self.ttl = max_rows, on_full, eviction, ttl
         self.admit_after = admit_after
         self.full_checkpoint_every = full_checkpoint_every
+        self.wire_dtype = wire_dtype
 
     @property
     def vocabulary_size(self):
@@ -152,7 +153,8 @@ class EmbeddingSpec:
                             eviction=self.eviction, ttl=self.ttl,
                             admit_after=self.admit_after,
                             full_checkpoint_every=self.full_checkpoint_every,
-                            hot_rows=self.hot_rows_of(dim), name=name)(keys)
+                            wire_dtype=self.wire_dtype, hot_rows=self.hot_rows_of(dim),
+                            name=name)(keys)
 
     def hot_rows_of(self, dim):
         """The hot rows of a table of `dim`: hot_rows, or as many rows as

@@ -100,7 +100,8 @@ def floor(run):
             one = belady_floor(trace, table["table"], table["capacity"], table["width"],
                                table["write_staleness"], table["sync"], table["num_shards"],
                                refreshes=0 if stream else table["stale_refreshes"],
-                               made_keys=made[stream])
+                               made_keys=made[stream],
+                               wire_dtype=table.get("wire_dtype", "float32"))
             for name, value in one.items():
                 counts[name] = counts.get(name, 0) + value
         counts["bytes"] = counts["bytes_sent"] + counts["bytes_received"]

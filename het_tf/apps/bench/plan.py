@@ -36,6 +36,16 @@ CONFIGURATIONS = (
     ("hybrid-s100-lookahead-fp16", "HetEmbedding, 10% LFU cache, staleness 100, lookahead, "
      "hybrid, dense allreduce in float16",
      ["--mode", "hybrid", "--staleness", "100", "--lookahead", "--allreduce-dtype", "float16"]),
+    ("het-s100-lookahead-bf16", "HetEmbedding, 10% LFU cache, staleness 100, lookahead, "
+     "rows and updates in bfloat16 to and from the PS",
+     ["--mode", "ps", "--staleness", "100", "--lookahead", "--wire-dtype", "bfloat16"]),
+    ("hybrid-s100-lookahead-bf16", "HetEmbedding, 10% LFU cache, staleness 100, lookahead, "
+     "hybrid, rows and updates in bfloat16 to and from the PS",
+     ["--mode", "hybrid", "--staleness", "100", "--lookahead", "--wire-dtype", "bfloat16"]),
+    ("hybrid-s100-lookahead-bf16-fp16", "HetEmbedding, 10% LFU cache, staleness 100, "
+     "lookahead, hybrid, rows in bfloat16 and the dense allreduce in float16",
+     ["--mode", "hybrid", "--staleness", "100", "--lookahead", "--wire-dtype", "bfloat16",
+      "--allreduce-dtype", "float16"]),
     ("hybrid-s0", "HetEmbedding, staleness 0 (synchronous: the cache's bound at 0), hybrid",
      ["--mode", "hybrid", "--staleness", "0"]),
     ("hybrid-s0-check", "HET's cache at staleness 0: every key checked, every update pushed "
@@ -61,7 +71,8 @@ CONFIGURATIONS = (
                        "--allocate-every", "8", "--summary-rows", "65536"]),
 )
 # Run only behind a link: on loopback the allreduce's bytes cost little.
-LINK_ONLY = ("hybrid-nocache-fp16", "hybrid-s100-lookahead-fp16")
+LINK_ONLY = ("hybrid-nocache-fp16", "hybrid-s100-lookahead-fp16", "het-s100-lookahead-bf16",
+             "hybrid-s100-lookahead-bf16", "hybrid-s100-lookahead-bf16-fp16")
 # The staleness sweep for AUC: s10 and s100 come from the configurations above.
 STALENESS_SWEEP = (("het-s0", "0"), ("het-s10", "10"), ("het-s100", "100"),
                    ("het-s10000", "10000"), ("het-sinf", "inf"), ("het-auto", "auto"))

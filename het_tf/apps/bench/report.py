@@ -1,15 +1,10 @@
 """The benchmark's figures from its runs: each section's table and targets,
 time to accuracy, the plots and the Markdown report."""
-import math
 import os
 
+from het_tf.apps.bench import precision
 from het_tf.apps.bench.plan import CACHE_FRACTIONS, CONFIGURATIONS, STALENESS_SWEEP
-
-
-def _ratio(a, b):
-    if not a or not b or any(isinstance(v, float) and math.isnan(v) for v in (a, b)):
-        return None
-    return a / b
+from het_tf.apps.bench.precision import fmt, met, ratio
 
 
 def time_to_target(runs, share):
@@ -44,8 +39,8 @@ def summarize(section, share):
             counted = 0.0 if name == "limit" else traffic["bytes_per_sample"]
         rows.append({"name": name, "label": label, "mode": run.get("config", {}).get("mode"),
                      "samples_per_second": run.get("samples_per_second"),
-                     "ratio_to_keras_ps": _ratio(run.get("samples_per_second"), base),
-                     "ratio_to_limit": _ratio(run.get("samples_per_second"), limit),
+                     "ratio_to_keras_ps": ratio(run.get("samples_per_second"), base),
+                     "ratio_to_limit": ratio(run.get("samples_per_second"), limit),
                      "embedding_bytes_per_sample": counted,
                      "wire_bytes_per_sample": run.get("wire_bytes_per_sample"),
                      "wire_ps_bytes_per_sample": run.get("wire_ps_bytes_per_sample"),
@@ -74,7 +69,7 @@ def _targets(runs, rows, traffic, target_auc, base, limit):
         return None if s0_auc is None or auc is None else auc - s0_auc
 
     keras_wire = get("keras-ps", "wire_ps_bytes_per_sample")
-    herald_bytes = _ratio(get("herald", "embedding_bytes_per_sample"),
+    herald_bytes = ratio(get("herald", "embedding_bytes_per_sample"),
                           get("hybrid-s0-check", "embedding_bytes_per_sample"))
     hybrid_wire = get("hybrid-s100", "wire_bytes_per_sample")
     lookahead = get("het-s100-lookahead", "embedding_bytes_per_sample")
@@ -85,16 +80,16 @@ def _targets(runs, rows, traffic, target_auc, base, limit):
         else 1 - lookahead / off,
         "auc_s100_minus_s0": auc_minus_s0("het-s100"),
         "auc_auto_minus_s0": auc_minus_s0("het-auto"),
-        "het_s100_ratio_to_limit": _ratio(get("het-s100", "samples_per_second"), limit),
-        "het_s100_ratio_to_keras_ps": _ratio(get("het-s100", "samples_per_second"), base),
+        "het_s100_ratio_to_limit": ratio(get("het-s100", "samples_per_second"), limit),
+        "het_s100_ratio_to_keras_ps": ratio(get("het-s100", "samples_per_second"), base),
         "keras_ps_embedding_time_share": None if not base or not limit else 1 - base / limit,
         "target_auc": target_auc,
-        "hybrid_s100_speedup_to_target_vs_nocache": _ratio(
+        "hybrid_s100_speedup_to_target_vs_nocache": ratio(
             get("hybrid-nocache", "seconds_to_target"), get("hybrid-s100", "seconds_to_target")),
-        "hybrid_s100_lookahead_speedup_to_target_vs_nocache": _ratio(
+        "hybrid_s100_lookahead_speedup_to_target_vs_nocache": ratio(
             get("hybrid-nocache", "seconds_to_target"),
             get("hybrid-s100-lookahead", "seconds_to_target")),
-        "het_s100_speedup_to_target_vs_keras_ps": _ratio(
+        "het_s100_speedup_to_target_vs_keras_ps": ratio(
             get("keras-ps", "seconds_to_target"), get("het-s100", "seconds_to_target")),
         # TF's PS path moves its embedding rows and its dense variables through
         # the PS tasks: what the rows' estimate leaves of the wire is dense.
@@ -102,17 +97,7 @@ def _targets(runs, rows, traffic, target_auc, base, limit):
         else 1 - traffic["bytes_per_sample"] / keras_wire,
         "hybrid_s100_allreduce_share_of_wire": None if not hybrid_wire
         else get("hybrid-s100", "wire_between_workers_bytes_per_sample") / hybrid_wire,
-        # The dense allreduce in float16 against float32, cached, and its
-        # time to target against float32's cache-off run.
-        "hybrid_fp16_allreduce_bytes_ratio": _ratio(
-            get("hybrid-s100-lookahead-fp16", "wire_between_workers_bytes_per_sample"),
-            get("hybrid-s100-lookahead", "wire_between_workers_bytes_per_sample")),
-        "hybrid_fp16_speedup_cached": _ratio(
-            get("hybrid-s100-lookahead-fp16", "samples_per_second"),
-            get("hybrid-s100-lookahead", "samples_per_second")),
-        "hybrid_fp16_lookahead_speedup_to_target_vs_nocache": _ratio(
-            get("hybrid-nocache", "seconds_to_target"),
-            get("hybrid-s100-lookahead-fp16", "seconds_to_target")),
+        **precision.targets(get),
         # Herald: the allocation against HET's cache at the same
         # capacity and staleness; allocation and plan against HET's s=0.
         "herald_alloc_hit_rate_minus_s100": {
@@ -122,7 +107,7 @@ def _targets(runs, rows, traffic, target_auc, base, limit):
             and get("hybrid-s100", "cache_hit_rate") is not None},
         "herald_bytes_reduction_vs_s0_check": None if herald_bytes is None
         else 1 - herald_bytes,
-        "herald_speedup_to_target_vs_s0_check": _ratio(
+        "herald_speedup_to_target_vs_s0_check": ratio(
             get("hybrid-s0-check", "seconds_to_target"), get("herald", "seconds_to_target")),
         # The wire to and from the PS tasks against the table shards' own
         # count over the same interval.
@@ -201,19 +186,6 @@ def _title(section):
     return f"{section['model'].upper()}, dim {section['dim']}, {section['link']}"
 
 
-def _fmt(value, spec):
-    return "—" if value is None else format(value, spec)
-
-
-def _met(value, threshold, spec, below=False):
-    """A target's measured value, and whether it met `threshold` (at least,
-    or with `below` at most)."""
-    if value is None:
-        return "not measured"
-    met = value <= threshold if below else value >= threshold
-    return f"{format(value, spec)} ({'met' if met else 'missed'})"
-
-
 def _section_report(section, latency):
     link = section["link"] + (f", {latency} one-way delay" if latency else "") \
         if section["link"] != "loopback" else "loopback"
@@ -231,58 +203,52 @@ def _section_report(section, latency):
                 f"{r['wire_bytes_per_sample']:,.0f}, {r['wire_ps_bytes_per_sample']:,.0f}, "
                 f"{r['wire_between_workers_bytes_per_sample']:,.0f}")
         lines.append(
-            f"| {r['name']}: {r['label']} | {_fmt(r['samples_per_second'], ',.0f')} | "
-            f"{_fmt(r['ratio_to_keras_ps'], '.2f')} | {_fmt(r['ratio_to_limit'], '.2f')} | "
-            f"{_fmt(r['embedding_bytes_per_sample'], ',.0f')} | {wire} | "
-            f"{_fmt(r['cache_hit_rate'], '.3f')} | "
-            f"{_fmt(r['cache_misses_per_sample'], '.3f')} | {_fmt(r['auc'], '.4f')} | "
-            f"{_fmt(r['logloss'], '.4f')} | {_fmt(r['seconds_to_target'], '.0f')} |")
+            f"| {r['name']}: {r['label']} | {fmt(r['samples_per_second'], ',.0f')} | "
+            f"{fmt(r['ratio_to_keras_ps'], '.2f')} | {fmt(r['ratio_to_limit'], '.2f')} | "
+            f"{fmt(r['embedding_bytes_per_sample'], ',.0f')} | {wire} | "
+            f"{fmt(r['cache_hit_rate'], '.3f')} | "
+            f"{fmt(r['cache_misses_per_sample'], '.3f')} | {fmt(r['auc'], '.4f')} | "
+            f"{fmt(r['logloss'], '.4f')} | {fmt(r['seconds_to_target'], '.0f')} |")
     lines += [""] + _floor_report(section["table"])
     t = section["targets"]
     traffic_target = 0.7 if section["dim"] <= 16 else 0.75
-    lines += ["", f"- target AUC (time to accuracy): {_fmt(t['target_auc'], '.4f')}",
+    lines += ["", f"- target AUC (time to accuracy): {fmt(t['target_auc'], '.4f')}",
               "- embedding traffic at 10% cache, staleness 100, below cache off (counted, "
               f"ps mode; target 70% at dim 16, 75% at 128): without the lookahead "
-              f"{_met(t['traffic_reduction_s100_vs_cache_off'], traffic_target, '.1%')}; with "
-              "it " + _met(t["traffic_reduction_s100_lookahead_vs_cache_off"], traffic_target,
+              f"{met(t['traffic_reduction_s100_vs_cache_off'], traffic_target, '.1%')}; with "
+              "it " + met(t["traffic_reduction_s100_lookahead_vs_cache_off"], traffic_target,
                            ".1%"),
-              f"- AUC at staleness 100 minus staleness 0: {_fmt(t['auc_s100_minus_s0'], '+.4f')}"
-              f"; at staleness auto: {_fmt(t['auc_auto_minus_s0'], '+.4f')} (one run each: "
+              f"- AUC at staleness 100 minus staleness 0: {fmt(t['auc_s100_minus_s0'], '+.4f')}"
+              f"; at staleness auto: {fmt(t['auc_auto_minus_s0'], '+.4f')} (one run each: "
               "`--sweep` repeats them)",
               f"- HetEmbedding (s=100) samples/s over the no-communication limit: "
-              f"{_fmt(t['het_s100_ratio_to_limit'], '.2f')}; over TF's PS: "
-              f"{_fmt(t['het_s100_ratio_to_keras_ps'], '.2f')}",
+              f"{fmt(t['het_s100_ratio_to_limit'], '.2f')}; over TF's PS: "
+              f"{fmt(t['het_s100_ratio_to_keras_ps'], '.2f')}",
               f"- time to target, hybrid cache s=100 over hybrid cache off (target "
               f"2x behind 100 Mbit at dim 128): "
-              f"{_met(t['hybrid_s100_speedup_to_target_vs_nocache'], 2.0, '.2f')}; with the "
+              f"{met(t['hybrid_s100_speedup_to_target_vs_nocache'], 2.0, '.2f')}; with the "
               f"lookahead: "
-              f"{_met(t['hybrid_s100_lookahead_speedup_to_target_vs_nocache'], 2.0, '.2f')}",
+              f"{met(t['hybrid_s100_lookahead_speedup_to_target_vs_nocache'], 2.0, '.2f')}",
               f"- time to target, HetEmbedding s=100 over TF's PS: "
-              f"{_fmt(t['het_s100_speedup_to_target_vs_keras_ps'], '.2f')}",
+              f"{fmt(t['het_s100_speedup_to_target_vs_keras_ps'], '.2f')}",
               f"- TF's PS: share of step time on embedding traffic (1 - its samples/s over "
-              f"the limit's): {_fmt(t['keras_ps_embedding_time_share'], '.1%')}",
+              f"the limit's): {fmt(t['keras_ps_embedding_time_share'], '.1%')}",
               f"- TF's PS: dense variables' share of the PS wire (1 - the embedding rows' "
-              f"estimate over the wire): {_fmt(t['keras_ps_dense_share_of_ps_wire'], '.1%')}",
+              f"estimate over the wire): {fmt(t['keras_ps_dense_share_of_ps_wire'], '.1%')}",
               f"- hybrid s=100: allreduce share of the wire: "
-              f"{_fmt(t['hybrid_s100_allreduce_share_of_wire'], '.1%')}"]
-    if t["hybrid_fp16_allreduce_bytes_ratio"] is not None:
-        lines.append(
-            "- dense allreduce in float16 (hybrid, cached, lookahead) over float32: allreduce "
-            f"bytes {_met(t['hybrid_fp16_allreduce_bytes_ratio'], 0.55, '.2f', below=True)}, "
-            f"samples/s {_met(t['hybrid_fp16_speedup_cached'], 1.4, '.2f')}; time to target, "
-            "float32 cache off over it: "
-            f"{_met(t['hybrid_fp16_lookahead_speedup_to_target_vs_nocache'], 2.0, '.2f')}")
+              f"{fmt(t['hybrid_s100_allreduce_share_of_wire'], '.1%')}"]
+    lines += precision.report_lines(t)
     if t["herald_alloc_hit_rate_minus_s100"] or t["herald_bytes_reduction_vs_s0_check"] \
             is not None:
-        raised = ", ".join(f"{n} {_met(v, 0.001, '+.4f')}"
+        raised = ", ".join(f"{n} {met(v, 0.001, '+.4f')}"
                            for n, v in t["herald_alloc_hit_rate_minus_s100"].items())
         lines += [
             "- Herald's allocation, hit rate minus HET's cache at s=100 (target: "
             f"a raise, here +0.001 or more): {raised or 'not measured'}",
             "- Herald, embedding bytes below HET's cache at s=0 (target 48%): "
-            f"{_met(t['herald_bytes_reduction_vs_s0_check'], 0.48, '.1%')}; time to target, "
+            f"{met(t['herald_bytes_reduction_vs_s0_check'], 0.48, '.1%')}; time to target, "
             f"HET's s=0 over Herald (target: 1 or more): "
-            f"{_met(t['herald_speedup_to_target_vs_s0_check'], 1.0, '.2f')}"]
+            f"{met(t['herald_speedup_to_target_vs_s0_check'], 1.0, '.2f')}"]
     if t["wire_ps_minus_counted"]:
         lines.append("- PS wire minus the table shards' own count over the same interval, "
                      "bytes/sample (dense variables, gRPC framing and headers): " + ", ".join(
@@ -335,7 +301,7 @@ def report(results):
     for name, label in STALENESS_SWEEP:
         run = first.get(name, {})
         lines.append(f"| {label} | "
-                     f"{'failed' if run.get('failed') else _fmt(run.get('auc'), '.4f')} |")
+                     f"{'failed' if run.get('failed') else fmt(run.get('auc'), '.4f')} |")
     miss = results.get("miss_rates")
     if miss:
         lines += ["", "| Cache size | LRU miss rate | LFU miss rate |", "|---|---|---|"]

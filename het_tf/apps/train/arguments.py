@@ -10,6 +10,7 @@ from het_tf.apps import link
 from het_tf.distribute.allreduce_dtype import check_allreduce_dtype
 from het_tf.runtime import combinations
 from het_tf.runtime.config import check_window, parse_stay_bonus
+from het_tf.runtime.wire_dtype import check_wire_dtype
 
 MODES = combinations.MODES
 DEFAULT_DIM = 16
@@ -107,6 +108,11 @@ def add_arguments(p):
                    help="hybrid mode: the type the dense gradients cross the allreduce in, "
                    "float32 (the default) or float16 (half the bytes, with a dynamic loss "
                    "scale; docs/hybrid.md)")
+    p.add_argument("--wire-dtype", default="float32",
+                   help="the type the caches' rows and updates travel in to and from the "
+                   "PS tasks: float32 (the default), bfloat16 or float16 (2 bytes a float; "
+                   "the rounding stays on the worker and joins the row's next push; "
+                   "docs/consistency.md)")
     p.add_argument("--lookahead", action=argparse.BooleanOptionalAction, default=None,
                    help="the input pipeline stages each batch's ids a step ahead, and each "
                    "training step prefetches the next batch's rows while it computes "
@@ -206,6 +212,7 @@ def check(args):
                          "itself; local mode has none")
     _check_hot(args)
     check_allreduce_dtype(args.allreduce_dtype, "--allreduce-dtype")
+    check_wire_dtype(args.wire_dtype, "--wire-dtype")
     if args.allreduce_dtype != "float32" and args.mode != "hybrid":
         raise ValueError(f"--allreduce-dtype is hybrid mode's (its dense allreduce); "
                          f"--mode {args.mode} has none")
@@ -286,7 +293,7 @@ def _check_combination(args):
         window=args.window,
         hot_rows=args.hot, lookahead=args.lookahead, allocation=bool(args.allocate_every),
         evict=args.on_full == "evict" or args.ttl is not None,
-        admits=args.admit_after is not None)
+        admits=args.admit_after is not None, wire_dtype=args.wire_dtype)
     combinations.check(combination, combinations.spell_flag, "")
     if args.on_full == "evict" and args.max_rows is None:
         raise ValueError("--on-full evict needs --max-rows, the limit eviction keeps to")

@@ -63,6 +63,7 @@ def cached_tables(model, evaluations):
             "table": layer.name, "route": type(layer._route).__name__,
             "capacity": workers[0]["capacity"], "width": workers[0]["width"],
             "sync": cache.config.sync, "num_shards": layer.table.num_shards,
+            "wire_dtype": cache.config.wire_dtype,
             "write_staleness": -1 if bound in (UNBOUNDED, None) else int(bound),
             "worker_steps": [w["steps"] for w in workers],
             "stale_refreshes": sum(w["stale_refreshes"] for w in workers),

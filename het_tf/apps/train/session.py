@@ -59,7 +59,8 @@ def _build_and_compile(args, inputs, mode):
                              scheduler=args.scheduler, max_rows=args.max_rows,
                              on_full=args.on_full, eviction=args.eviction, ttl=args.ttl,
                              admit_after=args.admit_after,
-                             full_checkpoint_every=args.full_every)
+                             full_checkpoint_every=args.full_every,
+                             wire_dtype=args.wire_dtype)
         model = build_model(args.model, spec, dim=args.dim)
         mode.distribute(model)
         optimizer = tf_keras.optimizers.get({
