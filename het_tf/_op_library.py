@@ -23,6 +23,12 @@ REBUILD_HINT = (
     "from the het_tf source tree."
 )
 
+# The version of the messages between workers and parameter servers that
+# this library speaks (cc_ops/embedding/core/exchange_wire.h kWireVersion):
+# every op that carries rows to or from a table shard is given it, and the
+# shard refuses another, naming both.
+WIRE_VERSION = 6
+
 _ops = None
 
 

@@ -104,3 +104,40 @@ def test_a_16_bit_wire_needs_the_cache_and_sync_by_refresh():
         HetEmbedding(VOCAB, DIM, sync="check", wire_dtype="float16", name="e")
     with pytest.raises(ValueError, match="wire_dtype must be one of float32, bfloat16, float16"):
         HetEmbedding(VOCAB, DIM, wire_dtype="float64", name="e")
+
+
+@pytest.mark.parametrize("op", ["gather", "pull", "push", "push_deltas", "read", "read_held"])
+def test_every_op_that_carries_rows_refuses_another_wire_version(unique_name, op):
+    """A worker and a parameter server of different builds refuse each
+    other by name on every op that carries rows (the exchange's messages
+    carry the version in their header, exchange_wire_test.cc), before the
+    table changes."""
+    import het_tf
+    from het_tf import _op_library
+
+    table = het_tf.ShardedTable(het_tf.TableConfig(unique_name(), DIM), [None])
+    ops, handle, slots = _op_library.load(), table.handle(0), table.config.num_slots
+    keys = tf.constant([1, 2], tf.int64)
+    calls = {
+        "gather": lambda **v: ops.het_table_gather(handle, keys, dim=DIM, **v),
+        "pull": lambda **v: ops.het_table_pull(handle, keys, tf.constant([-1, -1], tf.int64),
+                                               tf.constant(0, tf.int64), dim=DIM, **v),
+        "push": lambda **v: ops.het_table_push(handle, keys, tf.ones([2, DIM]),
+                                               tf.ones([2], tf.int64), 0.1, dim=DIM, **v),
+        "push_deltas": lambda **v: ops.het_table_push_deltas(
+            handle, keys, tf.zeros([2, DIM * (1 + slots)]), tf.ones([2], tf.int64), 0.1,
+            tf.zeros([2], tf.int64), tf.zeros([4], tf.int64), tf.constant(0, tf.int64), dim=DIM,
+            num_slots=slots, **v),
+        "read": lambda **v: ops.het_table_read(handle, keys, dim=DIM, num_slots=slots, **v),
+        "read_held": lambda **v: ops.het_table_read_held(handle, keys, dim=DIM, num_slots=slots,
+                                                         **v),
+    }
+    now = _op_library.WIRE_VERSION
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=rf"table '{table.config.name}': a request of wire version "
+                             rf"{now + 1}, but this parameter server speaks version {now}"):
+        calls[op](wire_version=now + 1)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="before its ops carried one"):
+        calls[op]()
+    assert table.stats()["rows"] == 0  # refused before the table changed
+    calls[op](wire_version=now)  # this build's own goes through

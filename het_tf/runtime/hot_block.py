@@ -19,7 +19,7 @@ import tensorflow as tf
 from het_tf import _op_library
 from het_tf.runtime.counters import counter
 from het_tf.runtime.handles import FunctionHandles
-from het_tf.runtime.table import ShardedTable
+from het_tf.runtime.table import WIRE, ShardedTable
 
 # After the sorted hot keys, so that a search never runs off the end.
 _SENTINEL = np.iinfo(np.int64).max
@@ -72,7 +72,7 @@ class HotBlock:
 
     def gather(self, keys):
         """Rows of hot keys (rank 1)."""
-        return self._ops.het_table_gather(self.handle(), keys, dim=self.dim)
+        return self._ops.het_table_gather(self.handle(), keys, dim=self.dim, **WIRE)
 
     def apply_gradients(self, keys, grads, learning_rate):
         """Applies this step's gradients of every rank to the block: unique
@@ -98,7 +98,7 @@ class HotBlock:
             self._exchanged.assign_add(traffic)
         return self._ops.het_table_push(self.handle(), keys, grads, counts,
                                         tf.cast(learning_rate, tf.float32), dim=self.dim,
-                                        return_rows=False)
+                                        return_rows=False, **WIRE)
 
     # ----- moving rows between the block and the shards (eager) -----
 
@@ -132,7 +132,7 @@ class HotBlock:
         (eager): what tests compare across ranks."""
         keys = tf.constant(self.keys)
         return tuple(t.numpy() for t in (keys, *self._ops.het_table_read(
-            self.handle(), keys, dim=self.dim, num_slots=self.table.config.num_slots)))
+            self.handle(), keys, dim=self.dim, num_slots=self.table.config.num_slots, **WIRE)))
 
     def stats(self):
         """Hot rows and bytes exchanged with the other ranks (eager)."""

@@ -11,6 +11,8 @@ from het_tf import _op_library
 from het_tf.runtime.config import SQUARED_GRADIENT_SLOT, TableConfig
 from het_tf.runtime.handles import FunctionHandles
 
+WIRE = dict(wire_version=_op_library.WIRE_VERSION)  # every op that carries rows
+
 # What a row is, field by field, as export_shard and export_all give rows and
 # import_rows takes them: a saved table is these five arrays.
 ROW_FIELDS = ("keys", "values", "slots", "clocks", "steps")
@@ -101,7 +103,8 @@ class ShardedTable:
         table that admits ids creates only the admitted ids of a training
         read, and the others read zeros)."""
         origin, rows = self._on_shards(
-            lambda s, h, k: self._ops.het_table_gather(h, k, dim=self.dim, training=training),
+            lambda s, h, k: self._ops.het_table_gather(h, k, dim=self.dim, training=training,
+                                                       **WIRE),
             keys)
         return rows[0] if origin is None else tf.dynamic_stitch(origin, rows)
 
@@ -123,7 +126,8 @@ class ShardedTable:
         num_slots = self.config.num_slots if with_slots else 0
         origin, answers = self._on_shards(
             lambda s, h, k, c: self._ops.het_table_pull(h, k, c, staleness, dim=self.dim,
-                                                        num_slots=num_slots, training=training),
+                                                        num_slots=num_slots, training=training,
+                                                        **WIRE),
             keys, clocks, keys_checked=keys_checked)
         epochs = tf.stack([a[3] for a in answers])
         if origin is None:
@@ -151,7 +155,7 @@ class ShardedTable:
             grads = self._check_overflow(keys, grads, lr)
         return self._push(
             lambda h, k, g, c: self._ops.het_table_push(h, k, g, c, lr, dim=self.dim,
-                                                        return_rows=return_rows),
+                                                        return_rows=return_rows, **WIRE),
             keys, grads, counts, "gradient", return_rows, keys_checked=keys_checked)
 
     def push_deltas(self, keys, deltas, counts, base_clocks, learning_rate, keys_checked=False,
@@ -177,7 +181,7 @@ class ShardedTable:
         def push(shard, handle, k, d, c, b, leading):
             return self._ops.het_table_push_deltas(handle, k, d, c, lr, b, senders[shard],
                                                    leading, dim=self.dim,
-                                                   num_slots=self.config.num_slots)
+                                                   num_slots=self.config.num_slots, **WIRE)
 
         def leading(origin_part):
             # The part keeps the push's order, so its unanswered rows lead.
@@ -275,7 +279,8 @@ class ShardedTable:
         hot block takes them (het_tf.runtime.hot_block)."""
         origin, parts = self._on_shards(
             lambda s, h, k: self._ops.het_table_read(h, k, dim=self.dim,
-                                                     num_slots=self.config.num_slots), keys)
+                                                     num_slots=self.config.num_slots, **WIRE),
+            keys)
         if origin is None:
             return tuple(parts[0])
         return tuple(tf.dynamic_stitch(origin, [p[i] for p in parts]) for i in range(4))
@@ -310,7 +315,7 @@ class ShardedTable:
         `keys` shard `shard` holds; makes no row."""
         with tf.device(self.devices[shard]):
             return self._ops.het_table_read_held(self.handle(shard), keys, dim=self.dim,
-                                                 num_slots=self.config.num_slots)
+                                                 num_slots=self.config.num_slots, **WIRE)
 
     def erase_rows(self, keys):
         """Drops the rows of `keys`, on whichever shard holds them now."""

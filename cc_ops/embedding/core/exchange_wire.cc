@@ -268,6 +268,15 @@ void ReadHeader(Reader& reader, uint32_t magic, uint32_t magic_v1, const char* s
 
 }  // namespace
 
+Status CheckVersion(const std::string& table, int64_t version) {
+  if (version == kWireVersion) return Status::Ok();
+  return Status::InvalidArgument(
+      TableLabel(table) + ": a request of wire version " + std::to_string(version) +
+      (version == 0 ? " (from a het_tf before its ops carried one)" : "") +
+      ", but this parameter server speaks version " + std::to_string(kWireVersion) +
+      "; run the same het_tf on the workers and the parameter servers");
+}
+
 void EncodeRequest(const ExchangeRequest& request, std::vector<uint8_t>* out) {
   Writer writer(out, kRequestMagic, request.width, RowShape{request.dim, request.width},
                 request.row_type);

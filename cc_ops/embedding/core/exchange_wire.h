@@ -48,7 +48,13 @@ struct Rows {
 // name the pushed keys whose updates the shard refused. 6: the header names
 // the type the rows travel in (row_codec.h); a push's evicted rows travel in
 // float32 whatever it is.
+// The tensor ops that carry rows between a worker and a shard (a gather, a
+// pull, a push, a read) carry it too, as their wire_version attr.
 constexpr uint32_t kWireVersion = 6;
+
+// A tensor op's wire version (0: sent by a build before the ops carried
+// one) against this build's, naming `table`.
+Status CheckVersion(const std::string& table, int64_t version);
 
 struct ExchangeRequest {
   Sender sender;               // with the round's sequence and the epoch the worker saw

@@ -85,23 +85,28 @@ class HetTableExportOp : public RowStatesKernel {
 
 class HetTableReadOp : public RowStatesKernel {
  public:
-  using RowStatesKernel::RowStatesKernel;
+  explicit HetTableReadOp(OpKernelConstruction* ctx) : RowStatesKernel(ctx), wire_(ctx) {}
 
  protected:
   void ReadRows(OpKernelContext* ctx, TableShard& table, TableChunk* chunk, int* first) override {
+    OP_REQUIRES_OK(ctx, wire_.Check(table));
     const Tensor* keys;
     OP_REQUIRES_OK(ctx, KeysInput(ctx, table, &keys));
     OP_REQUIRES_OK(ctx, ToTf(table.Read(keys->flat<int64_t>().data(), keys->NumElements(), chunk)));
     *first = 0;
   }
+
+ private:
+  WireVersion wire_;
 };
 
 class HetTableReadHeldOp : public RowStatesKernel {
  public:
-  using RowStatesKernel::RowStatesKernel;
+  explicit HetTableReadHeldOp(OpKernelConstruction* ctx) : RowStatesKernel(ctx), wire_(ctx) {}
 
  protected:
   void ReadRows(OpKernelContext* ctx, TableShard& table, TableChunk* chunk, int* first) override {
+    OP_REQUIRES_OK(ctx, wire_.Check(table));
     const Tensor* keys;
     OP_REQUIRES_OK(ctx, KeysInput(ctx, table, &keys));
     std::vector<int64_t> absent;
@@ -111,6 +116,9 @@ class HetTableReadHeldOp : public RowStatesKernel {
     OP_REQUIRES_OK(ctx, OutputVector(ctx, 1, absent));
     *first = 2;
   }
+
+ private:
+  WireVersion wire_;
 };
 
 class HetTableForgetChangesOp : public TableKernel {

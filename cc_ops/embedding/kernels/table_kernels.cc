@@ -66,10 +66,11 @@ class HetTableShardOp : public CoreResourceOp<TableShard, TableConfig> {
 
 class HetTableGatherOp : public TableKernel {
  public:
-  explicit HetTableGatherOp(OpKernelConstruction* ctx) : TableKernel(ctx) {
+  explicit HetTableGatherOp(OpKernelConstruction* ctx) : TableKernel(ctx), wire_(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("training", &training_));
   }
   void Run(OpKernelContext* ctx, TableShard& table) override {
+    OP_REQUIRES_OK(ctx, wire_.Check(table));
     const Tensor& keys = ctx->input(1);
     const int64_t n = keys.NumElements();
     OP_REQUIRES_OK(ctx, CheckVector(table.config().name, "keys", keys));
@@ -80,16 +81,18 @@ class HetTableGatherOp : public TableKernel {
   }
 
  private:
+  WireVersion wire_;
   bool training_ = true;
 };
 
 class HetTablePullOp : public TableKernel {
  public:
-  explicit HetTablePullOp(OpKernelConstruction* ctx) : TableKernel(ctx) {
+  explicit HetTablePullOp(OpKernelConstruction* ctx) : TableKernel(ctx), wire_(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("num_slots", &num_slots_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("training", &training_));
   }
   void Run(OpKernelContext* ctx, TableShard& table) override {
+    OP_REQUIRES_OK(ctx, wire_.Check(table));
     const Tensor& keys = ctx->input(1);
     const int64_t n = keys.NumElements();
     const std::string& name = table.config().name;
@@ -111,6 +114,7 @@ class HetTablePullOp : public TableKernel {
   }
 
  private:
+  WireVersion wire_;
   int64_t num_slots_ = 0;
   bool training_ = true;
 };

@@ -54,10 +54,11 @@ tensorflow::Status ReadSender(OpKernelContext* ctx, const std::string& table, in
 
 class HetTablePushDeltasOp : public TableKernel {
  public:
-  explicit HetTablePushDeltasOp(OpKernelConstruction* ctx) : TableKernel(ctx) {
+  explicit HetTablePushDeltasOp(OpKernelConstruction* ctx) : TableKernel(ctx), wire_(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("num_slots", &num_slots_));
   }
   void Run(OpKernelContext* ctx, TableShard& table) override {
+    OP_REQUIRES_OK(ctx, wire_.Check(table));
     const Tensor& keys = ctx->input(1);
     const int64_t n = keys.NumElements();
     const int64_t width = table.state_width();
@@ -100,15 +101,17 @@ class HetTablePushDeltasOp : public TableKernel {
   }
 
  private:
+  WireVersion wire_;
   int64_t num_slots_;
 };
 
 class HetTablePushOp : public TableKernel {
  public:
-  explicit HetTablePushOp(OpKernelConstruction* ctx) : TableKernel(ctx) {
+  explicit HetTablePushOp(OpKernelConstruction* ctx) : TableKernel(ctx), wire_(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("return_rows", &return_rows_));
   }
   void Run(OpKernelContext* ctx, TableShard& table) override {
+    OP_REQUIRES_OK(ctx, wire_.Check(table));
     const Tensor& keys = ctx->input(1);
     const int64_t n = keys.NumElements();
     float learning_rate;
@@ -126,6 +129,7 @@ class HetTablePushOp : public TableKernel {
   }
 
  private:
+  WireVersion wire_;
   bool return_rows_;
 };
 

@@ -39,6 +39,11 @@
       .SetIsStateful()                  \
       .SetShapeFn(tensorflow::shape_inference::ScalarShape)
 
+// The wire version of an op that carries rows between a worker and a shard:
+// the worker's build sets it, the shard's kernel refuses another
+// (exchange_wire.h kWireVersion); 0 is a build before ops carried one.
+#define HET_WIRE_VERSION() Attr("wire_version: int = 0")
+
 // Rows' whole states as outputs (RowStatesShape gives their shapes).
 #define HET_ROW_STATE_OUTPUTS()    \
   Output("values: float")          \

@@ -66,6 +66,7 @@ then reads give zeros and pushes of it are dropped.
 
 REGISTER_OP("HetTableGather")
     .Input("table: resource")
+    .HET_WIRE_VERSION()
     .Input("keys: int64")
     .Output("values: float")
     .Attr("dim: int >= 1")
@@ -78,6 +79,7 @@ ids creates only the admitted ids of a training read; other ids read zeros.
 
 REGISTER_OP("HetTablePull")
     .Input("table: resource")
+    .HET_WIRE_VERSION()
     .Input("keys: int64")
     .Input("clocks: int64")
     .Input("read_staleness: int64")
@@ -137,6 +139,7 @@ malformed or refused request changes nothing.
 
 REGISTER_OP("HetTablePushDeltas")
     .Input("table: resource")
+    .HET_WIRE_VERSION()
     .Input("keys: int64")
     .Input("deltas: float")
     .Input("counts: int64")
@@ -188,6 +191,7 @@ back whole) and its key is in `refused`.
 
 REGISTER_OP("HetTablePush")
     .Input("table: resource")
+    .HET_WIRE_VERSION()
     .Input("keys: int64")
     .Input("grads: float")
     .Input("counts: int64")
@@ -229,6 +233,7 @@ REGISTER_OP("HetTableExport")
 
 REGISTER_OP("HetTableRead")
     .Input("table: resource")
+    .HET_WIRE_VERSION()
     .Input("keys: int64")
     .HET_ROW_STATE_OUTPUTS()
     .SetShapeFn([](InferenceContext* c) {
@@ -308,6 +313,7 @@ keys empty, when the shard tracks no changes: the checkpoint must be full.
 
 REGISTER_OP("HetTableReadHeld")
     .Input("table: resource")
+    .HET_WIRE_VERSION()
     .Input("keys: int64")
     .Output("held: int64")
     .Output("absent: int64")
