@@ -36,18 +36,34 @@ uint16_t ToBFloat16(float x, bool toward_zero) {
 
 float FromBFloat16(uint16_t h) { return FromBits(static_cast<uint32_t>(h) << 16); }
 
+// float16 by hand (clang has no _Float16 on every target): to nearest,
+// ties to even, subnormals included.
 uint16_t ToFloat16(float x) {
   if (std::isfinite(x)) x = std::fmax(-kFloat16Max, std::fmin(kFloat16Max, x));
-  const _Float16 h = static_cast<_Float16>(x);  // to nearest, ties to even
-  uint16_t bits;
-  std::memcpy(&bits, &h, sizeof(bits));
-  return bits;
+  const uint32_t u = Bits(x);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const uint32_t magnitude = u & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
+  if (magnitude == 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u);  // infinity
+  if (magnitude >= 0x38800000u) {           // a normal float16: 2^-14 and up
+    uint32_t m = magnitude - (112u << 23);  // the exponent rebiased from 127 to 15
+    m += 0xfffu + ((m >> 13) & 1u);
+    return static_cast<uint16_t>(sign | (m >> 13));
+  }
+  // A subnormal one: a whole number of 2^-24, exact in float after scaling.
+  const float units = std::nearbyint(FromBits(magnitude) * 16777216.0f);
+  return static_cast<uint16_t>(sign | static_cast<uint32_t>(units));
 }
 
-float FromFloat16(uint16_t bits) {
-  _Float16 h;
-  std::memcpy(&h, &bits, sizeof(h));
-  return static_cast<float>(h);
+float FromFloat16(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+  if (exponent == 0) {
+    const float value = std::ldexp(static_cast<float>(mantissa), -24);
+    return sign != 0 ? -value : value;
+  }
+  if (exponent == 31) return FromBits(sign | 0x7f800000u | (mantissa << 13));
+  return FromBits(sign | ((exponent + 112) << 23) | (mantissa << 13));
 }
 
 // Column j of a row travels in float16 when it is a value under float16.
