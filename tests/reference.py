@@ -620,9 +620,11 @@ class RefCache:
         self.ledger = rows
         return True
 
-    def _end_round(self, pushed):
+    def _end_round(self, pushed, refused=()):
         """The round's answer: each answered row's entry takes the shard's
-        row, updates made since merged back; a lean one already holds it."""
+        row, updates made since merged back; a lean one already holds it.
+        On a 16-bit wire a `refused` row's entry keeps none: they hold the
+        rounding of the refused push, which goes with it."""
         for k, delta, count, base_clock, answered in self.ledger:
             self.counters["rows_pushed"] += 1
             self.counters["updates_pushed"] += count
@@ -632,6 +634,9 @@ class RefCache:
             state, clock, lean = pushed[k]
             if not lean:
                 self._rebase(e, state, clock)
+                if self.wire != "float32" and k in refused and self._has_pending(e):
+                    e["state"], e["cc"] = copy_state(state), e["cs"]
+                    self.unmerged.append(k)
                 continue
             self.counters["rows_pushed_lean"] += 1
             if e["cs"] == clock and e["cc"] == clock and self.wire == "float32":
@@ -701,7 +706,7 @@ class RefCache:
         answer = self._as_sent(answer)
         reported = set(evicted)
         self.unreported = [k for k in self.unreported if k not in reported]
-        self._end_round(answer["pushed"])
+        self._end_round(answer["pushed"], answer["refused"])
         for k, state, clock in answer["refreshes"]:
             # A copy evicted since the shard queued it is dropped.
             if k in self.entries:
@@ -992,7 +997,7 @@ class RefCache:
         if lost:
             self.lost_round = (self._sender(), list(self.ledger))
             return
-        self._end_round(answer["pushed"])
+        self._end_round(answer["pushed"], answer["refused"])
         self._refused(answer["refused"])
 
     def drop(self, keys):

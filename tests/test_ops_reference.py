@@ -491,6 +491,11 @@ LR_FAULTS = 1.0
 @example(steps=[([0], "none")] * 5 + [([0], "spike")] * 2 + [([0], "none")] * 2, capacity=5,
          policy="lru", read_staleness=0, write_staleness=2, shards=1, workers=2, optimizer="sgd",
          sync="refresh", wire="float32")
+# Two workers' spikes on one row, rows in bfloat16: the shard refuses the
+# second push, and the copy drops that push's rounding with it.
+@example(steps=[([0], "none")] * 2 + [([0], "spike")] * 2 + [([0], "none")] * 3, capacity=5,
+         policy="lru", read_staleness=-1, write_staleness=0, shards=1, workers=2,
+         optimizer="adagrad", sync="refresh", wire="bfloat16")
 def test_faults_leave_the_ops_as_the_reference_that_models_them(
         unique_name, steps, capacity, policy, read_staleness, write_staleness, shards, workers,
         optimizer, sync, wire):

@@ -237,10 +237,11 @@ class WorkerCache : private WorkerCacheData {
   // The round's answer acknowledged its ledger: states[i] (null for the
   // evicted rows, for the lean ones, or for all when none came back) is
   // ledger row i's state on the shard at clocks[i]; an entry updated since
-  // takes it with its new pending updates merged back. A lean row's state
-  // is the merge StartRound computed.
+  // takes it with its new pending updates merged back (a `refused` key's,
+  // under a 16-bit wire, with none: they hold its refused push's residual).
+  // A lean row's state is the merge StartRound computed.
   void EndRound(const std::vector<const float*>& states, const int64_t* clocks,
-                const std::vector<uint8_t>& lean);
+                const std::vector<uint8_t>& lean, const std::vector<int64_t>& refused);
   Sender RoundSenderLocked(int64_t shard) const;
   void RoundSendersLocked(std::vector<Sender>* senders) const;
   // Every lookup's start: checks the ids, empties the cache first if a

@@ -237,7 +237,7 @@ void WorkerCache::MergeOnBase(int32_t slot, const float* delta, int64_t count, f
 }
 
 void WorkerCache::EndRound(const std::vector<const float*>& states, const int64_t* clocks,
-                           const std::vector<uint8_t>& lean) {
+                           const std::vector<uint8_t>& lean, const std::vector<int64_t>& refused) {
   uint64_t updates = 0, lean_rows = 0;
   std::vector<float> merged;
   for (size_t i = 0; i < ledger_.size(); ++i) {
@@ -261,8 +261,14 @@ void WorkerCache::EndRound(const std::vector<const float*>& states, const int64_
       continue;
     }
     if (slot < 0) continue;  // evicted since: its later updates went to the outbox
-    // Updates made while the round was in flight stay pending.
+    // Updates made while the round was in flight stay pending. A 16-bit
+    // round's refused row also holds the rounding of its refused push,
+    // which must go with the rest of it: the copy becomes the shard's row.
     Refresh(slot, states[i], clocks[i]);
+    if (config_.wire_type != RowType::kFloat32 && HasPending(slot) &&
+        std::find(refused.begin(), refused.end(), ledger_.keys[i]) != refused.end()) {
+      DropPending(slot, states[i]);
+    }
   }
   counters_.rows_pushed += ledger_.size();
   counters_.rows_pushed_lean += lean_rows;
@@ -306,7 +312,7 @@ Status WorkerCache::AckPush(const int64_t* keys, int64_t n, const int64_t* count
   }
   std::vector<int64_t> row_clocks(n, 0);
   if (clocks != nullptr) std::copy(clocks, clocks + answered, row_clocks.begin() + evicted);
-  EndRound(rows, row_clocks.data(), lean_rows);
+  EndRound(rows, row_clocks.data(), lean_rows, refused);
   if (epochs != nullptr) LearnEpochs(epochs);
   counters_.bytes_sent += wire::PushRequest(n, width_, /*delta=*/true, config_.num_shards);
   if (clocks != nullptr) {

@@ -223,12 +223,14 @@ Status WorkerCache::TakeAnswers(const int64_t* keys, int64_t u, const std::vecto
   }
   // A refused row's answer is the shard's row as it was: the entry takes
   // it, so the update refused leaves the copy too.
-  EndRound(states, clocks.data(), lean);
-  LearnEpochs(epochs.data());
   refused->clear();
-  uint64_t refreshed = 0, refreshes = 0, missing = 0;
   for (const wire::ExchangeAnswer& answer : a) {
     refused->insert(refused->end(), answer.refused_keys.begin(), answer.refused_keys.end());
+  }
+  EndRound(states, clocks.data(), lean, *refused);
+  LearnEpochs(epochs.data());
+  uint64_t refreshed = 0, refreshes = 0, missing = 0;
+  for (const wire::ExchangeAnswer& answer : a) {
     for (size_t r = 0; r < answer.refresh_keys.size(); ++r) {
       const uint32_t slot = index_.Find(answer.refresh_keys[r]);
       if (slot == KeyIndex::kAbsent) continue;  // evicted after the shard queued it
