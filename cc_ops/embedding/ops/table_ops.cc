@@ -1,6 +1,5 @@
-// Ops on a table shard. The shard lives in the ResourceMgr of the device it
-// is created on, normally a parameter-server task, and is found there by its
-// shared name, so any client of that task reaches the same rows.
+// Ops on a table shard, which lives in the ResourceMgr of the device it is
+// made on (normally a PS task), found by its shared name by every client.
 #include "cc_ops/embedding/ops/op_defs.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
@@ -14,8 +13,7 @@ using tensorflow::shape_inference::ShapeHandle;
 
 namespace {
 
-// A push's inputs after the handle: keys [n], values [n, width], update
-// counts [n] and a scalar learning rate.
+// A push's inputs after the handle: keys [n], values [n, width], counts [n], a rate.
 tensorflow::Status PushInputShapes(InferenceContext* c, ShapeHandle* keys) {
   ShapeHandle unused;
   TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, keys));
