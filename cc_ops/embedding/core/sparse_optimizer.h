@@ -136,6 +136,10 @@ int NonNegativeSlot(OptimizerKind kind);
 // so an unchecked count (2^63) would never finish. Caches push a row once
 // it has this many pending updates, whatever the write bound.
 constexpr int64_t kMaxUpdatesPerPush = int64_t{1} << 20;
+// The fewest updates a cache's delta push carries: 0, the rounding a 16-bit
+// wire left of a row's last push, sent alone in float32 when the row leaves
+// the cache or is flushed (row_codec.h). A gradient is one update or more.
+constexpr int64_t kLeastDeltaCount = 0;
 
 // Applies a push of `count` updates whose gradients sum to `grad_sum`: the
 // optimizer steps `count` times with the mean gradient, as if each update had

@@ -246,9 +246,9 @@ class TableShard {
   // A free slot's clock: no row's clock is negative.
   static constexpr int64_t kFreeSlot = -1;
 
-  // Checks a push's learning rate, counts and values before any change.
+  // Checks a push's learning rate, counts (at least `least_count`) and values before any change.
   Status CheckPush(const int64_t* keys, const float* values, int width, const int64_t* counts,
-                   int64_t n, float learning_rate, const char* what) const;
+                   int64_t n, float learning_rate, const char* what, int64_t least_count) const;
   // Checks what only a delta push carries: base clocks and squared-
   // gradient changes that are not negative.
   Status CheckDeltaPush(const int64_t* keys, const float* deltas, const int64_t* base_clocks,

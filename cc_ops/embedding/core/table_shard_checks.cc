@@ -1,7 +1,6 @@
 // What a shard checks before a request changes anything. Pushes reach a
 // shard from any caller, so it trusts none of their contents.
 #include <cmath>
-#include <cstring>
 
 #include "cc_ops/embedding/core/key_checks.h"
 #include "cc_ops/embedding/core/memory_budget.h"
@@ -45,18 +44,14 @@ Status ValidateTableConfig(const TableConfig& c) {
 
 Status TableShard::CheckPush(const int64_t* keys, const float* values, int width,
                              const int64_t* counts, int64_t n, float learning_rate,
-                             const char* what) const {
+                             const char* what, int64_t least_count) const {
   HET_RETURN_IF_ERROR(CheckKeys(config_.name, config_.vocabulary_size, keys, n));
   const std::string name = TableLabel(config_.name);
   HET_RETURN_IF_ERROR(CheckLearningRate(name, config_.optimizer, learning_rate));
-  // A cache's delta may carry no update: the rounding a 16-bit wire left
-  // of its last push, sent in float32 when the row leaves the cache or is
-  // flushed (row_codec.h). A gradient is one or more updates.
-  const int64_t least = std::strcmp(what, "delta") == 0 ? 0 : 1;
   for (int64_t i = 0; i < n; ++i) {
-    if (counts[i] < least || counts[i] > kMaxUpdatesPerPush) {
+    if (counts[i] < least_count || counts[i] > kMaxUpdatesPerPush) {
       return Status::InvalidArgument(
-          name + ": update counts must be between " + std::to_string(least) + " and " +
+          name + ": update counts must be between " + std::to_string(least_count) + " and " +
           std::to_string(kMaxUpdatesPerPush) + ", got " + std::to_string(counts[i]) + " for id " +
           std::to_string(keys[i]));
     }

@@ -127,7 +127,7 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
 Status TableShard::Push(const int64_t* keys, const float* grads, const int64_t* counts, int64_t n,
                         float learning_rate, float* values, int64_t* clocks) {
   const int dim = config_.dim;
-  HET_RETURN_IF_ERROR(CheckPush(keys, grads, dim, counts, n, learning_rate, "gradient"));
+  HET_RETURN_IF_ERROR(CheckPush(keys, grads, dim, counts, n, learning_rate, "gradient", 1));
   std::vector<float> mean(dim);
   HET_RETURN_IF_ERROR(ApplyToRows(keys, counts, n, dim, Sender(), 0, values, clocks,
                                   /*reserved=*/false, nullptr, nullptr, nullptr,
@@ -146,7 +146,8 @@ Status TableShard::PushDeltas(const int64_t* keys, const float* deltas, const in
                               int64_t unanswered, int64_t* epoch, uint8_t* lean,
                               std::vector<int64_t>* refused) {
   const int width = state_width();
-  HET_RETURN_IF_ERROR(CheckPush(keys, deltas, width, counts, n, learning_rate, "delta"));
+  HET_RETURN_IF_ERROR(
+      CheckPush(keys, deltas, width, counts, n, learning_rate, "delta", kLeastDeltaCount));
   HET_RETURN_IF_ERROR(CheckDeltaPush(keys, deltas, base_clocks, n));
   if (unanswered < 0 || unanswered > n) {
     return Status::InvalidArgument(TableLabel(config_.name) + ": " + std::to_string(unanswered) +

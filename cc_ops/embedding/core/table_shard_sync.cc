@@ -26,7 +26,8 @@ Status TableShard::Exchange(const uint8_t* request, size_t size, std::vector<uin
   const int64_t pushes = static_cast<int64_t>(r.push_keys.size());
   if (pushes > 0) {
     HET_RETURN_IF_ERROR(CheckPush(r.push_keys.data(), r.push_deltas.data, r.width,
-                                  r.push_counts.data(), pushes, r.learning_rate, "delta"));
+                                  r.push_counts.data(), pushes, r.learning_rate, "delta",
+                                  kLeastDeltaCount));
     HET_RETURN_IF_ERROR(
         CheckDeltaPush(r.push_keys.data(), r.push_deltas.data, r.push_base_clocks.data(), pushes));
   }

@@ -26,35 +26,33 @@ def met(value, threshold, spec, below=False):
 
 def targets(get):
     """The figures, from `get(run name, key)` of the section's runs."""
+    def versus(key, run, baseline):
+        return ratio(get(run, key), get(baseline, key))
+
+    def per_mode(key, option):  # ps mode's runs are het-*, hybrid mode's hybrid-*
+        return {mode: versus(key, f"{prefix}-s100-lookahead-{option}",
+                             f"{prefix}-s100-lookahead")
+                for mode, prefix in (("ps", "het"), ("hybrid", "hybrid"))}
+
     return {
         # The dense allreduce in float16 against float32, cached, and its
         # time to target against float32's cache-off run.
-        "hybrid_fp16_allreduce_bytes_ratio": ratio(
-            get("hybrid-s100-lookahead-fp16", "wire_between_workers_bytes_per_sample"),
-            get("hybrid-s100-lookahead", "wire_between_workers_bytes_per_sample")),
-        "hybrid_fp16_speedup_cached": ratio(
-            get("hybrid-s100-lookahead-fp16", "samples_per_second"),
-            get("hybrid-s100-lookahead", "samples_per_second")),
-        "hybrid_fp16_lookahead_speedup_to_target_vs_nocache": ratio(
-            get("hybrid-nocache", "seconds_to_target"),
-            get("hybrid-s100-lookahead-fp16", "seconds_to_target")),
+        "hybrid_fp16_allreduce_bytes_ratio": versus(
+            "wire_between_workers_bytes_per_sample", "hybrid-s100-lookahead-fp16",
+            "hybrid-s100-lookahead"),
+        "hybrid_fp16_speedup_cached": versus(
+            "samples_per_second", "hybrid-s100-lookahead-fp16", "hybrid-s100-lookahead"),
+        "hybrid_fp16_lookahead_speedup_to_target_vs_nocache": versus(
+            "seconds_to_target", "hybrid-nocache", "hybrid-s100-lookahead-fp16"),
         # Rows in bfloat16 against float32, cached with the lookahead: the
         # PS task's bytes (its interface's counters) and the speed; with the
         # float16 allreduce too, time to target against float32 cache off.
-        "bf16_ps_bytes_ratio": {
-            mode: ratio(get(f"{prefix}-s100-lookahead-bf16", "wire_ps_bytes_per_sample"),
-                        get(f"{prefix}-s100-lookahead", "wire_ps_bytes_per_sample"))
-            for mode, prefix in (("ps", "het"), ("hybrid", "hybrid"))},
-        "bf16_speedup_cached": {
-            mode: ratio(get(f"{prefix}-s100-lookahead-bf16", "samples_per_second"),
-                        get(f"{prefix}-s100-lookahead", "samples_per_second"))
-            for mode, prefix in (("ps", "het"), ("hybrid", "hybrid"))},
-        "bf16_fp16_speedup_to_target_vs_nocache": ratio(
-            get("hybrid-nocache", "seconds_to_target"),
-            get("hybrid-s100-lookahead-bf16-fp16", "seconds_to_target")),
-        "bf16_fp16_speedup_vs_keras_ps": ratio(
-            get("hybrid-s100-lookahead-bf16-fp16", "samples_per_second"),
-            get("keras-ps", "samples_per_second")),
+        "bf16_ps_bytes_ratio": per_mode("wire_ps_bytes_per_sample", "bf16"),
+        "bf16_speedup_cached": per_mode("samples_per_second", "bf16"),
+        "bf16_fp16_speedup_to_target_vs_nocache": versus(
+            "seconds_to_target", "hybrid-nocache", "hybrid-s100-lookahead-bf16-fp16"),
+        "bf16_fp16_speedup_vs_keras_ps": versus(
+            "samples_per_second", "hybrid-s100-lookahead-bf16-fp16", "keras-ps"),
     }
 
 

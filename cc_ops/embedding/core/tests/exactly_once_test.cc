@@ -66,20 +66,6 @@ struct Oracle {
   }
 };
 
-// The first half of a refresh exchange and the shards' side of it; their
-// answers never arrive.
-het::Status ExchangeLosingAnswers(LocalCluster& cluster, het::WorkerCache& cache,
-                                  const std::vector<int64_t>& ids, bool carry_updates = true) {
-  het::ExchangePlan plan;
-  HET_RETURN_IF_ERROR(cache.BeginExchange(ids.data(), ids.size(), &plan, carry_updates));
-  for (int s = 0; s < cluster.num_shards(); ++s) {
-    std::vector<uint8_t> answer;
-    HET_RETURN_IF_ERROR(
-        cluster.shard(s).Exchange(plan.requests[s].data(), plan.requests[s].size(), &answer));
-  }
-  return het::Status::Aborted("the answers were lost");
-}
-
 // One SGD shard of rows of 2 and a cache of 8 rows at staleness 0.
 struct OneShard {
   het::TableConfig table = SgdTable(2);
@@ -113,8 +99,8 @@ HET_TEST(ALostAnswerIsNotMergedAgain) {
   oracle.Trained(plan.unique_keys, g);
   // The exchange that carries the pushes is merged, and its answers lost,
   // twice in a row; the third attempt gets through.
-  EXPECT_TRUE(ExchangeLosingAnswers(cluster, *cache, ids).code() == het::StatusCode::kAborted);
-  EXPECT_TRUE(ExchangeLosingAnswers(cluster, *cache, ids).code() == het::StatusCode::kAborted);
+  EXPECT_TRUE(cluster.ExchangeLosingAnswers(*cache, ids).code() == het::StatusCode::kAborted);
+  EXPECT_TRUE(cluster.ExchangeLosingAnswers(*cache, ids).code() == het::StatusCode::kAborted);
   EXPECT_OK(cluster.Lookup(*cache, ids, true, &plan, &rows));
   EXPECT_OK(cluster.Flush(*cache, kLr));
   EXPECT_TRUE(oracle.Matches(cluster, table));
@@ -196,7 +182,7 @@ HET_TEST(ARowFetchedWhileARoundIsResentKeepsItsOwnUpdates) {
   EXPECT_OK(cluster.Update(*cache, {9}, {1, 2}, kLr));  // pending, not due
   oracle.Trained({9}, {1, 2});
   EXPECT_OK(cluster.Exchange(*cache, {1, 2}, &plan, &rows));  // 9 evicted to the outbox
-  EXPECT_TRUE(ExchangeLosingAnswers(cluster, *cache, {3}, /*carry_updates=*/false).code() ==
+  EXPECT_TRUE(cluster.ExchangeLosingAnswers(*cache, {3}, /*carry_updates=*/false).code() ==
               het::StatusCode::kAborted);
   EXPECT_OK(cluster.Exchange(*cache, {9}, &plan, &rows, /*carry_updates=*/false));
   std::unique_ptr<het::TableShard> fresh;
@@ -415,7 +401,7 @@ HET_TEST(ARefusalWhoseAnswerWasLostIsNamedByTheRepeat) {
   TwoAdagradCaches t(het::SyncMode::kRefresh);
   LocalCluster& cluster = t.cluster;
   EXPECT_OK(cluster.Update(*t.b, {1, 2}, t.huge, kLr));
-  EXPECT_TRUE(ExchangeLosingAnswers(cluster, *t.b, {3}).code() == het::StatusCode::kAborted);
+  EXPECT_TRUE(cluster.ExchangeLosingAnswers(*t.b, {3}).code() == het::StatusCode::kAborted);
   const het::Status refused = cluster.Lookup(*t.b, {3}, true, &t.plan, &t.rows);
   EXPECT_TRUE(refused.code() == het::StatusCode::kInvalidArgument);
   EXPECT_TRUE(refused.message().find("ids [1]") != std::string::npos);
@@ -437,7 +423,7 @@ HET_TEST(ALostAnswerLeavesNoRecordOfCopiesTheCacheNeverTook) {
   table.on_full = het::OnFull::kEvict;
   LocalCluster cluster(table, 1);
   auto cache = RefreshCache(2, 8, 0, 0, 1);
-  EXPECT_TRUE(ExchangeLosingAnswers(cluster, *cache, {0, 1, 2, 3, 4, 5, 6, 7}).code() ==
+  EXPECT_TRUE(cluster.ExchangeLosingAnswers(*cache, {0, 1, 2, 3, 4, 5, 6, 7}).code() ==
               het::StatusCode::kAborted);
   EXPECT_EQ(cluster.shard(0).Records().copies, 8u);
   het::ExchangePlan plan;
@@ -446,7 +432,7 @@ HET_TEST(ALostAnswerLeavesNoRecordOfCopiesTheCacheNeverTook) {
   EXPECT_EQ(cluster.shard(0).Records().copies, 4u);
   EXPECT_EQ(cache->size(), 4);
   // A lost miss the repeat asks for again stays recorded once.
-  EXPECT_TRUE(ExchangeLosingAnswers(cluster, *cache, {0, 1}).code() == het::StatusCode::kAborted);
+  EXPECT_TRUE(cluster.ExchangeLosingAnswers(*cache, {0, 1}).code() == het::StatusCode::kAborted);
   EXPECT_OK(cluster.Exchange(*cache, {1, 8}, &plan, &rows));
   EXPECT_EQ(cluster.shard(0).Records().copies, 5u);
   EXPECT_EQ(cache->size(), 5);
@@ -501,7 +487,7 @@ HET_TEST(RandomFaultsLoseNoUpdateAndMergeNoneTwice) {
       std::vector<int64_t> ids;
       for (int i = 0; i < 4; ++i) ids.push_back(key(rng));
       if (mode == het::SyncMode::kRefresh && lose(rng)) {
-        EXPECT_TRUE(ExchangeLosingAnswers(cluster, cache, ids).code() == het::StatusCode::kAborted);
+        EXPECT_TRUE(cluster.ExchangeLosingAnswers(cache, ids).code() == het::StatusCode::kAborted);
         ++lost;
         continue;
       }

@@ -160,6 +160,22 @@ class LocalCluster {
                              num_shards(), unique_rows->data());
   }
 
+  // The first half of a refresh exchange and the shards' side of it; their
+  // answers never arrive. `requests`, if given, receives what was sent.
+  het::Status ExchangeLosingAnswers(het::WorkerCache& cache, const std::vector<int64_t>& ids,
+                                    bool carry_updates = true,
+                                    std::vector<std::vector<uint8_t>>* requests = nullptr) {
+    het::ExchangePlan plan;
+    HET_RETURN_IF_ERROR(cache.BeginExchange(ids.data(), ids.size(), &plan, carry_updates));
+    for (int s = 0; s < num_shards(); ++s) {
+      std::vector<uint8_t> answer;
+      HET_RETURN_IF_ERROR(
+          shards_[s]->Exchange(plan.requests[s].data(), plan.requests[s].size(), &answer));
+    }
+    if (requests != nullptr) *requests = plan.requests;
+    return het::Status::Aborted("the answers were lost");
+  }
+
   // The lookahead's half of a step whose lookup of `current` is done: the
   // batch staged after it comes in, with the pushes due.
   het::Status Prefetch(het::WorkerCache& cache, const std::vector<int64_t>& current,

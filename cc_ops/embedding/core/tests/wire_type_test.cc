@@ -30,21 +30,6 @@ float Round(RowType type, RowShape shape, int non_negative, int column, float x)
   return row[column];
 }
 
-// The first touch of every id of a step under a 16-bit wire, with losses.
-het::Status ExchangeLosingAnswers(LocalCluster& cluster, het::WorkerCache& cache,
-                                  const std::vector<int64_t>& ids,
-                                  std::vector<std::vector<uint8_t>>* requests) {
-  het::ExchangePlan plan;
-  HET_RETURN_IF_ERROR(cache.BeginExchange(ids.data(), ids.size(), &plan));
-  for (int s = 0; s < cluster.num_shards(); ++s) {
-    std::vector<uint8_t> answer;
-    HET_RETURN_IF_ERROR(
-        cluster.shard(s).Exchange(plan.requests[s].data(), plan.requests[s].size(), &answer));
-  }
-  *requests = plan.requests;
-  return het::Status::Aborted("the answers were lost");
-}
-
 struct Run {
   uint64_t bytes = 0;
   std::map<int64_t, std::vector<float>> rows;
@@ -76,9 +61,9 @@ Run Train(RowType type, const het::TableConfig& table) {
     for (int i = 0; i < 4; ++i) ids.push_back(key(rng));
     if (step % 5 == 3) {
       std::vector<std::vector<uint8_t>> lost, again;
-      EXPECT_TRUE(ExchangeLosingAnswers(cluster, cache, ids, &lost).code() ==
+      EXPECT_TRUE(cluster.ExchangeLosingAnswers(cache, ids, true, &lost).code() ==
                   het::StatusCode::kAborted);
-      EXPECT_TRUE(ExchangeLosingAnswers(cluster, cache, ids, &again).code() ==
+      EXPECT_TRUE(cluster.ExchangeLosingAnswers(cache, ids, true, &again).code() ==
                   het::StatusCode::kAborted);
       for (size_t s = 0; s < lost.size(); ++s) {
         // The header and the pushes: the misses may differ (none here).
