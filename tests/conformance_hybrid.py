@@ -3,7 +3,7 @@ launch --hybrid --ps 1 --workers 2`: each route's model trains on both
 ranks, Adam on the dense weights, and is then read as the docs say a
 hybrid user reads it. Rank r trains the ids of its own parity, so that
 each row has one writer and every route is exact: every read must equal
-the cache-off model's (tests/test_conformance.py compares them, and loads
+the cache-off model's (the 16-bit wire's to its tolerance) (tests/test_conformance.py compares them, and loads
 the files in one process). After the cells, the faults: reads refused on
 one rank, a restore of a full table, a restore that waits for every rank,
 one that fails on one rank, and validation that differs between ranks."""
@@ -26,7 +26,8 @@ from tests import conformance as c  # noqa: E402
 
 # (route, cache) cells; "off" is every cell's oracle.
 CELLS = (("off", "holds"), ("refresh", "holds"), ("refresh", "small"), ("check", "small"),
-         ("lookahead", "holds"), ("hot-rows", "small"), ("herald", "holds"))
+         ("lookahead", "holds"), ("hot-rows", "small"), ("herald", "holds"),
+         ("bfloat16", "small"))
 VOCAB = 2 * c.VOCAB
 _DATA = np.random.default_rng(58)
 # The same held-out ids on every rank, of both parities.

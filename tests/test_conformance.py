@@ -46,7 +46,7 @@ def test_every_read_in_one_process_equals_keras_embedding(cell, tmp_path):
     got, checkpoint, export = c.reads(model, layer, history, "het", str(tmp_path))
     got["restored rows"] = c.restored_rows(cell, checkpoint)
     _exports.append((cell, export))
-    assert c.mismatches(got, expected) == {}
+    assert c.mismatches(got, expected, cell[0]) == {}
 
 
 def served_wrong(exports):
@@ -54,7 +54,8 @@ def served_wrong(exports):
     Keras' Embedding: {cell id: mismatches}."""
     inputs = {name: values.tolist() for name, values in c.VALIDATION[0].items()}
     served = serve_without_het_tf([path for _, path in exports], inputs)
-    wrong = {c.cell_id(cell): c.mismatches({"served": served[path]}, oracle(cell[2], cell[3]))
+    wrong = {c.cell_id(cell): c.mismatches({"served": served[path]}, oracle(cell[2], cell[3]),
+                                           cell[0])
              for cell, path in exports}
     return {cell: m for cell, m in wrong.items() if m}
 
@@ -86,7 +87,8 @@ def run_cluster(cells, folder):
 
 CLUSTER = (c.cells(c.CLUSTER_ROUTES) if FULL else
            [("refresh", "small", 2, "sgd"), ("check", "small", 2, "adagrad"),
-            ("lookahead", "holds", 1, "adagrad"), ("hot-rows", "small", 1, "sgd")])
+            ("lookahead", "holds", 1, "adagrad"), ("hot-rows", "small", 1, "sgd"),
+            ("bfloat16", "small", 2, "adagrad")])
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +104,7 @@ def test_every_read_under_parameter_server_strategy_equals_keras_embedding(cell,
         assert re.search(pattern, got.get("refused", "")), got
         return
     assert "refused" not in got, got["refused"]
-    assert c.mismatches(got, oracle(cell[2], cell[3])) == {}
+    assert c.mismatches(got, oracle(cell[2], cell[3]), cell[0]) == {}
 
 
 def test_every_export_under_parameter_server_strategy_serves_without_het_tf(cluster_reads):
@@ -125,14 +127,6 @@ HYBRID_READS = ("val_loss", "evaluate", "predict", "layer(ids)", "get_weights")
 OFF = ch.cell_id(ch.CELLS[0])
 
 
-def _differ(got, expected):
-    """{name: largest difference} of the reads that differ by more than ATOL."""
-    got, expected = dict(got), dict(expected)
-    return {name: float(np.max(np.abs(np.subtract(got[name], expected[name]))))
-            for name in expected if not np.allclose(got[name], expected[name], rtol=0,
-                                                    atol=c.ATOL)}
-
-
 def _slots(slots):
     return {f"{kind}{i}": value for kind in ("m", "v") for i, value in enumerate(slots[kind])}
 
@@ -144,8 +138,8 @@ def test_every_hybrid_read_equals_the_cache_off_model_on_every_rank(cell, hybrid
     expected = {name: hybrid_reads[0][OFF][name] for name in HYBRID_READS}
     for rank in hybrid_reads:
         got = rank[ch.cell_id(cell)]
-        assert _differ({n: got[n] for n in HYBRID_READS}, expected) == {}
-        assert _differ(_slots(got["slots"]), _slots(rank[OFF]["slots"])) == {}
+        assert c.differ({n: got[n] for n in HYBRID_READS}, expected, cell[0]) == {}
+        assert c.differ(_slots(got["slots"]), _slots(rank[OFF]["slots"]), cell[0]) == {}
         for checked in (cell, ch.CELLS[0]):
             n, refusals = ch.CELLS.index(checked), rank[ch.cell_id(checked)]["refusals"]
             assert sorted(refusals) == ["evaluate", "export", "get_weights", "layer(ids)",
@@ -164,15 +158,15 @@ def test_hybrid_files_load_in_one_process_each_slot_on_its_variable(cell, hybrid
     tf.train.Checkpoint(model=restored).read(got["checkpoint"]).assert_existing_objects_matched()
     for model in (loaded, restored):
         predict = model.predict(ch.VALIDATION[0], verbose=0).ravel()
-        assert _differ({"predict": predict}, {"predict": oracle["predict"]}) == {}
-        assert _differ(_slots(ch.slots(model)), _slots(got["slots"])) == {}
+        assert c.differ({"predict": predict}, {"predict": oracle["predict"]}, cell[0]) == {}
+        assert c.differ(_slots(ch.slots(model)), _slots(got["slots"]), "off") == {}
 
 
 def test_hybrid_exports_serve_the_cache_off_models_scores_without_het_tf(hybrid_reads):
     exports = [hybrid_reads[0][ch.cell_id(cell)]["export"] for cell in ch.CELLS]
     served = serve_without_het_tf(exports, {k: v.tolist() for k, v in ch.VALIDATION[0].items()})
-    assert {path: _differ({"s": served[path]}, {"s": hybrid_reads[0][OFF]["predict"]})
-            for path in exports} == {path: {} for path in exports}
+    assert {path: c.differ({"s": served[path]}, {"s": hybrid_reads[0][OFF]["predict"]}, cell[0])
+            for cell, path in zip(ch.CELLS, exports)} == {path: {} for path in exports}
 
 
 def test_hybrid_restores_wait_for_every_rank_fit_a_full_table_and_fail_together(hybrid_reads):
