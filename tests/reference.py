@@ -496,7 +496,8 @@ class RefCache:
         self.s_r, self.s_w, self.pin = read_staleness, write_staleness, pin_threshold
         self.sync = sync
         self.worker, self.generation, self.lr = next(self._workers), -1, 0.0
-        self.staged = []  # [ids, taken] of the batches the lookahead staged
+        # [ids, taken, number] of the batches the lookahead staged, oldest first
+        self.staged, self.numbers = [], 0
         self.clear()
         self.counters = dict(lookups=0, unique_keys=0, hits=0, misses=0, stale_refreshes=0,
                              evictions=0, dirty_evictions=0, passed_through=0, rows_pulled=0,
@@ -504,8 +505,14 @@ class RefCache:
                              prefetch_hits=0, rows_rebuilt=0, rounds_resent=0, rows_refused=0)
 
     def _bucket(self, e):
+        """Victims come from the lowest bucket: touches (none under LRU),
+        then the rows a staged batch reads, the furthest read first, then
+        (inf) the held and pinned rows."""
         if e.get("held") or (self.policy == "lfu_opt" and e["touches"] >= self.pin):
             return math.inf
+        number = self._next_read(e["key"])
+        if number is not None:
+            return 2**64 - 3 - number  # above any touch count
         return 0 if self.policy == "lru" else e["touches"]
 
     def _attach(self, e, touches):
@@ -879,6 +886,14 @@ class RefCache:
     def _evict(self, attached):
         victim = min(attached, key=lambda e: (self._bucket(e), e["seq"]))
         k = victim["key"]
+        # The lookahead's rule, from the staged batches themselves: a row
+        # read ahead goes only if every other is read ahead or kept, and
+        # none of those is read further ahead.
+        read = self._next_read(k)
+        if read is not None and self._bucket(victim) != math.inf:
+            others = [self._next_read(e["key"]) for e in attached
+                      if self._bucket(e) != math.inf]
+            assert None not in others and max(others) == read, (k, read, others)
         if self._has_pending(victim):
             self.outbox.append((k, self._pending(victim), victim["cc"] - victim["cs"],
                                 victim["cs"]))
@@ -897,17 +912,48 @@ class RefCache:
                                    cc=clock, touches=0, attached=False, held=False)
         return e
 
+    def _next_read(self, key):
+        """The number of the first staged batch not taken yet that reads key."""
+        return next((number for ids, taken, number in self.staged
+                     if not taken and key in ids), None)
+
+    def _passing(self, batch):
+        """The keys whose next read is `batch`, which moves past it."""
+        return [k for k in dict.fromkeys(batch[0]) if self._next_read(k) == batch[2]]
+
+    def _forget(self):
+        moved = self._passing(self.staged[0])
+        self.staged = self.staged[1:]
+        return moved
+
+    def _refile(self, keys):
+        """Attached rows whose next read changed go to the back of their
+        new bucket, in the order the keys moved."""
+        for k in keys:
+            e = self.entries.get(k)
+            if e is not None and e["attached"] and self._bucket(e) != math.inf:
+                self._attach(e, e["touches"])
+
     def stage(self, ids):
-        self.staged = self.staged[-63:] + [[list(ids), False]]
+        moved = self._forget() if len(self.staged) == 80 else []  # StagedBatches::kMaxStaged
+        moved += [k for k in dict.fromkeys(ids) if self._next_read(k) is None]
+        self.staged.append([list(ids), False, self.numbers])
+        self.numbers += 1
+        self._refile(moved)
 
     def _next_staged(self, current):
         """The batch staged after `current`: found by content, after the
-        batch the last prefetch took; earlier ones are dropped."""
+        batch the last prefetch took; earlier ones are dropped, and the
+        rows read next by them or by it move on to their next reads."""
         start = 1 if self.staged and self.staged[0][1] else 0
         for i in range(start, len(self.staged)):
             if self.staged[i][0] == list(current):
-                self.staged = self.staged[i:]
+                moved = []
+                for _ in range(i):
+                    moved += self._forget()
+                moved += self._passing(self.staged[0])
                 self.staged[0][1] = True
+                self._refile(moved)
                 return self.staged[1][0] if len(self.staged) > 1 else []
         return []
 

@@ -203,16 +203,20 @@ def test_answers_lost_after_the_merge_leave_every_read_as_the_reference(
     optimizer=st.sampled_from(["sgd", "adagrad", "adam", "ftrl"]),
     unstaged=st.sets(st.integers(0, 11), max_size=3),
     wire=st.sampled_from(["float32", "float32", "bfloat16", "float16"]),
+    ahead=st.integers(1, 4),
 )
 def test_the_lookahead_matches_reference(unique_name, batches, capacity, policy, read_staleness,
                                          write_staleness, shards, workers, optimizer, unstaged,
-                                         wire):
+                                         wire, ahead):
     """With the lookahead each step's own exchange asks only for what the
     last prefetch did not bring, and its prefetch carries the pushes: rows,
     counters and the final table still match the NumPy model, which asserts
     the read bound at every training read. Some batches are never staged
-    (their step fetches its misses itself). On a 16-bit wire the model
-    rounds the answers and each push, keeping the residual for the next."""
+    (their step fetches its misses itself). Each worker's pipeline runs
+    `ahead` batches ahead of its steps: a row a staged batch reads is
+    evicted only when no other can be, the furthest read first (the model
+    asserts it at every eviction). On a 16-bit wire the model rounds the
+    answers and each push, keeping the residual for the next."""
     table, caches, ref_table, ref_caches = ops_and_reference(
         unique_name(), optimizer, capacity, policy, read_staleness, write_staleness, "refresh",
         shards, workers, wire=wire)
@@ -223,11 +227,11 @@ def test_the_lookahead_matches_reference(unique_name, batches, capacity, policy,
             caches[step % workers].stage(tf.constant(batches[step], tf.int64))
             ref_caches[step % workers].stage(batches[step])
 
-    for step in range(workers):
+    for step in range(workers * ahead):
         stage(step)
     for step, batch in enumerate(batches):
         w = step % workers
-        stage(step + workers)  # the pipeline runs a batch ahead of its worker's steps
+        stage(step + workers * ahead)  # each pipeline runs `ahead` batches ahead of its steps
         ids = tf.constant(batch, tf.int64)
         rows, unique, _ = caches[w].lookup(ids, True, lookahead=True)
         caches[w].prefetch(ids, rows)

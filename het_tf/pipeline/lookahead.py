@@ -7,6 +7,11 @@ cache that Herald's plan drives over a window of W batches the next W - 1
     dataset = het_tf.lookahead(dataset, model)   # model built, before fit
     model.fit(dataset, ...)
 
+With `batches=K` the pipeline stages K batches ahead of the one it hands
+over (at most MAX_BATCHES): a row that one of them reads is evicted only
+when no other row can be, the one read furthest ahead first, so that rows
+wanted soon are not fetched again (docs/consistency.md, "The lookahead").
+
 The dataset's elements come out unchanged and in order. Before it hands
 over batch t, the pipeline runs the model's inputs of batch t + 1 up to each
 HetEmbedding layer and stages those ids in the layer's cache (on the worker
@@ -30,6 +35,9 @@ from het_tf.pipeline.layer_inputs import batch_ids, ids_model, with_end_marker
 from het_tf.runtime import combinations
 
 _log = logging.getLogger("het_tf")
+# The most batches a pipeline stages ahead: a cache keeps 80 staged batches
+# (StagedBatches::kMaxStaged), the rest for those between pipeline and steps.
+MAX_BATCHES = 64
 
 
 def _layers_to_stage(model):
@@ -50,22 +58,27 @@ def _layers_to_stage(model):
     return prefetching, windowed
 
 
-def lookahead(dataset, model):
+def lookahead(dataset, model, batches=1):
     """`dataset` (a tf.data.Dataset of model.fit's elements) with each
-    batch's HetEmbedding ids staged before the batches ahead of it are
-    handed over; see the module docstring. Also switches the model's
+    batch's HetEmbedding ids staged `batches` batches before it is handed
+    over; see the module docstring. Also switches the model's
     HetEmbedding layers that cache with sync "refresh" to prefetching
     training steps (traced from here on)."""
     if not isinstance(dataset, tf.data.Dataset):
         raise ValueError(f"het_tf.lookahead takes a tf.data.Dataset, got "
                          f"{type(dataset).__name__}")
+    if isinstance(batches, bool) or not isinstance(batches, int) or not (
+            1 <= batches <= MAX_BATCHES):
+        raise ValueError(f"het_tf.lookahead: batches must be an int from 1 to {MAX_BATCHES} "
+                         f"(the batches staged ahead), got {batches!r}")
     prefetching, windowed = _layers_to_stage(model)
     layers = prefetching + windowed
     if not layers:
         return dataset
-    # Batches staged ahead of the one handed over: one for a prefetch, the
-    # window's others for a Herald plan.
-    depth = max([1] * bool(prefetching) + [layer.cache.config.window - 1 for layer in windowed])
+    # Batches staged ahead of the one handed over: `batches` for a
+    # prefetch, the window's others for a Herald plan.
+    depth = max([batches] * bool(prefetching) +
+                [layer.cache.config.window - 1 for layer in windowed])
     ids_of = ids_model(model, layers, "het_tf.lookahead")
     # End markers after the last element, so that the last ones come out.
     tagged, placeholder, _ = with_end_marker(dataset, "het_tf.lookahead", markers=depth)

@@ -25,8 +25,12 @@ uint64_t EvictionOrder::BucketFor(uint64_t touches) const {
   return 0;
 }
 
-void EvictionOrder::Attach(int32_t slot, uint64_t touches, bool held) {
-  AttachTo(slot, touches, held ? kHeldBucket : BucketFor(touches));
+void EvictionOrder::Attach(int32_t slot, uint64_t touches, bool held, uint64_t next_read) {
+  uint64_t bucket = held ? kHeldBucket : BucketFor(touches);
+  // Below the pinned bucket, above any touch count: the furthest read
+  // (the largest number) in the lowest bucket.
+  if (bucket < kPinnedBucket && next_read != kNotRead) bucket = kPinnedBucket - 1 - next_read;
+  AttachTo(slot, touches, bucket);
 }
 
 void EvictionOrder::AttachLastResort(int32_t slot, uint64_t touches) {

@@ -6,7 +6,10 @@
 // LFU-opt moves rows that reach the pin threshold into a top bucket that is
 // only drawn on when nothing else is left: HET's hot rows stay put. Under
 // any policy a slot can be attached held, above them all: a held slot is
-// never a victim (FAE's hot rows, pinned by key).
+// never a victim (FAE's hot rows, pinned by key). A slot attached with a
+// next read (a batch the lookahead staged reads it) goes above every
+// touch count, below the pinned rows: such rows go only when no other row
+// can, the one read furthest ahead first.
 #ifndef HET_TF_EMBEDDING_CORE_EVICTION_ORDER_H_
 #define HET_TF_EMBEDDING_CORE_EVICTION_ORDER_H_
 
@@ -27,6 +30,8 @@ Status ParseCachePolicy(const std::string& name, CachePolicy* policy);
 class EvictionOrder {
  public:
   static constexpr int32_t kNone = -1;
+  // A slot that no staged batch reads.
+  static constexpr uint64_t kNotRead = ~uint64_t{0};
 
   EvictionOrder(CachePolicy policy, int64_t capacity, uint64_t pin_threshold);
   // Slots hold iterators into this object's own map.
@@ -34,8 +39,9 @@ class EvictionOrder {
   EvictionOrder& operator=(const EvictionOrder&) = delete;
 
   // Adds a detached slot with the given touch count at the most recent end
-  // of its bucket: the held one if `held`.
-  void Attach(int32_t slot, uint64_t touches, bool held = false);
+  // of its bucket: the held one if `held`, else, unless its touches pin it,
+  // that of its next read (a staged batch's number, below 2^32) if any.
+  void Attach(int32_t slot, uint64_t touches, bool held = false, uint64_t next_read = kNotRead);
   // Adds a detached slot to the top bucket below the held one (LFU-opt's
   // pinned rows'): a victim only when nothing else is left, the least
   // recently attached first.

@@ -84,14 +84,7 @@ size_t WorkerCache::MemoryBytes() const {
          size_t(slots_used_) * (sizeof(Entry) + 2 * width_ * sizeof(float) + order_.NodeBytes()) +
          (prepared_.capacity() + unreported_evictions_.capacity()) * sizeof(int64_t) +
          prepared_slots_.capacity() * sizeof(int32_t) + first_seen_.MemoryBytes() +
-         fetched_ahead_.MemoryBytes() + StagedBytes();
-}
-
-size_t WorkerCache::StagedBytes() const {
-  std::lock_guard<std::mutex> lock(staged_mu_);
-  size_t bytes = 0;
-  for (const StagedBatch& b : staged_) bytes += sizeof(b) + b.ids.capacity() * sizeof(int64_t);
-  return bytes;
+         fetched_ahead_.MemoryBytes() + staged_.MemoryBytes();
 }
 
 int64_t WorkerCache::BoundInForce(int64_t configured) const {
@@ -211,8 +204,22 @@ Status WorkerCache::CheckReturnedClocks(const int64_t* clocks, int64_t n, bool m
 }
 
 void WorkerCache::AttachSlot(int32_t slot, uint64_t touches) {
-  order_.Attach(slot, touches,
-                pinned_.size() > 0 && pinned_.Find(entries_[slot].key) != KeyIndex::kAbsent);
+  const int64_t key = entries_[slot].key;
+  const uint32_t next_read = staged_.NextRead(key);
+  order_.Attach(slot, touches, pinned_.size() > 0 && pinned_.Find(key) != KeyIndex::kAbsent,
+                next_read == StagedBatches::kNoRead ? EvictionOrder::kNotRead : next_read);
+}
+
+void WorkerCache::Refile(const std::vector<int64_t>& keys) {
+  for (int64_t key : keys) {
+    const int32_t slot = SlotOf(key);
+    // Rows out of the order (a step's own) or kept apart (held, pinned, or
+    // a step's last resort) take their place when they go back.
+    if (slot < 0 || !order_.attached(slot) || order_.held(slot) || order_.pinned(slot)) continue;
+    const uint64_t touches = order_.touches(slot);
+    order_.Detach(slot);
+    AttachSlot(slot, touches);
+  }
 }
 
 Status WorkerCache::Pin(const int64_t* keys, int64_t n) {

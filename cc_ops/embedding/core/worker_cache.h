@@ -92,8 +92,9 @@ class WorkerCache : private WorkerCacheData {
 
   // The input pipeline's lookahead: the ids of a batch that a training step
   // will look up soon, in the order the steps take them. A bounded number
-  // is kept (the oldest go first); they are checked here, where a bad id
-  // names the pipeline that sent it.
+  // is kept (StagedBatches); they are checked here, where a bad id names
+  // the pipeline that sent it. A row they read is evicted only when no
+  // other can be, the one read furthest ahead first.
   Status Stage(const int64_t* ids, int64_t n);
 
   // The prefetch of a step whose lookup (BeginExchange, EndExchange) of
@@ -273,7 +274,6 @@ class WorkerCache : private WorkerCacheData {
                        const std::vector<const float*>& fresh,
                        const std::vector<int64_t>& fresh_clocks, float* rows_out);
   void ClearLocked();
-  size_t StagedBytes() const;
   // Deduplicates n ids into unique_keys (in order of first appearance),
   // with each id's place in inverse (if not null) and each unique key's slot
   // (-1 if not cached).
@@ -342,15 +342,15 @@ class WorkerCache : private WorkerCacheData {
   // its key's outbox rows (a copy evicted, a row passed through: not sent
   // before the fetch) as pending updates, merged into it (reads see writes).
   void Reclaim(int32_t slot, const float* fresh, int64_t clock, OutboxRows& unsent);
-  // Puts a cached slot back in the eviction order, pinned if its key is.
+  // Puts a cached slot back in the eviction order (pinned, or by next read).
   void AttachSlot(int32_t slot, uint64_t touches);
+  // Cached rows of `keys`, whose next reads changed, take their new place.
+  void Refile(const std::vector<int64_t>& keys);
   // A lookup that finds the step open keeps the rows read so far as a last
   // resort (WorkerCacheData::step_); the step's update releases them.
   void HoldStep();
   void ReleaseStep();
-  // Finds the staged batch of `current` (by fingerprint; or with
-  // by_position, failing that, the oldest not taken), forgets the older
-  // ones, marks it taken and returns the ids of up to `batches` after it.
+  // StagedBatches::Take, its rows refiled (mu_ held).
   std::vector<int64_t> TakeStaged(const int64_t* current, int64_t n, int64_t batches,
                                   bool by_position);
 };

@@ -18,6 +18,7 @@
 #include "cc_ops/embedding/core/cache_outputs.h"
 #include "cc_ops/embedding/core/eviction_order.h"
 #include "cc_ops/embedding/core/key_index.h"
+#include "cc_ops/embedding/core/staged_batches.h"
 #include "cc_ops/embedding/core/zeroed_array.h"
 
 namespace het {
@@ -134,15 +135,9 @@ class WorkerCacheData {
   KeyIndex first_seen_;                  // Deduplicate's scratch
   // Keys the last prefetch inserted, until the next training lookup.
   KeyIndex fetched_ahead_;
-  // The lookahead's staged batches (Stage), oldest first. The input
-  // pipeline stages from its own threads while steps run: a lock of its own.
-  struct StagedBatch {
-    uint64_t fingerprint = 0;
-    std::vector<int64_t> ids;
-    bool taken = false;  // a step looked it up and prefetched what follows
-  };
-  mutable std::mutex staged_mu_;
-  std::deque<StagedBatch> staged_;
+  // The lookahead's staged batches (Stage), which the eviction order keeps
+  // rows by.
+  StagedBatches staged_;
   // FTRL's refresh recomputes a row from its slots with it; an entry has
   // pending updates only after an Accumulate has set it.
   float last_learning_rate_ = 0.0f;

@@ -5,59 +5,30 @@
 // (docs/consistency.md, "The lookahead").
 #include <algorithm>
 
-#include "cc_ops/common/hashing.h"
 #include "cc_ops/embedding/core/key_checks.h"
 #include "cc_ops/embedding/core/worker_cache.h"
 
 namespace het {
-namespace {
-
-// Staged batches kept: enough for a pipeline that runs well ahead of the
-// steps; a step finds its batch among them by fingerprint.
-constexpr size_t kMaxStaged = 64;
-
-uint64_t Fingerprint(const int64_t* ids, int64_t n) {
-  uint64_t h = Mix64(static_cast<uint64_t>(n));
-  for (int64_t i = 0; i < n; ++i) h = Mix64(h ^ static_cast<uint64_t>(ids[i]));
-  return h;
-}
-
-}  // namespace
 
 Status WorkerCache::Stage(const int64_t* ids, int64_t n) {
   HET_RETURN_IF_ERROR(CheckKeys(config_.table_name, config_.vocabulary_size, ids, n));
-  StagedBatch batch{Fingerprint(ids, n), std::vector<int64_t>(ids, ids + n), false};
-  std::lock_guard<std::mutex> lock(staged_mu_);
-  if (staged_.size() == kMaxStaged) staged_.pop_front();
-  staged_.push_back(std::move(batch));
+  std::vector<int64_t> moved;
+  std::lock_guard<std::mutex> lock(mu_);
+  staged_.Add(ids, n, &moved);
+  Refile(moved);
   return Status::Ok();
 }
 
 std::vector<int64_t> WorkerCache::TakeStaged(const int64_t* current, int64_t n, int64_t batches,
                                              bool by_position) {
-  // Batches before `current` were staged for steps that are done (or never
-  // ran). `current` stays at the front, marked taken: the next step's
-  // search starts after it, so that two equal batches in a row are told
-  // apart.
-  const uint64_t fingerprint = Fingerprint(current, n);
-  std::lock_guard<std::mutex> lock(staged_mu_);
-  auto from = staged_.begin();
-  if (from != staged_.end() && from->taken) ++from;
-  auto found = std::find_if(from, staged_.end(), [fingerprint](const StagedBatch& b) {
-    return b.fingerprint == fingerprint;
-  });
-  if (found == staged_.end() && by_position) found = from;
-  std::vector<int64_t> after;
-  if (found == staged_.end()) return after;
-  staged_.erase(staged_.begin(), found);
-  staged_.front().taken = true;
-  for (size_t i = 1; i < staged_.size() && static_cast<int64_t>(i) <= batches; ++i) {
-    after.insert(after.end(), staged_[i].ids.begin(), staged_[i].ids.end());
-  }
+  std::vector<int64_t> moved;
+  std::vector<int64_t> after = staged_.Take(current, n, batches, by_position, &moved);
+  Refile(moved);
   return after;
 }
 
 std::vector<int64_t> WorkerCache::Staged(const int64_t* current, int64_t n, int64_t batches) {
+  std::lock_guard<std::mutex> lock(mu_);
   std::vector<int64_t> keys = TakeStaged(current, n, batches, /*by_position=*/true);
   std::sort(keys.begin(), keys.end());
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
@@ -65,8 +36,8 @@ std::vector<int64_t> WorkerCache::Staged(const int64_t* current, int64_t n, int6
 }
 
 Status WorkerCache::BeginPrefetch(const int64_t* current, int64_t n, ExchangePlan* plan) {
-  const std::vector<int64_t> next = TakeStaged(current, n, 1, /*by_position=*/false);
   std::lock_guard<std::mutex> lock(mu_);
+  const std::vector<int64_t> next = TakeStaged(current, n, 1, /*by_position=*/false);
   if (config_.sync != SyncMode::kRefresh) {
     return Status::FailedPrecondition(Name() +
                                       ": this cache checks its keys (sync='check'); "

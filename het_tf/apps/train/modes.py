@@ -56,7 +56,7 @@ class LocalMode:
         and cold batches (het_tf.hot_and_cold_batches)."""
         train = inputs.train(self.rank, self.size)
         if lookahead_model is not None:
-            train = lookahead(train, lookahead_model)
+            train = lookahead(train, lookahead_model, inputs.args.lookahead_batches)
         if hot_model is not None:
             train = hot_and_cold_batches(train, hot_model, inputs.args.batch_size).prefetch(
                 tf.data.AUTOTUNE)
@@ -127,7 +127,7 @@ class PsMode(LocalMode):
         return {"pss_evaluation_shards": 0}
 
     def pipelines(self, inputs, lookahead_model=None, hot_model=None):
-        num_workers = self.num_workers
+        num_workers, batches = self.num_workers, inputs.args.lookahead_batches
 
         def per_worker(pipeline, model=None):
             def make(_):
@@ -139,7 +139,7 @@ class PsMode(LocalMode):
                 index = tf.distribute.coordinator.experimental_get_current_worker_index()
                 data = pipeline(tf.cast(index, tf.int64), num_workers)
                 # Made on each worker: the ids go to that worker's caches.
-                return data if model is None else lookahead(data, model)
+                return data if model is None else lookahead(data, model, batches)
 
             return tf_keras.utils.experimental.DatasetCreator(make)
 

@@ -82,6 +82,46 @@ HET_TEST(TheLookaheadReadsAndWritesAsTheNoCachePath) {
 
 // A step whose batch was never staged prefetches nothing; the staged
 // batches are bounded, and a bad staged id is refused naming the table.
+// A row that a staged batch reads is evicted only when no other row can be,
+// the one read furthest ahead first; a step taking its batch moves the
+// batch's rows on to their next reads (here, none).
+HET_TEST(RowsStagedBatchesReadGoLastTheFurthestReadFirst) {
+  const int dim = 2;
+  LocalCluster cluster(SgdTable(dim), 1);
+  auto cache = RefreshCache(dim, 3, 100, 100, 1);  // LRU: 1 would go first
+  const auto step = [&](const std::vector<int64_t>& ids) {
+    het::ExchangePlan plan;
+    std::vector<float> rows;
+    EXPECT_OK(cluster.Exchange(*cache, ids, &plan, &rows));
+    EXPECT_OK(cluster.Update(*cache, plan.unique_keys, std::vector<float>(rows.size(), 0.1f), 1));
+  };
+  const auto cached = [&](const std::vector<int64_t>& ids) {
+    // Looked up, the rows still cached are hits.
+    const uint64_t hits = cache->Counters().hits;
+    step(ids);
+    return cache->Counters().hits - hits == ids.size();
+  };
+  const std::vector<int64_t> one = {1}, two = {2}, four = {4};
+  step({1, 2, 3});
+  EXPECT_OK(cache->Stage(one.data(), one.size()));
+  EXPECT_OK(cache->Stage(two.data(), two.size()));
+  step({4});  // 3 goes: 1 and 2 are read ahead
+  EXPECT_OK(cache->Stage(four.data(), four.size()));
+  step({5});  // every row is read ahead: 4, read furthest, goes
+  EXPECT_TRUE(cached({1, 2}));
+  EXPECT_TRUE(!cached({4}));
+  // The step of batch {2} takes it (and drops {1}, staged before it and
+  // never trained): 1 and 2 are read ahead no more, 4 still is.
+  het::ExchangePlan plan;
+  const uint64_t prefetched = cache->Counters().prefetched;
+  EXPECT_OK(cluster.Prefetch(*cache, two, &plan));
+  EXPECT_EQ(cache->Counters().prefetched, prefetched);  // 4, staged after it, is cached
+  step({1, 2});                                         // the least recently used first: 4, 1, 2
+  step({6});                                            // 1 goes, not 4
+  step({7});                                            // 2 goes, not 6
+  EXPECT_TRUE(cached({4, 6}));
+}
+
 HET_TEST(StagingIsBoundedAndChecked) {
   const int dim = 2, shards = 1;
   LocalCluster cluster(SgdTable(dim), shards);
