@@ -80,8 +80,6 @@ HET_TEST(TheLookaheadReadsAndWritesAsTheNoCachePath) {
   }
 }
 
-// A step whose batch was never staged prefetches nothing; the staged
-// batches are bounded, and a bad staged id is refused naming the table.
 // A row that a staged batch reads is evicted only when no other row can be,
 // the one read furthest ahead first; a step taking its batch moves the
 // batch's rows on to their next reads (here, none).
@@ -122,6 +120,8 @@ HET_TEST(RowsStagedBatchesReadGoLastTheFurthestReadFirst) {
   EXPECT_TRUE(cached({4, 6}));
 }
 
+// A step whose batch was never staged prefetches nothing; the staged
+// batches are bounded, and a bad staged id is refused naming the table.
 HET_TEST(StagingIsBoundedAndChecked) {
   const int dim = 2, shards = 1;
   LocalCluster cluster(SgdTable(dim), shards);
