@@ -220,9 +220,10 @@ def differ(got, expected, route):
     out = {}
     for name, value in got.items():
         want = np.asarray(expected[name])
-        gap = float(np.max(np.abs(np.subtract(value, want))))
-        if gap > ATOL + TOLERANCE.get(route, 0.0) * float(np.max(np.abs(want))):
-            out[name] = gap
+        # allclose, not a comparison of the gap: a NaN read is a mismatch.
+        atol = ATOL + TOLERANCE.get(route, 0.0) * float(np.max(np.abs(want)))
+        if not np.allclose(value, want, rtol=0, atol=atol):
+            out[name] = float(np.max(np.abs(np.subtract(value, want))))
     return out
 
 

@@ -3,8 +3,9 @@ launch --hybrid --ps 1 --workers 2`: each route's model trains on both
 ranks, Adam on the dense weights, and is then read as the docs say a
 hybrid user reads it. Rank r trains the ids of its own parity, so that
 each row has one writer and every route is exact: every read must equal
-the cache-off model's (the 16-bit wire's to its tolerance) (tests/test_conformance.py compares them, and loads
-the files in one process). After the cells, the faults: reads refused on
+the cache-off model's, the 16-bit wire's to its tolerance
+(tests/test_conformance.py compares them, and loads the files in one
+process). After the cells, the faults: reads refused on
 one rank, a restore of a full table, a restore that waits for every rank,
 one that fails on one rank, and validation that differs between ranks."""
 import argparse

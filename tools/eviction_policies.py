@@ -115,7 +115,7 @@ def evict(cached, reads, lfu, furthest, now):
             heapq.heappop(furthest)  # stale: evicted, or its next read moved
             continue
         if -step == now:
-            return False  # the furthest read is this step's: every row left is
+            return False  # the furthest read is this step's: so is every row left
         heapq.heappop(furthest)
         del cached[victim]
         return True
