@@ -64,8 +64,8 @@ class HetEmbedding(tf_keras.layers.Layer):
         keeps the checkpoints a kept one builds on).
 
     The route a step's rows take (route_choice.py chooses it; docs/architecture.md):
-      cache_capacity: rows each worker caches, a fraction of input_dim or a
-        count; 0 turns the cache off.
+      cache_capacity: rows each worker caches: a fraction of input_dim, a
+        count, 0 (off), or "auto" (a tenth; none in one process unless asked).
       cache_policy, pin_threshold: "lfu", "lru" or "lfu_opt" (rows touched
         pin_threshold times stay cached).
       staleness, read_staleness, write_staleness: the bounds, in updates, on
@@ -90,7 +90,7 @@ class HetEmbedding(tf_keras.layers.Layer):
     """
 
     def __init__(self, input_dim, output_dim, embeddings_initializer="uniform", combiner=None,
-                 optimizer="adagrad", cache_capacity=0.1, cache_policy="lfu", staleness="auto",
+                 optimizer="adagrad", cache_capacity="auto", cache_policy="lfu", staleness="auto",
                  read_staleness=None, write_staleness=None, seed=None, name=None,
                  pin_threshold=100, max_rows=None, sync="refresh", hot_rows=None, mask_zero=False,
                  input_length=None, embeddings_regularizer=None, activity_regularizer=None,

@@ -30,14 +30,20 @@ from het_tf.runtime.table import ShardedTable
 from het_tf.runtime.wire_dtype import check_wire_dtype
 
 # What the layer's arguments chose: the cache (None: off), the most hot rows
-# (0: none), a registered route's factory (None: the others choose), and
-# the Combination they make, checked again at build with the strategy's mode.
-Choice = collections.namedtuple("Choice", "cache_config hot_rows route_factory combination")
+# (0: none), a registered route's factory (None: the others choose), the
+# Combination they make, checked again at build with the strategy's mode, and
+# whether the cache's size was left to the layer (cache_capacity="auto").
+Choice = collections.namedtuple(
+    "Choice", "cache_config hot_rows route_factory combination auto_capacity")
 
 # What a layer's rows stand on. `strategy` is ParameterServerStrategy's
 # (its coordinator schedules the workers' steps), or None; `cache` is None
 # with the cache off; `combination` is the Choice's with the strategy's mode.
 Built = collections.namedtuple("Built", "strategy table cache route combination")
+
+# cache_capacity="auto": this fraction of input_dim, where the shards are
+# other tasks (in one process, no cache: _cache_saves_nothing).
+AUTO_CACHE_FRACTION = 0.1
 
 
 def renamed_sync(sync, scheduler, owner):
@@ -58,7 +64,8 @@ def choose(owner, input_dim, *, cache_capacity, cache_policy, staleness, read_st
     """The layer's Choice: each argument checked alone, then all of them
     against the table of what goes together (combinations.py); `owner`
     names the layer in errors."""
-    rows = cache_rows(cache_capacity, input_dim, owner)
+    auto_capacity = isinstance(cache_capacity, str) and cache_capacity == AUTO
+    rows = cache_rows(AUTO_CACHE_FRACTION if auto_capacity else cache_capacity, input_dim, owner)
     check_sync(sync, scheduler, owner)
     check_window(window, owner)
     check_wire_dtype(wire_dtype, owner)
@@ -88,16 +95,18 @@ def choose(owner, input_dim, *, cache_capacity, cache_policy, staleness, read_st
                                    staleness_ramp=ramp, sync=sync,
                                    wire_dtype=wire_dtype).validate(owner)
     factory = None if route is None else routes.registered(route, owner)
-    return Choice(cache_config, hot_rows, factory, combination)
+    return Choice(cache_config, hot_rows, factory, combination, auto_capacity)
 
 
 def build(name, owner, table_config, choice, instance):
     """The table, cache and route of the layer `name` as its Choice says
     (`owner` names it in errors); `instance` tells this process's tables
     apart when no cluster does."""
-    cache_config, hot_rows, route_factory, combination = choice
+    cache_config, hot_rows, route_factory, combination, _ = choice
     shard_devices, worker_devices, instance = placement(instance)
     combination = dataclasses.replace(combination, mode=mode_of(worker_devices))
+    if _cache_saves_nothing(choice, combination):
+        cache_config, combination = None, dataclasses.replace(combination, cache=False)
     combinations.check(combination, combinations.spell_argument, f"{owner}: ")
     _check_room(owner, table_config, cache_config, worker_devices)
     strategy = tf.distribute.get_strategy() if worker_devices is not None else None
@@ -119,6 +128,19 @@ def build(name, owner, table_config, choice, instance):
     else:
         route = CachedRoute(cache)
     return Built(strategy, table, cache, route, combination)
+
+
+def _cache_saves_nothing(choice, combination):
+    """Whether cache_capacity="auto" leaves the cache off: in one process,
+    where a hit reads the same memory the table's row is in and the rows
+    need no sync, unless another setting asks for the cache (a sync by
+    check, a staleness bound, a registered route, or what needs the cache
+    on). Off, reads and updates are exact, as a cache that keeps up would
+    give them."""
+    return (choice.auto_capacity and combination.mode == "local" and combination.cache
+            and combination.sync == "refresh" and not combination.staleness
+            and not combination.route
+            and not combinations.refusals(dataclasses.replace(combination, cache=False)))
 
 
 def _check_room(owner, table_config, cache_config, worker_devices):

@@ -26,6 +26,15 @@ def keras(**kwargs):
     return tf_keras.layers.Embedding(VOCAB, DIM, weights=[MATRIX], **kwargs)
 
 
+def three_ids_model(embedding):
+    """Rows of 3 ids each into one output, compiled with SGD."""
+    inputs = tf_keras.Input((3,), dtype=tf.int64)
+    out = tf_keras.layers.Flatten()(embedding(inputs))
+    m = tf_keras.Model(inputs, tf_keras.layers.Dense(1, kernel_initializer="ones")(out))
+    m.compile(tf_keras.optimizers.SGD(0.1), "mse")
+    return m
+
+
 def table_rows(layer):
     layer.flush()
     return layer.table.gather(tf.range(VOCAB, dtype=tf.int64)).numpy()
@@ -250,14 +259,7 @@ def test_row_constraints_project_the_rows_an_update_changes(kind, cache):
     layer = het(f"constrained_{kind}_{cache}", cache, embeddings_constraint=ROW_CONSTRAINTS[kind]())
     reference = keras(embeddings_constraint=ROW_CONSTRAINTS[kind]())
 
-    def model(embedding):
-        inputs = tf_keras.Input((3,), dtype=tf.int64)
-        out = tf_keras.layers.Flatten()(embedding(inputs))
-        m = tf_keras.Model(inputs, tf_keras.layers.Dense(1, kernel_initializer="ones")(out))
-        m.compile(tf_keras.optimizers.SGD(0.1), "mse")
-        return m
-
-    ours, theirs = model(layer), model(reference)
+    ours, theirs = three_ids_model(layer), three_ids_model(reference)
     for _ in range(4):
         assert ours.train_on_batch(ids, labels) == pytest.approx(
             theirs.train_on_batch(ids, labels), rel=1e-5)
@@ -396,3 +398,48 @@ def test_the_arguments_survive_get_config_and_from_config(options):
         assert (ours is None) == (theirs is None)
         if ours is not None:
             assert type(ours) is type(theirs) and ours.get_config() == theirs.get_config()
+
+
+def test_the_defaults_in_one_process_train_as_keras_with_no_cache():
+    """cache_capacity="auto" (the default) keeps no cache where the table is
+    in the same process, and fit's rows and losses are Keras' own."""
+    rng = np.random.default_rng(1)
+    ids = rng.integers(0, VOCAB, size=(64, 3)).astype(np.int64)
+    labels = rng.random((64, 1)).astype(np.float32)
+    layer = HetEmbedding(VOCAB, DIM, weights=[MATRIX], optimizer=tf_keras.optimizers.SGD(0.1),
+                         name="defaults")
+    reference = keras()
+
+    ours, theirs = three_ids_model(layer), three_ids_model(reference)
+    fits = [m.fit(ids, labels, batch_size=16, epochs=2, shuffle=False, verbose=0)
+            for m in (ours, theirs)]
+    assert layer.cache is None
+    np.testing.assert_allclose(fits[0].history["loss"], fits[1].history["loss"], rtol=1e-5)
+    np.testing.assert_allclose(table_rows(layer), reference.embeddings.numpy(), rtol=1e-5,
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize("kwargs", [dict(cache_capacity=0.1), dict(sync="check"),
+                                    dict(staleness=10), dict(hot_rows=3)],
+                         ids=["explicit", "check", "bounded", "hot_rows"])
+def test_a_setting_that_asks_for_the_cache_keeps_it_in_one_process(kwargs):
+    layer = HetEmbedding(VOCAB, DIM, name=f"asks_{'_'.join(kwargs)}", **kwargs)
+    layer(tf.constant([[1, 2]], tf.int64))
+    assert layer.cache is not None and layer.cache.config.capacity >= 3
+
+
+def test_auto_caches_a_tenth_where_the_shards_are_other_tasks():
+    import dataclasses
+
+    from het_tf.keras_layers import route_choice
+    choice = route_choice.choose(
+        "HetEmbedding 'auto'", 1000, cache_capacity="auto", cache_policy="lfu",
+        staleness="auto", read_staleness=None, write_staleness=None, pin_threshold=100,
+        sync="refresh", scheduler=None, window=1, hot_rows=None, route=None)
+    assert choice.cache_config.capacity == 100
+    for mode, saves in (("local", True), ("ps", False), ("hybrid", False)):
+        combination = dataclasses.replace(choice.combination, mode=mode)
+        assert route_choice._cache_saves_nothing(choice, combination) is saves
+    with pytest.raises(ValueError, match="HetEmbedding 'dynamic': cache_capacity=0.1 is a "
+                                         "fraction of input_dim, but input_dim is None"):
+        HetEmbedding(None, DIM, name="dynamic")

@@ -82,8 +82,8 @@ def cache_rows(capacity, vocabulary_size, owner):
     """Rows a cache holds: a fraction in (0, 1) of a known vocabulary, or a row count; 0: none."""
     if (isinstance(capacity, bool) or not isinstance(capacity, numbers.Real) or capacity < 0
             or (isinstance(capacity, float) and capacity == 1)):  # 1.0 meant every row?
-        _fail(owner, "cache_capacity must be a fraction in (0, 1), an int row count, or 0 for "
-              f"no cache; got {capacity!r}")
+        _fail(owner, "cache_capacity must be 'auto', a fraction in (0, 1), an int row count, "
+              f"or 0 for no cache; got {capacity!r}")
     if 0 < capacity < 1:
         if vocabulary_size is None:
             _fail(owner, f"cache_capacity={capacity} is a fraction of input_dim, but input_dim "
