@@ -41,10 +41,6 @@ Choice = collections.namedtuple(
 # with the cache off; `combination` is the Choice's with the strategy's mode.
 Built = collections.namedtuple("Built", "strategy table cache route combination")
 
-# cache_capacity="auto": this fraction of input_dim, where the shards are
-# other tasks (in one process, no cache: _cache_saves_nothing).
-AUTO_CACHE_FRACTION = 0.1
-
 
 def renamed_sync(sync, scheduler, owner):
     """(sync, scheduler): sync="herald" named the scheduler before it had an
@@ -65,7 +61,7 @@ def choose(owner, input_dim, *, cache_capacity, cache_policy, staleness, read_st
     against the table of what goes together (combinations.py); `owner`
     names the layer in errors."""
     auto_capacity = isinstance(cache_capacity, str) and cache_capacity == AUTO
-    rows = cache_rows(AUTO_CACHE_FRACTION if auto_capacity else cache_capacity, input_dim, owner)
+    rows = cache_rows(cache_capacity, input_dim, owner)
     check_sync(sync, scheduler, owner)
     check_window(window, owner)
     check_wire_dtype(wire_dtype, owner)

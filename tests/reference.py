@@ -957,6 +957,11 @@ class RefCache:
                 return self.staged[1][0] if len(self.staged) > 1 else []
         return []
 
+    def take_staged(self, current):
+        """Herald's window op (WorkerCache.staged): takes `current` as a
+        prefetch does; the rows it and the batches forgotten read move on."""
+        self._next_staged(current)
+
     def prefetch(self, current_ids):
         """The lookahead's exchange after a training lookup of current_ids
         (sync="refresh"): the pushes due, every eviction, and the keys not

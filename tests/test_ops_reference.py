@@ -331,13 +331,14 @@ def test_the_herald_plan_is_exact_and_matches_reference(unique_name, steps, work
     cache_config = het_tf.CacheConfig(capacity, policy, 0, -1, scheduler="herald", window=window)
     caches = [het_tf.WorkerCache(table, cache_config) for _ in range(workers)]
     streams = [[list(dict.fromkeys(b[w])) for b in steps] for w in range(workers)]
-    for cache, stream in zip(caches, streams):
-        for batch in stream:  # as the input pipeline stages them, in order
-            cache.stage(tf.constant(batch, tf.int64))
     last = [set() for _ in range(workers)]  # each worker's last step's keys
     ref_table = RefTable(dim, optimizer, seed=5)
     ref_caches = [RefCache(ref_table, capacity, policy, 0, -1, 100, "refresh")
                   for _ in range(workers)]
+    for cache, ref_cache, stream in zip(caches, ref_caches, streams):
+        for batch in stream:  # as the input pipeline stages them, in order
+            cache.stage(tf.constant(batch, tf.int64))
+            ref_cache.stage(batch)  # their rows are evicted last
     sync_table = RefTable(dim, optimizer, seed=5)  # one synchronous table, no cache
     made = {}  # key -> updates made so far, by every worker
     kept = [([], None)] * workers  # each worker's last gradients of shared rows
@@ -357,6 +358,7 @@ def test_the_herald_plan_is_exact_and_matches_reference(unique_name, steps, work
         direct = []
         for w in range(workers):
             ahead = caches[w].staged(tf.constant(batches[w], tf.int64), window - 1)
+            ref_caches[w].take_staged(batches[w])
             expected = sorted({k for b in streams[w][step + 1:step + window] for k in b})
             assert ahead.numpy().tolist() == expected
             direct.append({k for k in batches[w]

@@ -21,15 +21,13 @@ OPTIMIZERS = ("sgd", "adagrad", "adam", "ftrl")
 CONSTRAINTS = ("none", "non_neg", "max_norm", "unit_norm", "min_max_norm")
 INITIALIZERS = ("uniform", "normal", "truncated_normal", "constant", "zeros")
 POLICIES = ("lru", "lfu", "lfu_opt")
-# The protocol: how a cache's training lookups meet the shards
-# (docs/consistency.md). "refresh", the shards tell the worker which copies
-# went stale and a hit costs no bytes; "check", HET's, every key goes with
-# its clock.
+# The protocol: how a cache's training lookups meet the shards (docs/consistency.md).
+# "refresh", the shards tell the worker which copies went stale and a hit
+# costs no bytes; "check", HET's, every key goes with its clock.
 SYNC_MODES = ("refresh", "check")
 # The scheduler: what decides when rows move, beside the protocol. None, the
-# staleness bounds; "herald", Herald's plan: exact, a sync by refresh with a
-# read bound of 0 and no write bound, each rank pushing before a step the
-# rows others read in it (docs/herald.md).
+# staleness bounds; "herald", Herald's plan: exact, a sync by refresh with a read
+# bound of 0 and no write bound, each rank pushing the rows others read (docs/herald.md).
 SCHEDULERS = (None, "herald")
 # Slots per row of each optimizer, as the C++ core keeps them.
 NUM_SLOTS = {"sgd": 0, "adagrad": 1, "adam": 2, "ftrl": 2}
@@ -41,12 +39,12 @@ UNBOUNDED = -1
 # Keras initializer evaluated for every row, or an export of every row.
 MATERIALIZE_LIMIT = 1 << 27
 # staleness="auto": bounds of AUTO_STALENESS updates, but never more than a
-# 1/AUTO_STALENESS_RAMP share of the training steps this worker has taken,
-# so that a short run is not all inside one bound (docs/consistency.md,
-# "The default bound").
+# 1/AUTO_STALENESS_RAMP share of this worker's training steps, so that a short
+# run is not all inside one bound (docs/consistency.md, "The default bound").
 AUTO = "auto"
 AUTO_STALENESS = 100
 AUTO_STALENESS_RAMP = 10
+AUTO_CACHE_FRACTION = 0.1  # cache_capacity="auto"; one process: none (route_choice)
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-/]+$")
 
@@ -80,6 +78,8 @@ def parse_staleness(value, owner, what="staleness"):
 
 def cache_rows(capacity, vocabulary_size, owner):
     """Rows a cache holds: a fraction in (0, 1) of a known vocabulary, or a row count; 0: none."""
+    if isinstance(capacity, str) and capacity == AUTO:
+        capacity = AUTO_CACHE_FRACTION
     if (isinstance(capacity, bool) or not isinstance(capacity, numbers.Real) or capacity < 0
             or (isinstance(capacity, float) and capacity == 1)):  # 1.0 meant every row?
         _fail(owner, "cache_capacity must be 'auto', a fraction in (0, 1), an int row count, "
