@@ -2,13 +2,15 @@
 place: each is checked against Keras' own layer on the same rows (both made
 from one weights=[matrix]), with the cache off and on. The differences that
 remain are listed in docs/keras_layer.md."""
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
 from tf_keras.src.testing_infra import test_utils
 
-from het_tf.keras_layers import HetEmbedding
+from het_tf.keras_layers import HetEmbedding, route_choice
 from tests.keras_steps import apply_gradients
 
 VOCAB, DIM = 30, 4
@@ -429,9 +431,6 @@ def test_a_setting_that_asks_for_the_cache_keeps_it_in_one_process(kwargs):
 
 
 def test_auto_caches_a_tenth_where_the_shards_are_other_tasks():
-    import dataclasses
-
-    from het_tf.keras_layers import route_choice
     choice = route_choice.choose(
         "HetEmbedding 'auto'", 1000, cache_capacity="auto", cache_policy="lfu",
         staleness="auto", read_staleness=None, write_staleness=None, pin_threshold=100,

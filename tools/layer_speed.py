@@ -14,6 +14,7 @@ fresh process, and the median of each side's runs is compared.
 """
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -63,36 +64,19 @@ class _EpochTimes:
         import tf_keras
 
         class Callback(tf_keras.callbacks.Callback):
-            def on_epoch_begin(cb, epoch, logs=None):
-                self.begins.append(time.perf_counter())
-
             def on_epoch_end(cb, epoch, logs=None):
                 self.ends.append(time.perf_counter())
                 self.losses.append(float(logs["loss"]))
 
-        self.begins, self.ends, self.losses = [], [], []
+        self.ends, self.losses = [], []
         self.callback = Callback()
 
 
 def _op_ms(logdir, steps):
-    """Each op type's kernel time a step, from a profiler trace in logdir."""
-    import collections
-    import glob
-
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2
-    space = xplane_pb2.XSpace()
-    with open(glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True)[0], "rb") as f:
-        space.ParseFromString(f.read())
-    total, count = collections.Counter(), collections.Counter()
-    for plane in space.planes:
-        for line in plane.lines:
-            for event in line.events:
-                name = plane.event_metadata[event.metadata_id].name
-                if ":" in name:  # kernel events are named "node:OpType"
-                    op = name.rpartition(":")[2]
-                    total[op] += event.duration_ps
-                    count[op] += 1
-    return {op: (ps / steps / 1e9, count[op] / steps) for op, ps in total.most_common()}
+    """Each op type's kernel time and runs a step, from a profiler trace in logdir."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from profiler_trace import kernel_times
+    return {op: (ps / steps / 1e9, runs / steps) for op, (ps, runs) in kernel_times(logdir).items()}
 
 
 def run_one(layer, steps, epochs, dim, profile=False):

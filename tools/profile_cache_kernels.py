@@ -13,20 +13,21 @@ then runs them again under TensorFlow's profiler for each kernel's time,
 No network: the figures are the kernels' own cost.
 """
 import argparse
-import collections
-import glob
 import os
+import sys
 import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
-from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: E402
 
 import het_tf  # noqa: E402
 from het_tf.data import SyntheticCriteo  # noqa: E402
 from het_tf.runtime.cache import lookup_without_cache, push_without_cache  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from profiler_trace import kernel_times  # noqa: E402
 
 
 def parse_args():
@@ -71,18 +72,8 @@ def kernel_ms(step, batches):
         for ids in batches:
             step(ids)
         tf.profiler.experimental.stop()
-        space = xplane_pb2.XSpace()
-        with open(glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True)[0], "rb") as f:
-            space.ParseFromString(f.read())
-    total = collections.Counter()
-    for plane in space.planes:
-        for line in plane.lines:
-            for event in line.events:
-                # Kernel events are named "node:OpType".
-                op = plane.event_metadata[event.metadata_id].name.rpartition(":")[2]
-                if op.startswith("Het"):
-                    total[op] += event.duration_ps
-    return {op: ps / len(batches) / 1e9 for op, ps in total.most_common()}
+        times = kernel_times(logdir)
+    return {op: ps / len(batches) / 1e9 for op, (ps, _) in times.items() if op.startswith("Het")}
 
 
 def main():
