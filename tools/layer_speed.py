@@ -113,7 +113,7 @@ def main(argv=None):
     parser.add_argument("--dim", type=int, default=16)
     parser.add_argument("--layers", nargs="+", default=["keras", "het"])
     parser.add_argument("--profile", choices=LAYERS,
-                        help="one run of this layer, then each op type's time a step")
+                        help="one run of this layer, then each traced event's time a step (kernels by op type)")
     parser.add_argument("--one", choices=LAYERS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
@@ -124,7 +124,6 @@ def main(argv=None):
         print(f"{args.profile}: {result['samples_per_second']:.0f} samples/s")
         for op, (ms, count) in result["op_ms"].items():
             print(f"  {op:40s} {ms:7.3f} ms  {count:5.1f} a step")
-        print(f"  all kernels {sum(ms for ms, _ in result['op_ms'].values()):.3f} ms a step")
         return
     speeds = {layer: [] for layer in args.layers}
     for repeat in range(args.repeats):
