@@ -113,7 +113,7 @@ def main(argv=None):
     parser.add_argument("--dim", type=int, default=16)
     parser.add_argument("--layers", nargs="+", default=["keras", "het"])
     parser.add_argument("--profile", choices=LAYERS,
-                        help="one run of this layer, then each traced event's time a step (kernels by op type)")
+                        help="one run of this layer, then each traced event's time a step")
     parser.add_argument("--one", choices=LAYERS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
