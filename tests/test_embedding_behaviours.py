@@ -419,6 +419,12 @@ def test_the_defaults_in_one_process_train_as_keras_with_no_cache():
     np.testing.assert_allclose(fits[0].history["loss"], fits[1].history["loss"], rtol=1e-5)
     np.testing.assert_allclose(table_rows(layer), reference.embeddings.numpy(), rtol=1e-5,
                                atol=1e-6)
+    # Every read after fit, as a user makes it.
+    assert ours.evaluate(ids, labels, verbose=0) == pytest.approx(
+        theirs.evaluate(ids, labels, verbose=0), rel=1e-5)
+    np.testing.assert_allclose(ours.predict(ids, verbose=0), theirs.predict(ids, verbose=0),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(layer(ids).numpy(), reference(ids).numpy(), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("kwargs", [dict(cache_capacity=0.1), dict(sync="check"),
