@@ -240,11 +240,11 @@ class HetEmbedding(tf_keras.layers.Layer):
             out = tf.cast(out, self.compute_dtype)
         return out
 
-    def apply_gradient(self, gradient):
+    def apply_gradient(self, gradient, summed=False):
         """The table's update from the rows' IndexedSlices the optimizer
         applies to the anchor (het_tf patches tf_keras' optimizers to call
-        this), clipped and unscaled as any variable's gradient."""
-        return table_lookup.apply_gradient(self, gradient)
+        this); summed: each id's slices are already one."""
+        return table_lookup.apply_gradient(self, gradient, summed)
 
     def integer_ids(self, inputs):
         """Ids as integers; float ids must be whole and exact in their dtype."""

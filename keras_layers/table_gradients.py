@@ -27,9 +27,10 @@ def is_anchor(variable):
     return getattr(variable, _OWNER, None) is not None
 
 
-def _apply_tables(grads_and_vars):
+def _apply_tables(grads_and_vars, summed=False):
     """Updates the tables of the anchors among `grads_and_vars`; returns
-    the other pairs and the tables' update ops."""
+    the other pairs and the tables' update ops. summed: each gradient's
+    slices of one id are already one slice."""
     rest, updates = [], []
     for grad, var in grads_and_vars:
         layer = getattr(var, _OWNER, None)
@@ -37,8 +38,18 @@ def _apply_tables(grads_and_vars):
             rest.append((grad, var))
         elif grad is not None:
             _check_one_replica(layer)
-            updates.append(layer.apply_gradient(grad))
+            updates.append(layer.apply_gradient(grad, summed))
     return rest, updates
+
+
+def _sums_slices(optimizer):
+    """Whether `optimizer.apply_gradients` has summed the slices of each id
+    before `_internal_apply_gradients`, as tf_keras' own does
+    (`_deduplicate_sparse_grad`); then the table need not sum them again.
+    A subclass that replaces either step is not trusted to."""
+    cls = type(optimizer)
+    return (cls.apply_gradients in _SUMMING_APPLIES
+            and cls._deduplicate_sparse_grad is _optimizer._BaseOptimizer._deduplicate_sparse_grad)
 
 
 def _check_one_replica(layer):
@@ -54,7 +65,7 @@ def _wrap_apply(original):
     """For tf_keras' optimizers: `_internal_apply_gradients(grads_and_vars)`,
     after clipping and summing, before the variables' updates."""
     def apply(self, grads_and_vars):
-        rest, updates = _apply_tables(list(grads_and_vars))
+        rest, updates = _apply_tables(list(grads_and_vars), _sums_slices(self))
         if updates and not rest and getattr(self, "use_ema", False):
             return self.iterations.assign_add(1)  # no variable to average
         return original(self, rest)
@@ -71,6 +82,10 @@ def _wrap_legacy_apply(original):
 
     apply.__wrapped__ = original
     return apply
+
+
+_SUMMING_APPLIES = (_optimizer._BaseOptimizer.apply_gradients,
+                    _optimizer.Optimizer.apply_gradients)
 
 
 def _install():

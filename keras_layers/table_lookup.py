@@ -125,11 +125,13 @@ def embed(layer, ids, training, penalties):
     return out
 
 
-def apply_gradient(layer, gradient):
+def apply_gradient(layer, gradient, summed=False):
     """The table's update from the gradient the optimizer applies to the
     anchor: the rows' IndexedSlices, clipped and unscaled as the optimizer
     treats any variable's. Each row takes one update with its gradients'
-    sum, and the table's optimizer and learning rate step once."""
+    sum, and the table's optimizer and learning rate step once. summed: the
+    optimizer has already summed each id's slices into one (tf_keras'
+    optimizers do), so they are not summed again."""
     owner = layer._owner
     if not isinstance(gradient, tf.IndexedSlices):
         raise ValueError(
@@ -146,9 +148,12 @@ def apply_gradient(layer, gradient):
                     "nothing was applied")
         with tf.control_dependencies([valid]):
             keys = tf.identity(keys)
-    unique, at = tf.unique(keys, out_idx=tf.int32)
-    grads = tf.math.unsorted_segment_sum(tf.cast(gradient.values, tf.float32), at,
-                                         tf.size(unique))
+    grads = tf.cast(gradient.values, tf.float32)
+    if summed:
+        unique = keys
+    else:
+        unique, at = tf.unique(keys, out_idx=tf.int32)
+        grads = tf.math.unsorted_segment_sum(grads, at, tf.size(unique))
     unique, grads = finite_rows(layer, unique, grads)
     update = layer._route.apply(unique, grads, learning_rate(layer))
     with tf.control_dependencies(tf.nest.flatten(update)):

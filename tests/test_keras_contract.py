@@ -108,6 +108,22 @@ def test_a_layer_called_twice_trains_as_keras_shared_embedding(route, optimizer)
     np.testing.assert_allclose(train("het", optimizer, **ROUTES[route]), expected, atol=1e-6)
 
 
+class UnsummedAdagrad(tf_keras.optimizers.Adagrad):
+    """Adagrad that hands each id's slices on unsummed, as a user's subclass
+    may: the table must still take one update of their sum."""
+
+    def _deduplicate_sparse_grad(self, grads):
+        return grads
+
+
+@pytest.mark.parametrize("route", ["off", "refresh-s100"])
+def test_a_table_sums_the_slices_an_optimizer_left_unsummed(route):
+    expected = train("keras", "adagrad")
+    np.testing.assert_allclose(
+        train("het", "adagrad", compiled=lambda: UnsummedAdagrad(0.1), **ROUTES[route]),
+        expected, atol=1e-6)
+
+
 @pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
 def test_a_route_of_ones_own_trains_as_its_keras_oracle(optimizer):
     expected = train("keras-doubled", optimizer)

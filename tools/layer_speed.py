@@ -11,6 +11,7 @@ fresh process, and the median of each side's runs is compared.
 
     .venv/bin/python tools/layer_speed.py --repeats 3 [--layers keras het het-cache]
     .venv/bin/python tools/layer_speed.py --profile het   # each op type's time a step
+    .venv/bin/python tools/layer_speed.py --ops het       # each op type's count in the step
 """
 import argparse
 import json
@@ -105,6 +106,24 @@ def run_one(layer, steps, epochs, dim, profile=False):
     return result
 
 
+def traced_ops(layer, dim):
+    """Each op type's count in the traced train step (its graph and the
+    functions it calls), after one step of fit."""
+    import collections
+
+    import tensorflow as tf
+    vocabulary, ids, dense, labels = _data(1)
+    tf.keras.utils.set_random_seed(0)
+    model = _model(layer, vocabulary, dim)
+    model.fit((ids, dense), labels, batch_size=BATCH, epochs=1, verbose=0)
+    # The last trace is the step fit runs (an earlier one may be a retrace).
+    graph = model.train_function._list_all_concrete_functions()[-1].graph.as_graph_def()
+    counts = collections.Counter(node.op for node in graph.node)
+    for function in graph.library.function:
+        counts.update(node.op for node in function.node_def)
+    return counts
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -114,10 +133,17 @@ def main(argv=None):
     parser.add_argument("--layers", nargs="+", default=["keras", "het"])
     parser.add_argument("--profile", choices=LAYERS,
                         help="one run of this layer, then each traced event's time a step")
+    parser.add_argument("--ops", choices=LAYERS, help="each op type's count in the traced step")
     parser.add_argument("--one", choices=LAYERS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
         print(json.dumps(run_one(args.one, args.steps, args.epochs, args.dim)))
+        return
+    if args.ops:
+        counts = traced_ops(args.ops, args.dim)
+        print(f"{args.ops}: {sum(counts.values())} ops in the traced step")
+        for op, count in counts.most_common():
+            print(f"  {op:40s} {count:4d}")
         return
     if args.profile:
         result = run_one(args.profile, args.steps, args.epochs, args.dim, profile=True)
