@@ -13,9 +13,9 @@ _PER_EPOCH = ("cache_unique_keys", "cache_hits", "cache_evictions", "cache_rows_
 
 
 class HetMetricsCallback(tf_keras.callbacks.Callback):
-    """Adds `<layer>/hit_rate`, `rows_pulled_per_sample`,
-    `rows_pushed_per_sample`, `bytes_per_sample`, `evictions` (the cache's),
-    and the table's `rows_evicted`, `rows_expired` and `ids_not_admitted`
+    """Adds `<layer>/hit_rate` and `evictions` (a cache's, for a layer with
+    one), `rows_pulled_per_sample`, `rows_pushed_per_sample`,
+    `bytes_per_sample`, and the table's `rows_evicted`, `rows_expired` and `ids_not_admitted`
     for the epoch to the logs (so History keeps them), prints them when
     verbose, and writes them as TensorBoard scalars when `log_dir` is given."""
 
@@ -43,12 +43,15 @@ class HetMetricsCallback(tf_keras.callbacks.Callback):
         cached = layer.cache is not None
         pulled = delta["cache_rows_pulled"] if cached else delta["table_rows_sent"]
         pushed = delta["cache_rows_pushed"] if cached else delta["table_rows_pushed"]
+        # A layer without a cache has no hit rate and no evictions of its
+        # own: a 0 would read as a cache that never hits.
+        own = ({"hit_rate": hit_rate(delta, "cache_"),
+                "evictions": float(delta["cache_evictions"])} if cached else {})
         return {
-            "hit_rate": hit_rate(delta, "cache_") if cached else 0.0,
+            **own,
             "rows_pulled_per_sample": pulled / samples,
             "rows_pushed_per_sample": pushed / samples,
             "bytes_per_sample": delta["embedding_bytes"] / samples,
-            "evictions": float(delta["cache_evictions"]),
             # The shards' own, under the names metrics.json gives them.
             "rows_evicted": float(delta["table_rows_evicted"]),
             "rows_expired": float(delta["table_rows_expired"]),

@@ -61,7 +61,10 @@ def choose(owner, input_dim, *, cache_capacity, cache_policy, staleness, read_st
     against the table of what goes together (combinations.py); `owner`
     names the layer in errors."""
     auto_capacity = isinstance(cache_capacity, str) and cache_capacity == AUTO
-    rows = cache_rows(cache_capacity, input_dim, owner)
+    # "auto" without a vocabulary keeps no cache: one process needs none,
+    # and build refuses it elsewhere, where it cannot size one.
+    unsized = auto_capacity and input_dim is None
+    rows = 0 if unsized else cache_rows(cache_capacity, input_dim, owner)
     check_sync(sync, scheduler, owner)
     check_window(window, owner)
     check_wire_dtype(wire_dtype, owner)
@@ -79,6 +82,8 @@ def choose(owner, input_dim, *, cache_capacity, cache_policy, staleness, read_st
         staleness=bounded, window=window, hot_rows=hot_rows > 0, route=route is not None,
         evict=on_full == "evict" or ttl is not None, admits=admit_after is not None,
         wire_dtype=wire_dtype)
+    if unsized and _asks_for_cache(combination):
+        raise ValueError(_unsized_auto(owner, "another setting asks for a cache"))
     combinations.check(combination, combinations.spell_argument, f"{owner}: ")
     policy = cache_policy if isinstance(cache_policy, str) else repr(cache_policy)
     cache_config = None
@@ -103,6 +108,9 @@ def build(name, owner, table_config, choice, instance):
     combination = dataclasses.replace(combination, mode=mode_of(worker_devices))
     if _cache_saves_nothing(choice, combination):
         cache_config, combination = None, dataclasses.replace(combination, cache=False)
+    if (choice.auto_capacity and table_config.vocabulary_size == UNBOUNDED
+            and combination.mode != "local"):
+        raise ValueError(_unsized_auto(owner, f"in {combination.mode} mode the cache is on"))
     combinations.check(combination, combinations.spell_argument, f"{owner}: ")
     _check_room(owner, table_config, cache_config, worker_devices)
     strategy = tf.distribute.get_strategy() if worker_devices is not None else None
@@ -134,9 +142,18 @@ def _cache_saves_nothing(choice, combination):
     on). Off, reads and updates are exact, as a cache that keeps up would
     give them."""
     return (choice.auto_capacity and combination.mode == "local" and combination.cache
-            and combination.sync == "refresh" and not combination.staleness
-            and not combination.route
-            and not combinations.refusals(dataclasses.replace(combination, cache=False)))
+            and not _asks_for_cache(combination))
+
+
+def _asks_for_cache(combination):
+    """Whether a setting besides cache_capacity asks for the cache."""
+    return (combination.sync != "refresh" or combination.staleness or combination.route
+            or bool(combinations.refusals(dataclasses.replace(combination, cache=False))))
+
+
+def _unsized_auto(owner, why):
+    return (f"{owner}: cache_capacity='auto' caches a tenth of input_dim, but input_dim is "
+            f"None (dynamic keys) and {why}; give cache_capacity as a row count")
 
 
 def _check_room(owner, table_config, cache_config, worker_devices):

@@ -383,6 +383,25 @@ def test_a_dynamic_table_has_no_matrix_to_get():
         layer.get_weights()
 
 
+def test_a_dynamic_table_with_the_defaults_trains_in_one_process(monkeypatch):
+    layer = HetEmbedding(None, DIM, optimizer=tf_keras.optimizers.SGD(0.1), name="dynamic")
+    ids = tf.constant([[2**40, 7], [7, -3]], tf.int64)
+    before = layer(ids, training=True).numpy()
+    assert layer.cache is None
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(layer(ids, training=True))
+    grads = tape.gradient(loss, layer.trainable_weights)
+    tf_keras.optimizers.SGD(0.1).apply_gradients(zip(grads, layer.trainable_weights))
+    counts = {2**40: 1, 7: 2, -3: 1}  # every id's gradient is ones, once a time looked up
+    expected = before - 0.1 * np.vectorize(counts.get)(ids.numpy())[..., None]
+    np.testing.assert_allclose(layer(ids).numpy(), expected, atol=1e-6)
+    # Where the cache would be on, "auto" has no vocabulary to take a tenth of.
+    monkeypatch.setattr(route_choice, "mode_of", lambda devices: "hybrid")
+    with pytest.raises(ValueError, match="HetEmbedding 'elsewhere': cache_capacity='auto' "
+                                         "caches a tenth of input_dim, but input_dim is None"):
+        HetEmbedding(None, DIM, name="elsewhere")(ids)
+
+
 @pytest.mark.parametrize("options", [
     dict(mask_zero=True, input_length=4, embeddings_regularizer=tf_keras.regularizers.L2(0.01),
          activity_regularizer=tf_keras.regularizers.L1(0.02)),
@@ -447,4 +466,7 @@ def test_auto_caches_a_tenth_where_the_shards_are_other_tasks():
         assert route_choice._cache_saves_nothing(choice, combination) is saves
     with pytest.raises(ValueError, match="HetEmbedding 'dynamic': cache_capacity=0.1 is a "
                                          "fraction of input_dim, but input_dim is None"):
-        HetEmbedding(None, DIM, name="dynamic")
+        HetEmbedding(None, DIM, cache_capacity=0.1, name="dynamic")
+    with pytest.raises(ValueError, match="HetEmbedding 'dynamic': cache_capacity='auto' caches "
+                                         "a tenth of input_dim, but input_dim is None"):
+        HetEmbedding(None, DIM, staleness=5, name="dynamic")
