@@ -65,6 +65,10 @@ def choose(owner, input_dim, *, cache_capacity, cache_policy, staleness, read_st
     # and build refuses it elsewhere, where it cannot size one.
     unsized = auto_capacity and input_dim is None
     rows = 0 if unsized else cache_rows(cache_capacity, input_dim, owner)
+    if unsized:
+        # Both bounds 0 keep no cache anywhere: nothing to size.
+        read, write, _ = staleness_bounds(owner, staleness, read_staleness, write_staleness)
+        auto_capacity = combinations.caches(1, (read, write) == (0, 0), sync, scheduler)
     check_sync(sync, scheduler, owner)
     check_window(window, owner)
     check_wire_dtype(wire_dtype, owner)
@@ -82,7 +86,7 @@ def choose(owner, input_dim, *, cache_capacity, cache_policy, staleness, read_st
         staleness=bounded, window=window, hot_rows=hot_rows > 0, route=route is not None,
         evict=on_full == "evict" or ttl is not None, admits=admit_after is not None,
         wire_dtype=wire_dtype)
-    if unsized and _asks_for_cache(combination):
+    if auto_capacity and unsized and _asks_for_cache(combination):
         raise ValueError(_unsized_auto(owner, "another setting asks for a cache"))
     combinations.check(combination, combinations.spell_argument, f"{owner}: ")
     policy = cache_policy if isinstance(cache_policy, str) else repr(cache_policy)
@@ -146,9 +150,12 @@ def _cache_saves_nothing(choice, combination):
 
 
 def _asks_for_cache(combination):
-    """Whether a setting besides cache_capacity asks for the cache."""
+    """Whether a setting besides cache_capacity asks for the cache: one that
+    is refused with the cache off and not with it on."""
+    off = combinations.refusals(dataclasses.replace(combination, cache=False))
+    on = combinations.refusals(dataclasses.replace(combination, cache=True))
     return (combination.sync != "refresh" or combination.staleness or combination.route
-            or bool(combinations.refusals(dataclasses.replace(combination, cache=False))))
+            or any(rule not in on for rule in off))
 
 
 def _unsized_auto(owner, why):

@@ -46,10 +46,13 @@ def _sums_slices(optimizer):
     """Whether `optimizer.apply_gradients` has summed the slices of each id
     before `_internal_apply_gradients`, as tf_keras' own does
     (`_deduplicate_sparse_grad`); then the table need not sum them again.
-    A subclass that replaces either step is not trusted to."""
+    A subclass that replaces any step on the way is not trusted to."""
     cls = type(optimizer)
     return (cls.apply_gradients in _SUMMING_APPLIES
-            and cls._deduplicate_sparse_grad is _optimizer._BaseOptimizer._deduplicate_sparse_grad)
+            and cls._deduplicate_sparse_grad is _optimizer._BaseOptimizer._deduplicate_sparse_grad
+            and cls._internal_apply_gradients in (
+                _optimizer._BaseOptimizer._internal_apply_gradients,
+                _optimizer.Optimizer._internal_apply_gradients))
 
 
 def _check_one_replica(layer):

@@ -400,6 +400,9 @@ def test_a_dynamic_table_with_the_defaults_trains_in_one_process(monkeypatch):
     with pytest.raises(ValueError, match="HetEmbedding 'elsewhere': cache_capacity='auto' "
                                          "caches a tenth of input_dim, but input_dim is None"):
         HetEmbedding(None, DIM, name="elsewhere")(ids)
+    # Both staleness bounds 0 keep no cache in any mode: nothing to size.
+    synchronous = HetEmbedding(None, DIM, staleness=0, name="synchronous")
+    assert synchronous(ids).shape == (2, 2, DIM) and synchronous.cache is None
 
 
 @pytest.mark.parametrize("options", [
@@ -470,3 +473,7 @@ def test_auto_caches_a_tenth_where_the_shards_are_other_tasks():
     with pytest.raises(ValueError, match="HetEmbedding 'dynamic': cache_capacity='auto' caches "
                                          "a tenth of input_dim, but input_dim is None"):
         HetEmbedding(None, DIM, staleness=5, name="dynamic")
+    # A setting refused with the cache on or off is named for itself.
+    with pytest.raises(ValueError) as refused:
+        HetEmbedding(None, DIM, window=4, name="dynamic")
+    assert "window" in str(refused.value) and "'auto'" not in str(refused.value)
