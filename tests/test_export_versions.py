@@ -152,32 +152,34 @@ def big_table_model():
 
 
 EXPORT_IN_A_LOOP = r"""
-import os, sys
+import os, sys, time
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 sys.path.insert(0, sys.argv[2])
 import het_tf
 from test_export_versions import big_table_model
 model = big_table_model()
-print("ready", flush=True)
 while True:
+    start = time.perf_counter()
     het_tf.export_version(model, sys.argv[1])
+    print(time.perf_counter() - start, flush=True)
 """
 
 
 def test_a_killed_export_leaves_only_whole_versions(tmp_path):
-    """Kill -9 an exporting process at moments spread over its exports: every
+    """Kill -9 an exporting process at moments spread over an export (timed
+    by the one before it, so a slow machine moves the moments too): every
     numbered folder it left loads; the half-written one is hidden, and the
     next export removes it."""
     folder = tmp_path / "v"
     killed_mid_write = 0
-    for delay in (0.5, 0.9, 1.3, 1.7):
+    for share in (0.15, 0.4, 0.65, 0.9):
         process = subprocess.Popen([sys.executable, "-c", EXPORT_IN_A_LOOP, str(folder),
                                     ROOT_TESTS],
                                    stdout=subprocess.PIPE, text=True,
                                    env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
         try:
-            assert process.stdout.readline().strip() == "ready"
-            time.sleep(delay)
+            seconds = float(process.stdout.readline())  # one whole export, the next begun
+            time.sleep(share * seconds)
         finally:
             process.send_signal(signal.SIGKILL)
             process.wait(timeout=60)
