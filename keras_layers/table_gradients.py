@@ -48,6 +48,8 @@ def _sums_slices(optimizer):
     (`_deduplicate_sparse_grad`); then the table need not sum them again.
     A subclass that replaces any step on the way is not trusted to."""
     cls = type(optimizer)
+    # _internal_apply_gradients is read here, not kept in a constant: only
+    # after _install are tf_keras' own the wrapped methods a class inherits.
     return (cls.apply_gradients in _SUMMING_APPLIES
             and cls._deduplicate_sparse_grad is _optimizer._BaseOptimizer._deduplicate_sparse_grad
             and cls._internal_apply_gradients in (
