@@ -85,6 +85,12 @@ core-tests: $(VENV)/.deps
 	+$(MAKE) $(if $(filter -j%,$(MAKEFLAGS)),,-j$(shell nproc)) \
 	  build/core_tests build/core_tests_asan build/core_tests_tsan
 
+# The table's Gather and Push timed alone, with no TensorFlow: make
+# build/table_speed && ./build/table_speed (tools/table_speed.cc).
+TABLE_SPEED_OBJS := $(patsubst %.cc,build/obj/core/%.o,$(filter %.cc,$(CORE_SOURCES)))
+build/table_speed: tools/table_speed.cc $(TABLE_SPEED_OBJS)
+	g++ $(CORE_FLAGS) $^ -o $@ -lpthread
+
 cc-test: build/core_tests
 	./build/core_tests
 
