@@ -108,7 +108,7 @@ lint: $(VENV)/.deps
 	$(CLANG_FORMAT) --dry-run --Werror $(CC_SOURCES)
 
 test: lint build core-tests cc-test sanitize bazel-build
-	$(PY) -m pytest -q --durations=15 tests
+	$(PY) -m pytest -q --durations=15 -m "not long" tests
 
 # The second stack, TensorFlow 2.21 with tf-keras 2.21, in its own venv, with
 # its own op library (the loader finds it by HET_TF_OPS_LIBRARY) and Horovod
@@ -130,21 +130,22 @@ TF221_TESTS := tests/test_cli.py tests/test_loader.py tests/test_layering.py \
   tests/test_data.py \
   tests/test_train_inputs.py tests/test_models.py tests/test_cluster.py tests/test_hybrid.py \
   tests/test_herald.py tests/test_train_command.py tests/test_stack.py
-# Runs that check numbers the default stack checks too (held-out accuracy
-# against s=0, the flush after unbounded staleness), more variants of a
-# mode this stack already runs once (the lookahead and FAE's hot rows in a
-# cluster, which this stack runs in one process; a second ragged model; the
-# hybrid mode of `het-tf train`, which test_hybrid.py runs), the recovery
-# runs after a lost task (the same processes and checkpoints as the runs
-# this stack keeps), the parser's fuzzing (its op's C++ is the same), and
-# the longest repeats of a guarantee this stack checks once already (saves
-# while workers train, besides the cluster's other checkpoints; Herald's
-# allocation, besides its plan; 8 rounds of a hybrid exactly-once run,
-# besides 1; 2 hybrid ranks' dense weights, besides 1; a ragged model with
-# a row constraint, besides the sequence model; the conformance matrix's
-# cells under ParameterServerStrategy, besides its cells in one process):
-# the second stack checks
-# that everything works, not every figure again.
+# Besides the long runs (`-m "not long"`): runs that check numbers the
+# default stack checks too (the flush after unbounded staleness), more
+# variants of a mode this stack already runs once (the lookahead and FAE's
+# hot rows in a cluster, which this stack runs in one process; a second
+# ragged model; the hybrid mode of `het-tf train`, which test_hybrid.py
+# runs; its tsv input and its eviction at --max-rows, which are the same
+# Python on both stacks), the recovery runs after a lost task (the same
+# processes and checkpoints as the runs this stack keeps), the parser's
+# fuzzing (its op's C++ is the same), and the longest repeats of a
+# guarantee this stack checks once already (saves while workers train,
+# besides the cluster's other checkpoints; Herald's allocation, besides its
+# plan; a hybrid exactly-once run over repeated ids, besides fresh ones; 2
+# hybrid ranks' dense weights, besides 1; a ragged model with a row
+# constraint, besides the sequence model; the conformance matrix's cells
+# under ParameterServerStrategy, besides its cells in one process): the
+# second stack checks that everything works, not every figure again.
 TF221_SKIPPED := \
   tests/test_herald.py::test_a_rank_lost_mid_step_fails_the_job_and_it_resumes \
   tests/test_cluster.py::test_a_lost_ps_task_fails_the_chief_and_a_relaunch_resumes \
@@ -152,8 +153,6 @@ TF221_SKIPPED := \
   tests/test_cluster.py::test_a_masked_sequence_model_trains_and_its_export_masks \
   tests/test_data.py::test_fuzzed_lines_match_the_reference_parser \
   tests/test_train_command.py::test_train_hybrid_mode_starts_and_stops_its_own_cluster \
-  tests/test_train_command.py::test_adagrad_cache_at_staleness_100_costs_no_held_out_accuracy \
-  tests/test_train_command.py::test_adam_cache_with_two_workers_keeps_held_out_accuracy \
   tests/test_train_command.py::test_one_workers_flush_moves_nothing_its_cache_had_not_made \
   tests/test_train_command.py::test_train_hybrid_mode_with_hot_rows \
   tests/test_hybrid.py::test_sequence_models_train_in_hybrid_mode \
@@ -162,11 +161,12 @@ TF221_SKIPPED := \
   tests/test_cluster.py::test_hot_rows_stay_pinned_in_every_workers_cache \
   tests/test_exactly_once.py::test_checkpoints_saved_while_the_workers_train_are_consistent_cuts \
   tests/test_herald.py::test_allocation_and_plan_agree_on_every_rank_and_lose_no_sample \
-  "tests/test_exactly_once.py::test_hybrid_ranks_end_at_the_data[8-fresh]" \
-  "tests/test_exactly_once.py::test_hybrid_ranks_end_at_the_data[8-repeated]" \
   "tests/test_hybrid.py::test_ranks_share_tables_and_keep_dense_weights_identical[2]" \
   tests/test_cluster.py::test_a_ragged_model_with_a_row_constraint_trains_and_exports \
   tests/test_train_command.py::test_train_ps_mode_starts_and_stops_its_own_cluster \
+  tests/test_train_command.py::test_train_reads_tsv_and_counts_malformed_lines \
+  tests/test_train_command.py::test_train_keeps_every_table_within_max_rows_by_eviction \
+  "tests/test_exactly_once.py::test_hybrid_ranks_end_at_the_data[1-repeated]" \
   tests/test_conformance.py::test_every_read_under_parameter_server_strategy_equals_keras_embedding \
   tests/test_conformance.py::test_every_export_under_parameter_server_strategy_serves_without_het_tf
 
@@ -185,7 +185,7 @@ $(TF221_LIBRARY): $(TF221_VENV)/.deps $(CC_SOURCES) setup.py
 
 # The loader's Bazel check loads Bazel's build, which is made for the default stack.
 test-tf2.21: $(TF221_LIBRARY)
-	HET_TF_OPS_LIBRARY=$(TF221_LIBRARY) $(TF221_PY) -m pytest -q --durations=15 $(TF221_TESTS) \
+	HET_TF_OPS_LIBRARY=$(TF221_LIBRARY) $(TF221_PY) -m pytest -q --durations=15 -m "not long" $(TF221_TESTS) \
 	  --deselect tests/test_loader.py::test_bazel_built_library_runs_the_ops \
 	  $(addprefix --deselect ,$(TF221_SKIPPED))
 
@@ -215,6 +215,7 @@ soak: build
 		--out $(CURDIR)/build/soak/exactly-once-adagrad
 	$(PY) tools/exactly_once_soak.py --optimizer adam --sync check --staleness 1 \
 		--out $(CURDIR)/build/soak/exactly-once-adam
+	$(PY) -m pytest -q -m long tests
 
 # The whole conformance matrix (tests/conformance.py): every route, cache
 # size, number of calls and optimizer, in one process and under

@@ -6,6 +6,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HET_TF = [sys.executable, "-m", "het_tf.apps.cli", "bench"]
 
@@ -125,6 +127,7 @@ def test_bench_refuses_what_it_cannot_do(tmp_path):
     assert not (tmp_path / "b").exists()
 
 
+@pytest.mark.long  # 4 cluster runs; the summary's arithmetic is checked below without them
 def test_accuracy_sweep_reports_mean_spread_and_paired_differences(tmp_path):
     out = tmp_path / "sweep"
     # One worker a run: what is checked is the sweep's bookkeeping.

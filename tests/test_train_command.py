@@ -165,6 +165,7 @@ def test_one_workers_flush_moves_nothing_its_cache_had_not_made(tmp_path, optimi
     assert abs(metrics["logloss"] - before["logloss"]) < 1e-4
 
 
+@pytest.mark.long  # 2 runs of 600,000 samples; `het-tf bench --sweep` measures it with repeats
 def test_adagrad_cache_at_staleness_100_costs_no_held_out_accuracy(tmp_path):
     """Two workers, Adagrad, the 10% LFU cache at s=100 against s=0 (the
     direct path), same seed, 600,000 samples (about 290 steps a worker).
@@ -184,6 +185,7 @@ def test_adagrad_cache_at_staleness_100_costs_no_held_out_accuracy(tmp_path):
     assert abs(cached["logloss"] - cached["before_flush"]["logloss"]) < 0.006
 
 
+@pytest.mark.long  # 2 runs of 600,000 samples; `het-tf bench --sweep` measures it with repeats
 def test_adam_cache_with_two_workers_keeps_held_out_accuracy(tmp_path):
     """Two workers, Adam, s=100 against s=0, same seed, 600,000 samples.
     Before the merge kept only an Adam delta's share of concurrent movement
