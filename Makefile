@@ -154,7 +154,6 @@ TF221_SKIPPED := \
   tests/test_data.py::test_fuzzed_lines_match_the_reference_parser \
   tests/test_train_command.py::test_train_hybrid_mode_starts_and_stops_its_own_cluster \
   tests/test_train_command.py::test_one_workers_flush_moves_nothing_its_cache_had_not_made \
-  tests/test_train_command.py::test_train_hybrid_mode_with_hot_rows \
   tests/test_hybrid.py::test_sequence_models_train_in_hybrid_mode \
   tests/test_hybrid.py::test_hot_rows_stay_identical_on_every_rank_and_off_the_shards \
   tests/test_cluster.py::test_the_lookahead_prefetches_on_every_worker_and_loses_no_update \

@@ -20,11 +20,11 @@ HERALD = ["--scheduler", "herald", "--allocate-every", "4", "--summary-rows", "2
           "--cache-capacity", "300"]
 
 
-def test_allocation_and_plan_agree_on_every_rank_and_lose_no_sample(tmp_path):
+def run_and_check_allocation(tmp_path):
     """2 ranks, scheduler="herald" with allocation every 4 steps: every rank
     computes the same assignment each step, each keeps its batch size, and
-    the samples trained in a step are exactly the samples read in it. The
-    checkpoint resumes, and the export serves without het_tf."""
+    the samples trained in a step are exactly the samples read in it; the
+    export serves without het_tf. Returns both ranks' results."""
     results = run_hybrid(tmp_path / "run", 1, [*HERALD, "--export-dir", str(tmp_path / "export"),
                                                 "--checkpoint-dir", str(tmp_path / "ckpt")])
     first, second = results
@@ -52,6 +52,19 @@ def test_allocation_and_plan_agree_on_every_rank_and_lose_no_sample(tmp_path):
     assert first["dense_digest"] == second["dense_digest"]
     assert first["losses"][-1] < first["losses"][0] - 0.02
     assert_served_without_het_tf(tmp_path / "export", first)
+    return results
+
+
+def test_allocation_and_plan_agree_on_every_rank_and_lose_no_sample(tmp_path):
+    run_and_check_allocation(tmp_path)
+
+
+@pytest.mark.long  # 3 hybrid runs; the lost-rank test below plans over a window and resumes
+def test_a_window_plans_ahead_and_a_stay_bonus_keeps_samples_home(tmp_path):
+    """Beside the allocation's run: a window of 4, and a stay bonus, resumed
+    from its checkpoint."""
+    results = run_and_check_allocation(tmp_path)
+    first = results[0]
 
     # A window of 4: the rows a rank reads again within it go through its
     # cache from their first read, so fewer go directly; exact all the same.
@@ -96,6 +109,7 @@ def test_a_rank_lost_mid_step_fails_the_job_and_it_resumes(tmp_path):
                                                     "--checkpoint-dir", ckpt])
     for r in resumed:
         assert r["resumed_from"] == ckpt + "/ckpt-2"
+        assert r["plan_ahead_keys"] > 0  # the window's next batch, through the caches
         assert r["table_updates_applied"] == sum(
             x["cache_updates_pushed"] + x["plan_direct_keys"] for x in resumed)
     assert resumed[0]["assignments"] == resumed[1]["assignments"]

@@ -133,6 +133,7 @@ def test_train_hybrid_mode_starts_and_stops_its_own_cluster(tmp_path):
     assert processes_mentioning(str(run_dir), "cmdline") == []
 
 
+@pytest.mark.long  # test_hybrid.py's hot block and test_hot_rows.py's profile cover it
 def test_train_hybrid_mode_with_hot_rows(tmp_path):
     """FAE from the command line: the profile, the hot block exchanged
     between the ranks, and a checkpoint and export of one table."""
