@@ -79,11 +79,12 @@ build/core_tests_asan: $(CORE_CC:%.cc=build/obj/asan/%.o)
 build/core_tests_tsan: $(CORE_CC:%.cc=build/obj/tsan/%.o)
 	clang++ $(TSAN_FLAGS) $^ -o $@ -lpthread
 
-# The three builds of the core's tests, a file on each core at a time
-# (unless make was given its own -j).
+# The three builds of the core's tests, and the table's timing tool (built
+# so that it keeps compiling), a file on each core at a time (unless make
+# was given its own -j).
 core-tests: $(VENV)/.deps
 	+$(MAKE) $(if $(filter -j%,$(MAKEFLAGS)),,-j$(shell nproc)) \
-	  build/core_tests build/core_tests_asan build/core_tests_tsan
+	  build/core_tests build/core_tests_asan build/core_tests_tsan build/table_speed
 
 # The table's Gather and Push timed alone, with no TensorFlow: make
 # build/table_speed && ./build/table_speed (tools/table_speed.cc).
