@@ -89,8 +89,8 @@ core-tests: $(VENV)/.deps
 # The table's Gather and Push timed alone, with no TensorFlow: make
 # build/table_speed && ./build/table_speed (tools/table_speed.cc).
 TABLE_SPEED_OBJS := $(patsubst %.cc,build/obj/core/%.o,$(filter %.cc,$(CORE_SOURCES)))
-build/table_speed: tools/table_speed.cc $(TABLE_SPEED_OBJS)
-	g++ $(CORE_FLAGS) $^ -o $@ -lpthread
+build/table_speed: tools/table_speed.cc $(TABLE_SPEED_OBJS) $(CORE_HEADERS)
+	g++ $(CORE_FLAGS) $(filter-out %.h,$^) -o $@ -lpthread
 
 cc-test: build/core_tests
 	./build/core_tests
