@@ -136,7 +136,7 @@ TF221_TESTS := tests/test_cli.py tests/test_loader.py tests/test_layering.py \
 # variants of a mode this stack already runs once (the lookahead and FAE's
 # hot rows in a cluster, which this stack runs in one process; a second
 # ragged model; the hybrid mode of `het-tf train`, which test_hybrid.py
-# runs; its tsv input and its eviction at --max-rows, which are the same
+# runs; `het-tf train`'s tsv input and its eviction at --max-rows, the same
 # Python on both stacks), the recovery runs after a lost task (the same
 # processes and checkpoints as the runs this stack keeps), the parser's
 # fuzzing (its op's C++ is the same), and the longest repeats of a
@@ -202,7 +202,7 @@ fuzz: build
 # clocks and the final checkpoint are checked after. Then two workers train
 # one table on 2 PS tasks through dropped answers, refused steps and
 # replayed rounds, and every row is checked against the data
-# (docs/reliability.md).
+# (docs/reliability.md). Last, the tests marked long (docs/testing.md).
 soak: build
 	rm -rf $(CURDIR)/build/soak
 	$(PY) tools/fault_soak.py --out $(CURDIR)/build/soak

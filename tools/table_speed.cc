@@ -58,6 +58,10 @@ int main(int argc, char** argv) {
   const int64_t rows = argc > 1 ? std::atoll(argv[1]) : 338103;
   const int dim = argc > 2 ? std::atoi(argv[2]) : 16;
   const int batches = argc > 3 ? std::atoi(argv[3]) : 200;
+  if (rows < 1 || dim < 1 || batches < 1) {
+    std::fprintf(stderr, "usage: table_speed [rows >= 1] [dim >= 1] [batches >= 1]\n");
+    return 2;
+  }
   het::TableConfig config;
   config.dim = dim;
   config.vocabulary_size = rows;
