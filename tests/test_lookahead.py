@@ -102,6 +102,30 @@ def test_the_data_comes_out_unchanged_and_in_order(shape, settings):
         assert ahead.numpy().tolist() == np.unique(np.concatenate(batches[1:])).tolist()
 
 
+def test_the_first_batch_waits_for_the_next_one_not_for_every_batch_staged():
+    """With 64 batches to stage, the pipeline hands batch 0 over once batch
+    1 is staged and stages the rest as it runs ahead: a source that fails
+    from its fourth batch on still yields its first, and then the error."""
+    layer = HetEmbedding(VOCAB, DIM, cache_capacity=100, staleness=10)
+    model = model_with(layer)
+    x, y = data(n=BATCH * 70)
+
+    def fail_from_the_fourth(number, element):
+        check = tf.debugging.assert_less(number, tf.constant(3, tf.int64),
+                                         message="the source fails here")
+        with tf.control_dependencies([check]):
+            return tf.nest.map_structure(tf.identity, element)
+
+    source = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH).enumerate().map(
+        fail_from_the_fourth)
+    handed = iter(het_tf.lookahead(source, model, 64))
+    first = next(handed)
+    np.testing.assert_array_equal(first[0].numpy(), x[:BATCH])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="the source fails here"):
+        for _ in range(69):
+            next(handed)
+
+
 class Subclassed(tf_keras.Model):
     def __init__(self):
         super().__init__()

@@ -7,10 +7,12 @@ cache that Herald's plan drives over a window of W batches the next W - 1
     dataset = het_tf.lookahead(dataset, model)   # model built, before fit
     model.fit(dataset, ...)
 
-With `batches=K` the pipeline stages K batches ahead of the one it hands
-over (at most MAX_BATCHES): a row that one of them reads is evicted only
-when no other row can be, the one read furthest ahead first, so that rows
-wanted soon are not fetched again (docs/consistency.md, "The lookahead").
+With `batches=K` the pipeline stages up to K batches ahead of the one it
+hands over (at most MAX_BATCHES): the next one always, the others as it
+runs ahead of the steps, so that the first step does not wait for K. A row
+that a staged batch reads is evicted only when no other row can be, the
+one read furthest ahead first, so that rows wanted soon are not fetched
+again (docs/consistency.md, "The lookahead").
 
 The dataset's elements come out unchanged and in order. Before it hands
 over batch t, the pipeline runs the model's inputs of batch t + 1 up to each
@@ -75,9 +77,11 @@ def lookahead(dataset, model, batches=1):
     layers = prefetching + windowed
     if not layers:
         return dataset
-    # Batches staged ahead of the one handed over: `batches` for a
-    # prefetch, the window's others for a Herald plan.
-    depth = max([batches] * bool(prefetching) +
+    # Batches that must be staged before the one handed over: the next for
+    # a prefetch, the window's others for a Herald plan. The rest of
+    # `batches` the prefetch buffer below stages as the pipeline runs
+    # ahead of the steps, so that the first step waits for one batch, not K.
+    depth = max([1] * bool(prefetching) +
                 [layer.cache.config.window - 1 for layer in windowed])
     ids_of = ids_model(model, layers, "het_tf.lookahead")
     # End markers after the last element, so that the last ones come out.
@@ -107,4 +111,4 @@ def lookahead(dataset, model, batches=1):
         layer.enable_lookahead()
     # A train function traced before would not prefetch.
     model.train_function = None
-    return out.prefetch(1)
+    return out.prefetch(max(1, batches - depth) if prefetching else 1)
