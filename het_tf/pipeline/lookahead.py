@@ -62,8 +62,8 @@ def _layers_to_stage(model):
 
 def lookahead(dataset, model, batches=1):
     """`dataset` (a tf.data.Dataset of model.fit's elements) with each
-    batch's HetEmbedding ids staged `batches` batches before it is handed
-    over; see the module docstring. Also switches the model's
+    batch's HetEmbedding ids staged up to `batches` batches before it is
+    handed over (one at least); see the module docstring. Also switches the model's
     HetEmbedding layers that cache with sync "refresh" to prefetching
     training steps (traced from here on)."""
     if not isinstance(dataset, tf.data.Dataset):
