@@ -35,11 +35,11 @@ import tensorflow as tf
 from het_tf.keras_layers.het_embedding import het_embedding_layers
 from het_tf.pipeline.layer_inputs import batch_ids, ids_model, with_end_marker
 from het_tf.runtime import combinations
+from het_tf.runtime.config import LOOKAHEAD_BATCHES
 
 _log = logging.getLogger("het_tf")
-# The most batches a pipeline stages ahead: a cache keeps 80 staged batches
-# (StagedBatches::kMaxStaged), the rest for those between pipeline and steps.
-MAX_BATCHES = 64
+# The most batches a pipeline stages ahead, and the default.
+MAX_BATCHES = LOOKAHEAD_BATCHES
 
 
 def _layers_to_stage(model):
@@ -60,7 +60,7 @@ def _layers_to_stage(model):
     return prefetching, windowed
 
 
-def lookahead(dataset, model, batches=1):
+def lookahead(dataset, model, batches=LOOKAHEAD_BATCHES):
     """`dataset` (a tf.data.Dataset of model.fit's elements) with each
     batch's HetEmbedding ids staged up to `batches` batches before it is
     handed over (one at least); see the module docstring. Also switches the model's

@@ -97,8 +97,7 @@ def cache_rows(capacity, vocabulary_size, owner):
 
 def staleness_bounds(owner, staleness=AUTO, read_staleness=None, write_staleness=None):
     """(read bound, write bound, ramp) of a cache: read_staleness and
-    write_staleness default to staleness; "auto" is AUTO_STALENESS with the
-    ramp."""
+    write_staleness default to staleness; "auto" is AUTO_STALENESS, ramped."""
     auto = isinstance(staleness, str) and staleness.strip().lower() == AUTO
     both = AUTO_STALENESS if auto else parse_staleness(staleness, owner)
     read = both if read_staleness is None else parse_staleness(read_staleness, owner,
@@ -257,9 +256,10 @@ class TableConfig:
                     initializer_b=self.initializer_b)
 
 
-# The longest window of Herald's plan: the cache keeps the last 64 batches
-# staged, the window's and those the input pipeline prefetches ahead of it.
+# A cache keeps 80 staged batches (StagedBatches::kMaxStaged): Herald's
+# window, or the lookahead's batches, and the few between pipeline and steps.
 MAX_WINDOW = 32
+LOOKAHEAD_BATCHES = 64  # het_tf.lookahead's most, and its default (docs/benchmarks.md)
 
 
 @dataclasses.dataclass(frozen=True)

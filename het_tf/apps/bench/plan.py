@@ -19,11 +19,12 @@ CONFIGURATIONS = (
      ["--mode", "ps", "--staleness", "100", "--no-lookahead"]),
     ("het-s100-check", "HetEmbedding, 10% LFU cache, staleness 100, HET's per-key check",
      ["--mode", "ps", "--staleness", "100", "--sync", "check"]),
-    ("het-s100-lookahead", "HetEmbedding, 10% LFU cache, staleness 100, lookahead prefetch",
+    ("het-s100-lookahead", "HetEmbedding, 10% LFU cache, staleness 100, lookahead prefetch, "
+     "up to 64 batches staged, whose rows stay while others can go",
      ["--mode", "ps", "--staleness", "100", "--lookahead"]),
-    ("het-s100-lookahead64", "HetEmbedding, 10% LFU cache, staleness 100, lookahead with 64 "
-     "batches staged, whose rows stay while others can go",
-     ["--mode", "ps", "--staleness", "100", "--lookahead", "--lookahead-batches", "64"]),
+    ("het-s100-lookahead1", "HetEmbedding, 10% LFU cache, staleness 100, lookahead with one "
+     "batch staged", ["--mode", "ps", "--staleness", "100", "--lookahead",
+                      "--lookahead-batches", "1"]),
     ("het-auto", "HetEmbedding, 10% LFU cache, staleness auto (the default)",
      ["--mode", "ps", "--staleness", "auto"]),
     ("hybrid-nocache", "HetEmbedding, cache off, hybrid mode",
@@ -34,9 +35,9 @@ CONFIGURATIONS = (
      ["--mode", "hybrid", "--staleness", "100", "--sync", "check"]),
     ("hybrid-s100-lookahead", "HetEmbedding, 10% LFU cache, staleness 100, lookahead, hybrid",
      ["--mode", "hybrid", "--staleness", "100", "--lookahead"]),
-    ("hybrid-s100-lookahead64", "HetEmbedding, 10% LFU cache, staleness 100, lookahead with "
-     "64 batches staged, hybrid",
-     ["--mode", "hybrid", "--staleness", "100", "--lookahead", "--lookahead-batches", "64"]),
+    ("hybrid-s100-lookahead1", "HetEmbedding, 10% LFU cache, staleness 100, lookahead with "
+     "one batch staged, hybrid",
+     ["--mode", "hybrid", "--staleness", "100", "--lookahead", "--lookahead-batches", "1"]),
     ("hybrid-nocache-fp16", "HetEmbedding, cache off, hybrid mode, dense allreduce in float16",
      ["--mode", "hybrid", "--cache-capacity", "0", "--allreduce-dtype", "float16"]),
     ("hybrid-s100-lookahead-fp16", "HetEmbedding, 10% LFU cache, staleness 100, lookahead, "

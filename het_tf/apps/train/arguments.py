@@ -9,7 +9,7 @@ import sys
 from het_tf.apps import link
 from het_tf.distribute.allreduce_dtype import check_allreduce_dtype
 from het_tf.runtime import combinations
-from het_tf.runtime.config import check_window, parse_stay_bonus
+from het_tf.runtime.config import LOOKAHEAD_BATCHES, check_window, parse_stay_bonus
 from het_tf.runtime.wire_dtype import check_wire_dtype
 
 MODES = combinations.MODES
@@ -118,10 +118,11 @@ def add_arguments(p):
                    "training step prefetches the next batch's rows while it computes "
                    "(het_tf.lookahead; the default wherever a HetEmbedding cache syncs by "
                    "refresh)")
-    p.add_argument("--lookahead-batches", type=int, default=1,
-                   help="with the lookahead, the batches the input pipeline stages ahead "
-                   "(1 to 64): a row one of them reads is evicted only when no other can be, "
-                   "the one read furthest ahead first (het_tf.lookahead; default 1)")
+    p.add_argument("--lookahead-batches", type=int, default=LOOKAHEAD_BATCHES,
+                   help="with the lookahead, the most batches the input pipeline stages ahead "
+                   f"(1 to {LOOKAHEAD_BATCHES}): a row one of them reads is evicted only when "
+                   "no other can be, the one read furthest ahead first (het_tf.lookahead; "
+                   f"default {LOOKAHEAD_BATCHES})")
     p.add_argument("--hot-rows", type=int, default=0,
                    help="FAE: replicate this many of the most accessed rows on every rank "
                    "(hybrid and local mode; ps mode pins them in every worker's cache), found "
