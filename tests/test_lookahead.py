@@ -76,8 +76,9 @@ def test_steps_find_their_misses_prefetched_and_train_as_without(steps_per_execu
                          ids=["prefetch", "prefetch, 5 staged", "herald window"])
 @pytest.mark.parametrize("shape", ["pairs", "triples", "dict", "x only"])
 def test_the_data_comes_out_unchanged_and_in_order(shape, settings):
-    """A prefetch holds one batch back (or `batches`), a Herald window of
-    5 four (more than the 3 here): the elements come out as they went in."""
+    """A prefetch holds one batch back (and buffers up to `batches`), a
+    Herald window of 5 four (more than the 3 here): the elements come out
+    as they went in."""
     settings = dict(settings)
     batches = settings.pop("batches", 1)
     layer = HetEmbedding(VOCAB, DIM, cache_capacity=100, **settings)
