@@ -8,11 +8,11 @@ cache that Herald's plan drives over a window of W batches the next W - 1
     model.fit(dataset, ...)
 
 With `batches=K` the pipeline stages up to K batches ahead of the one it
-hands over (at most MAX_BATCHES): the next one always, the others as it
-runs ahead of the steps, so that the first step does not wait for K. A row
-that a staged batch reads is evicted only when no other row can be, the
-one read furthest ahead first, so that rows wanted soon are not fetched
-again (docs/consistency.md, "The lookahead").
+hands over (at most LOOKAHEAD_BATCHES, also the default): the next one
+always, the others as it runs ahead of the steps, so that the first step
+does not wait for K. A row that a staged batch reads is evicted only when
+no other row can be, the one read furthest ahead first, so that rows
+wanted soon are not fetched again (docs/consistency.md, "The lookahead").
 
 The dataset's elements come out unchanged and in order. Before it hands
 over batch t, the pipeline runs the model's inputs of batch t + 1 up to each
@@ -38,8 +38,6 @@ from het_tf.runtime import combinations
 from het_tf.runtime.config import LOOKAHEAD_BATCHES
 
 _log = logging.getLogger("het_tf")
-# The most batches a pipeline stages ahead, and the default.
-MAX_BATCHES = LOOKAHEAD_BATCHES
 
 
 def _layers_to_stage(model):
@@ -63,15 +61,15 @@ def _layers_to_stage(model):
 def lookahead(dataset, model, batches=LOOKAHEAD_BATCHES):
     """`dataset` (a tf.data.Dataset of model.fit's elements) with each
     batch's HetEmbedding ids staged up to `batches` batches before it is
-    handed over (one at least); see the module docstring. Also switches the model's
-    HetEmbedding layers that cache with sync "refresh" to prefetching
-    training steps (traced from here on)."""
+    handed over (one at least); see the module docstring. Also switches
+    the model's HetEmbedding layers that cache with sync "refresh" to
+    prefetching training steps (traced from here on)."""
     if not isinstance(dataset, tf.data.Dataset):
         raise ValueError(f"het_tf.lookahead takes a tf.data.Dataset, got "
                          f"{type(dataset).__name__}")
     if isinstance(batches, bool) or not isinstance(batches, int) or not (
-            1 <= batches <= MAX_BATCHES):
-        raise ValueError(f"het_tf.lookahead: batches must be an int from 1 to {MAX_BATCHES} "
+            1 <= batches <= LOOKAHEAD_BATCHES):
+        raise ValueError(f"het_tf.lookahead: batches must be an int from 1 to {LOOKAHEAD_BATCHES} "
                          f"(the batches staged ahead), got {batches!r}")
     prefetching, windowed = _layers_to_stage(model)
     layers = prefetching + windowed
