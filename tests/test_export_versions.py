@@ -165,26 +165,54 @@ while True:
 """
 
 
+def _writing(folder, pid):
+    """Whether the hidden folder of a version `pid` is writing is in `folder`."""
+    try:
+        return any(name.startswith(".") and name.endswith(f"-{pid}")
+                   for name in os.listdir(folder))
+    except FileNotFoundError:
+        return False
+
+
+def _until(folder, process, writing, seconds=300):
+    """The moment `process` is (or is no longer) writing a version in
+    `folder`, polled while it runs."""
+    deadline = time.monotonic() + seconds
+    while _writing(folder, process.pid) != writing:
+        assert process.poll() is None, "the exporting process ended on its own"
+        assert time.monotonic() < deadline, "the export did not get there in time"
+        time.sleep(0.001)
+    return time.monotonic()
+
+
 def test_a_killed_export_leaves_only_whole_versions(tmp_path):
-    """Kill -9 an exporting process at moments spread over an export (timed
-    by the one before it, so a slow machine moves the moments too): every
-    numbered folder it left loads; the half-written one is hidden, and the
-    next export removes it."""
+    """Kill -9 an exporting process at moments spread over an export: once
+    timed from an export's start, and three times while a version is being
+    written, at shares of how long the process's first version took to
+    write (its hidden folder seen appear and go, so a slow machine moves
+    the moments too). Every numbered folder it left loads; the half-written
+    one is hidden, and the next export removes it."""
     folder = tmp_path / "v"
     killed_mid_write = 0
-    for share in (0.15, 0.4, 0.65, 0.9):
+    for moment, share in (("export", 0.3), ("write", 0.1), ("write", 0.45), ("write", 0.8)):
         process = subprocess.Popen([sys.executable, "-c", EXPORT_IN_A_LOOP, str(folder),
                                     ROOT_TESTS],
                                    stdout=subprocess.PIPE, text=True,
                                    env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
         try:
-            seconds = float(process.stdout.readline())  # one whole export, the next begun
-            time.sleep(share * seconds)
+            if moment == "export":
+                seconds = float(process.stdout.readline())  # one whole export, the next begun
+                time.sleep(share * seconds)
+            else:
+                began = _until(folder, process, writing=True)
+                ended = _until(folder, process, writing=False)
+                _until(folder, process, writing=True)  # the next version
+                time.sleep(share * (ended - began))
         finally:
             process.send_signal(signal.SIGKILL)
             process.wait(timeout=60)
-        killed_mid_write += any(name.startswith(".") for name in os.listdir(folder))
-    assert killed_mid_write >= 1, "no kill landed while a version was being written"
+        killed_mid_write += _writing(folder, process.pid)
+    assert killed_mid_write >= 2, "too few kills landed while a version was being written"
     held = versions(folder)
     assert held, "no version was written"
     served = serve_without_het_tf([folder / str(v) for v in held], {"ids": [[1], [7]]})

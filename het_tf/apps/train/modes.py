@@ -49,12 +49,19 @@ class LocalMode:
     def distribute(self, model):
         """Runs after the model is built, before it is compiled."""
 
-    def pipelines(self, inputs, lookahead_model=None, hot_model=None):
-        """(training input, held-out input, timeline input) of this worker;
-        with lookahead_model, training batches stage their ids a step ahead
-        in its caches (het_tf.lookahead); with hot_model, they are its hot
-        and cold batches (het_tf.hot_and_cold_batches)."""
+    def pipelines(self, inputs, steps, lookahead_model=None, hot_model=None):
+        """(training input, held-out input, timeline input) of this worker,
+        which trains `steps` batches; with lookahead_model, training batches
+        stage their ids ahead in its caches (het_tf.lookahead); with
+        hot_model, they are its hot and cold batches
+        (het_tf.hot_and_cold_batches)."""
         train = inputs.train(self.rank, self.size)
+        if hot_model is None:
+            # The reader stops at the last batch trained: the lookahead reads
+            # up to --lookahead-batches ahead, which would otherwise parse
+            # (and count in records_read) lines no step trains on. Hot and
+            # cold batches regroup samples: how many are read is not known.
+            train = train.take(steps)
         if lookahead_model is not None:
             train = lookahead(train, lookahead_model, inputs.args.lookahead_batches)
         if hot_model is not None:
@@ -126,7 +133,9 @@ class PsMode(LocalMode):
     def compile_options(self):
         return {"pss_evaluation_shards": 0}
 
-    def pipelines(self, inputs, lookahead_model=None, hot_model=None):
+    def pipelines(self, inputs, steps, lookahead_model=None, hot_model=None):
+        # A worker trains the steps the coordinator gives it, not a known
+        # share of `steps`: its reader runs on, ahead of the steps.
         num_workers, batches = self.num_workers, inputs.args.lookahead_batches
 
         def per_worker(pipeline, model=None):

@@ -90,7 +90,8 @@ def train(args, mode):
     progress = figures.Progress(model, own)
     hot = _use_hot_rows(model, inputs, mode, args, epochs * steps_per_epoch) if args.hot else {}
     train_input, eval_input, timeline_input = mode.pipelines(
-        inputs, model if args.lookahead else None, model if args.hot else None)
+        inputs, epochs * steps_per_epoch, model if args.lookahead else None,
+        model if args.hot else None)
     num_workers, rank = mode.num_workers, mode.rank
     if rank == 0:
         print(f"het-tf train: {args.model} on {args.data} in {args.mode} mode "
