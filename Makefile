@@ -142,11 +142,14 @@ TF221_TESTS := tests/test_cli.py tests/test_loader.py tests/test_layering.py \
 # fuzzing (its op's C++ is the same), and the longest repeats of a
 # guarantee this stack checks once already (saves while workers train,
 # besides the cluster's other checkpoints; Herald's allocation, besides its
-# plan; a hybrid exactly-once run over repeated ids, besides fresh ones; 2
-# hybrid ranks' dense weights, besides 1; a ragged model with a row
+# plan; the hybrid exactly-once runs, besides the cluster's and the runs
+# with faults in one process; 2 hybrid ranks' dense weights, besides 1; a ragged model with a row
 # constraint, besides the sequence model; the conformance matrix's cells
-# under ParameterServerStrategy, besides its cells in one process): the
-# second stack checks that everything works, not every figure again.
+# under ParameterServerStrategy and in hybrid mode, besides its cells in one
+# process; a cluster's counts, a restore onto 3 PS tasks and an incremental
+# chain's, besides the restore onto 1; `het-tf train`'s local run and its
+# failed export, besides its run on a small file): the second stack checks
+# that everything works, not every figure again.
 TF221_SKIPPED := \
   tests/test_herald.py::test_a_rank_lost_mid_step_fails_the_job_and_it_resumes \
   tests/test_cluster.py::test_a_lost_ps_task_fails_the_chief_and_a_relaunch_resumes \
@@ -168,7 +171,14 @@ TF221_SKIPPED := \
   tests/test_train_command.py::test_train_keeps_every_table_within_max_rows_by_eviction \
   "tests/test_exactly_once.py::test_hybrid_ranks_end_at_the_data[1-repeated]" \
   tests/test_conformance.py::test_every_read_under_parameter_server_strategy_equals_keras_embedding \
-  tests/test_conformance.py::test_every_export_under_parameter_server_strategy_serves_without_het_tf
+  tests/test_conformance.py::test_every_export_under_parameter_server_strategy_serves_without_het_tf \
+  tests/test_conformance.py::test_every_hybrid_read_equals_the_cache_off_model_on_every_rank \
+  tests/test_cluster.py::test_training_shards_rows_caches_hits_and_counts_add_up \
+  "tests/test_cluster.py::test_checkpoint_restores_onto_another_number_of_ps_tasks[3]" \
+  "tests/test_exactly_once.py::test_hybrid_ranks_end_at_the_data[1-fresh]" \
+  tests/test_incremental_checkpoints.py::test_a_cluster_chain_restores_onto_one_shard \
+  tests/test_train_command.py::test_train_local_writes_a_run_that_serves_without_het_tf \
+  tests/test_train_command.py::test_a_failed_export_keeps_the_checkpoint_and_metrics_json
 
 setup-tf2.21: $(TF221_VENV)/.deps
 

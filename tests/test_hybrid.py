@@ -144,7 +144,11 @@ def test_hot_rows_stay_identical_on_every_rank_and_off_the_shards(tmp_path):
     assert len({r["hot_digest"] for r in resumed}) == 1
 
 
-@pytest.mark.parametrize("model", ["--sequence", "--ragged"])
+# The masked sequence model trains in a cluster (test_cluster.py) and in one
+# process; in hybrid mode the ragged one runs here, the masked one in
+# `make soak`.
+@pytest.mark.parametrize("model", [pytest.param("--sequence", marks=pytest.mark.long),
+                                   "--ragged"])
 def test_sequence_models_train_in_hybrid_mode(tmp_path, model):
     """A masked sequence model (the padding row, looked up by both ranks, is
     never pushed), and a ragged one with a MaxNorm(axis=1) constraint (every
