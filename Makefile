@@ -115,21 +115,24 @@ test: lint build core-tests cc-test sanitize bazel-build
 # its own op library (the loader finds it by HET_TF_OPS_LIBRARY) and Horovod
 # wheel; the tree's default build is left alone. Its suite is every test but
 # lint, the Bazel build and the benchmark (TFRA's row), fuzz, concurrency,
-# link and checkpoint-kill tests, which run on 2.16.2.
+# link and checkpoint-kill tests, and the Python above the ops that the
+# conformance cells run on 2.21 too (the settings' combinations, the
+# lookahead's and hot block's own tests, the models and the training
+# inputs), which run on 2.16.2.
 TF221_VENV := .venv-tf2.21
 TF221_PY := $(TF221_VENV)/bin/python
 TF221_LIBRARY := $(CURDIR)/build/tf2.21/_het_ops.so
 TF221_TESTS := tests/test_cli.py tests/test_loader.py tests/test_layering.py \
   tests/test_ops_reference.py tests/test_ops_errors.py tests/test_exactly_once.py \
-  tests/test_keras_layer.py tests/test_keras_contract.py tests/test_combinations.py \
+  tests/test_keras_layer.py tests/test_keras_contract.py \
   tests/test_conformance.py \
   tests/test_deprecated_aliases.py \
   tests/test_embedding_behaviours.py \
-  tests/test_lookahead.py tests/test_hot_rows.py tests/test_hot_block.py \
+  tests/test_hot_rows.py \
   tests/test_checkpoint_export.py tests/test_model_saving.py \
   tests/test_checkpoint_memory.py tests/test_incremental_checkpoints.py \
   tests/test_data.py \
-  tests/test_train_inputs.py tests/test_models.py tests/test_cluster.py tests/test_hybrid.py \
+  tests/test_cluster.py tests/test_hybrid.py \
   tests/test_herald.py tests/test_train_command.py tests/test_stack.py
 # Besides the long runs (`-m "not long"`): runs that check numbers the
 # default stack checks too (the flush after unbounded staleness), more
