@@ -176,6 +176,9 @@ def test_a_masked_sequence_model_trains_and_its_export_masks(tmp_path):
     assert_served_without_het_tf(tmp_path / "export", result)
 
 
+# The hybrid ragged run (test_hybrid.py) checks the same MaxNorm on the
+# shards and its export in `make test`; this one is in `make soak`.
+@pytest.mark.long
 def test_a_ragged_model_with_a_row_constraint_trains_and_exports(tmp_path):
     """Ragged ids without a combiner (ragged vectors, pooled) and a
     MaxNorm(axis=1) constraint under ParameterServerStrategy: every row an
