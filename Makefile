@@ -150,9 +150,10 @@ TF221_TESTS := tests/test_cli.py tests/test_loader.py tests/test_layering.py \
 # process; 2 hybrid ranks' dense weights, besides the ranks' connection and
 # allreduce; the conformance matrix's cells under ParameterServerStrategy,
 # besides its cells in one process and in hybrid mode; a restore onto 3 PS
-# tasks and an incremental chain's, besides the restore onto 1; `het-tf train`'s local run and its failed export, besides its run
-# on a small file): the second stack checks that everything works, not
-# every figure again.
+# tasks and an incremental chain's, besides the restore onto 1; `het-tf
+# train`'s local run and its failed export, besides its run on a small
+# file): the second stack checks that everything works, not every figure
+# again.
 TF221_SKIPPED := \
   tests/test_herald.py::test_a_rank_lost_mid_step_fails_the_job_and_it_resumes \
   tests/test_cluster.py::test_a_lost_ps_task_fails_the_chief_and_a_relaunch_resumes \

@@ -166,7 +166,8 @@ while True:
 
 
 def _writing(folder, pid):
-    """Whether the hidden folder of a version `pid` is writing is in `folder`."""
+    """Whether `folder` holds the hidden folder of a version that process
+    `pid` is writing."""
     try:
         return any(name.startswith(".") and name.endswith(f"-{pid}")
                    for name in os.listdir(folder))

@@ -77,10 +77,10 @@ def train(args, mode):
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     mode.prepare(args)  # first: it sets up TensorFlow's runtime
     epochs, steps_per_epoch = _schedule(args, mode.batches_per_step)
+    steps = epochs * steps_per_epoch  # fit's: each rank's, or all ps-mode workers' together
     # Each worker reads its own stream from row 0 (in ps mode the workers
     # take steps as they come: this many on average).
-    trained_per_worker = (epochs * steps_per_epoch * mode.batches_per_step * args.batch_size
-                          // mode.num_workers)
+    trained_per_worker = steps * mode.batches_per_step * args.batch_size // mode.num_workers
     inputs = Inputs(args, pipelines=mode.num_workers, trained_per_worker=trained_per_worker)
     os.makedirs(args.run_dir, exist_ok=True)
     model = _build_and_compile(args, inputs, mode)
@@ -88,14 +88,13 @@ def train(args, mode):
     evaluations = floor_inputs.EvaluationTraffic(model)
     own = {"ps": "chief:0", "hybrid": "rank:0"}.get(args.mode, "local")
     progress = figures.Progress(model, own)
-    hot = _use_hot_rows(model, inputs, mode, args, epochs * steps_per_epoch) if args.hot else {}
+    hot = _use_hot_rows(model, inputs, mode, args, steps) if args.hot else {}
     train_input, eval_input, timeline_input = mode.pipelines(
-        inputs, epochs * steps_per_epoch, model if args.lookahead else None,
-        model if args.hot else None)
+        inputs, steps, model if args.lookahead else None, model if args.hot else None)
     num_workers, rank = mode.num_workers, mode.rank
     if rank == 0:
         print(f"het-tf train: {args.model} on {args.data} in {args.mode} mode "
-              f"({num_workers} worker{'s' * (num_workers > 1)}), {epochs * steps_per_epoch} "
+              f"({num_workers} worker{'s' * (num_workers > 1)}), {steps} "
               f"steps of {args.batch_size}, run folder {args.run_dir}", flush=True)
     timeline = {}
     if args.timeline_samples:
@@ -125,7 +124,7 @@ def train(args, mode):
                             **timeline,
                             verbose=(1 if sys.stdout.isatty() else 2) if rank == 0 else 0).history
     mode.barrier()
-    train_samples = epochs * steps_per_epoch * args.batch_size * mode.size
+    train_samples = steps * args.batch_size * mode.size
     result = {"config": arguments.options(args, leave_out=("run_dir",)),
               "versions": figures.versions(), "workers": num_workers,
               "train_samples": train_samples, "train_seconds": throughput.train_seconds(),
