@@ -34,6 +34,7 @@ from toy_model import (  # noqa: E402
 import het_tf  # noqa: E402
 from het_tf import cluster  # noqa: E402
 from het_tf.keras_layers import HetMetricsCallback  # noqa: E402
+from het_tf.models import trace_steps_as_written  # noqa: E402
 
 
 def parse_args():
@@ -77,6 +78,7 @@ def compiled_model(args):
     model.compile(tf_keras.optimizers.Adam(0.01), "binary_crossentropy",
                   metrics=[tf_keras.metrics.AUC(name="auc")], steps_per_execution=4,
                   pss_evaluation_shards=0)
+    trace_steps_as_written(model)  # a first step in seconds: nothing branches on a tensor
     return model, layer
 
 

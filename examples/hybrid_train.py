@@ -29,6 +29,7 @@ from toy_model import (  # noqa: E402
 
 import het_tf  # noqa: E402
 from het_tf import hybrid  # noqa: E402
+from het_tf.models import trace_steps_as_written  # noqa: E402
 
 
 def parse_args():
@@ -75,6 +76,7 @@ def main():
                       allreduce_dtype=args.allreduce_dtype)  # before compile
     # Horovod's convention: scale the learning rate with the number of ranks.
     model.compile(tf_keras.optimizers.Adam(0.005 * hybrid.size()), "binary_crossentropy")
+    trace_steps_as_written(model)  # a first step in seconds: nothing branches on a tensor
     rank = hybrid.rank()
     result = {"rank": rank, "size": hybrid.size(), "num_ps": hybrid.num_ps()}
 

@@ -30,6 +30,7 @@ def sum_of_rows_model(full_every, name="items"):
     import tf_keras
 
     from het_tf.keras_layers import HetEmbedding
+    from het_tf.models import trace_steps_as_written
 
     """Its loss is the mean over the batch of the sum of the sample's rows:
     each id's row moves by -LR/BATCH per occurrence, from zeros, and its
@@ -40,7 +41,7 @@ def sum_of_rows_model(full_every, name="items"):
     ids = tf_keras.Input((3,), dtype="int64")
     model = tf_keras.Model(ids, tf.reduce_sum(layer(ids), axis=[1, 2])[:, None])
     model.compile(tf_keras.optimizers.SGD(LR), loss=lambda _y, pred: pred)
-    return model, layer
+    return trace_steps_as_written(model), layer  # seconds, not half a minute, to trace
 
 
 def batches():

@@ -6,6 +6,7 @@ import pathlib
 
 import numpy as np
 import pytest
+import tensorflow as tf
 import tf_keras
 
 from het_tf.apps.train.figures import roc_auc
@@ -18,6 +19,7 @@ from het_tf.models import (
     FactorizationMachine,
     FieldIndices,
     build_model,
+    trace_steps_as_written,
 )
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -78,6 +80,35 @@ def test_models_build_and_take_a_training_step(name, kind):
     for layer in het:
         stats = layer.het_stats()
         assert stats["cache_unique_keys"] > 0 and stats["table_rows"] > 0
+
+
+def test_steps_traced_as_written_step_as_numpy_does_and_refuse_branches_on_tensors():
+    """Without AutoGraph a step still trains: one SGD step of a linear model
+    on mean squared error, against NumPy; a layer branching on a tensor,
+    which AutoGraph would have turned into a tf.cond, fails to trace."""
+    x = np.random.default_rng(0).normal(size=(8, 3)).astype(np.float32)
+    y = np.random.default_rng(1).normal(size=(8, 1)).astype(np.float32)
+    w0 = np.array([[0.5], [-0.25], [1.0]], np.float32)
+    model = tf_keras.Sequential([tf_keras.Input((3,)), tf_keras.layers.Dense(
+        1, kernel_initializer=tf_keras.initializers.Constant(w0))])
+    model.compile(tf_keras.optimizers.SGD(0.1), "mse")
+    trace_steps_as_written(model).train_on_batch(x, y)
+    error = x @ w0 - y  # the bias starts at 0
+    w, b = model.get_weights()
+    np.testing.assert_allclose(w, w0 - 0.1 * 2 * x.T @ error / 8, rtol=1e-5)
+    np.testing.assert_allclose(b, -0.1 * 2 * error.sum(0) / 8, rtol=1e-5)
+    assert model.predict(x, verbose=0).shape == (8, 1)
+
+    class Branching(tf_keras.layers.Layer):
+        def call(self, inputs):
+            if tf.reduce_sum(inputs) > 0:
+                return inputs
+            return -inputs
+
+    model = tf_keras.Sequential([tf_keras.Input((3,)), Branching(), tf_keras.layers.Dense(1)])
+    model.compile(tf_keras.optimizers.SGD(0.1), "mse")
+    with pytest.raises(TypeError, match="tf.Tensor"):
+        trace_steps_as_written(model).train_on_batch(x, y)
 
 
 def test_training_md_names_the_tables_each_model_builds():

@@ -10,6 +10,7 @@ from het_tf.models.ctr_models import (
                                       wdl,
 )
 from het_tf.models.embeddings import EmbeddingSpec, FieldIndices
+from het_tf.models.tracing import trace_steps_as_written
 
 __all__ = ["MODELS", "CrossLayer", "EmbeddingSpec", "FactorizationMachine", "FieldIndices",
-           "build_model", "dcn", "deepfm", "wdl"]
+           "build_model", "dcn", "deepfm", "trace_steps_as_written", "wdl"]

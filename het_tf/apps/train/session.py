@@ -19,7 +19,7 @@ from het_tf.distribute.server import SERVER_IMPORTS_ENV
 from het_tf.keras_layers.evaluation import as_the_caches_stand
 from het_tf.keras_layers.export_versions import check_folder
 from het_tf.keras_layers.het_embedding import het_embedding_layers
-from het_tf.models import EmbeddingSpec, build_model
+from het_tf.models import EmbeddingSpec, build_model, trace_steps_as_written
 
 # Progress is reported (and the steady-state clock started) per chunk.
 PROGRESS_CHUNKS = 10
@@ -70,17 +70,8 @@ def _build_and_compile(args, inputs, mode):
                       metrics=[tf_keras.metrics.AUC(num_thresholds=2000, name="auc"),
                                tf_keras.metrics.BinaryCrossentropy(name="logloss")],
                       steps_per_execution=args.steps_per_execution, **mode.compile_options())
-    _trace_steps_as_written(model)
+    trace_steps_as_written(model)  # its models branch on no tensor
     return model
-
-
-def _trace_steps_as_written(model):
-    """Keras traces each step through AutoGraph, which rewrites every
-    function the step calls, Keras' own included: about 24 of a tiny run's
-    first 28 s here. The models built here branch on no tensor, so their steps
-    trace as written; Keras' loop over steps_per_execution is still converted."""
-    for step in ("train_step", "test_step", "predict_step"):
-        setattr(model, step, tf.autograph.experimental.do_not_convert(getattr(model, step)))
 
 
 def train(args, mode):
