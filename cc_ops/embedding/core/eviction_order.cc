@@ -41,7 +41,8 @@ void EvictionOrder::AttachTo(int32_t slot, uint64_t touches, uint64_t bucket) {
   Node& node = nodes_[slot];
   node.touches = touches;
   node.attached = true;
-  node.bucket = buckets_.try_emplace(bucket).first;
+  if (last_ == buckets_.end() || last_->first != bucket) last_ = buckets_.try_emplace(bucket).first;
+  node.bucket = last_;
   List& list = node.bucket->second;
   node.prev = list.tail;
   node.next = kNone;
@@ -66,7 +67,10 @@ void EvictionOrder::Detach(int32_t slot) {
   } else {
     list.tail = node.prev;
   }
-  if (list.head == kNone) buckets_.erase(node.bucket);
+  if (list.head == kNone) {
+    if (last_ == node.bucket) last_ = buckets_.end();
+    buckets_.erase(node.bucket);
+  }
   node.prev = node.next = kNone;
   node.attached = false;
 }

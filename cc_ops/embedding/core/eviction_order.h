@@ -89,6 +89,9 @@ class EvictionOrder {
   CachePolicy policy_;
   uint64_t pin_threshold_;
   Buckets buckets_;  // only non-empty buckets
+  // The bucket the last attach went to, if it is still there: a batch's
+  // rows mostly go to one (a staged batch's, or a touch count).
+  Buckets::iterator last_ = buckets_.end();
   ZeroedArray<Node> nodes_;
 };
 

@@ -2,34 +2,57 @@
 
 #include <algorithm>
 
-#include "cc_ops/common/hashing.h"
-
 namespace het {
-namespace {
 
-uint64_t Fingerprint(const int64_t* ids, int64_t n) {
-  uint64_t h = Mix64(static_cast<uint64_t>(n));
-  for (int64_t i = 0; i < n; ++i) h = Mix64(h ^ static_cast<uint64_t>(ids[i]));
-  return h;
+bool StagedBatches::Batch::Holds(const int64_t* ids, int64_t n) const {
+  if (inverse.size() != static_cast<size_t>(n)) return false;
+  for (int64_t i = 0; i < n; ++i) {
+    if (keys[inverse[i]] != ids[i]) return false;
+  }
+  return true;
 }
 
-}  // namespace
+std::deque<StagedBatches::Batch>::const_iterator StagedBatches::Untaken() const {
+  auto from = batches_.begin();
+  if (from != batches_.end() && from->taken) ++from;
+  return from;
+}
+
+bool StagedBatches::Next(const int64_t* ids, int64_t n, std::vector<int64_t>* keys,
+                         std::vector<int32_t>* inverse) const {
+  const auto next = Untaken();
+  if (next == batches_.end() || !next->Holds(ids, n)) return false;
+  *keys = next->keys;
+  *inverse = next->inverse;
+  return true;
+}
 
 void StagedBatches::Add(const int64_t* ids, int64_t n, std::vector<int64_t>* moved) {
   if (batches_.size() == kMaxStaged) Forget(moved);
   Batch batch;
-  batch.fingerprint = Fingerprint(ids, n);
   batch.number = numbers_;
   numbers_ = (numbers_ + 1) & kNumbers;
-  seen_.Reset(static_cast<size_t>(n));
+  // Sized for the last batch's distinct ids, not for every id (a batch
+  // repeats most of them): it stays in the processor's caches, and grows
+  // if a batch needs it.
+  const size_t last = batches_.empty() ? 0 : batches_.back().keys.size();
+  seen_.Reset(std::min(static_cast<size_t>(n), last * 3 / 2 + 16));
+  batch.inverse.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
-    if (seen_.Find(ids[i]) != KeyIndex::kAbsent) continue;
-    seen_.Insert(ids[i], 0);
-    batch.keys.push_back(ids[i]);
+    const uint32_t next = static_cast<uint32_t>(batch.keys.size());
+    const uint32_t place = seen_.Insert(ids[i], next);
+    if (place == next) batch.keys.push_back(ids[i]);
+    batch.inverse[i] = static_cast<int32_t>(place);
   }
   batch.next.assign(batch.keys.size(), kNoRead);
   const uint32_t front = batches_.empty() ? batch.number : batches_.front().number;
   for (size_t i = 0; i < batch.keys.size(); ++i) {
+    if (i + kHintAhead < batch.keys.size()) {
+      const int64_t ahead = batch.keys[i + kHintAhead];
+      last_number_.HintLoad(ahead);
+      last_place_.HintLoad(ahead);
+      next_read_.HintLoad(ahead);
+    }
     const int64_t key = batch.keys[i];
     const uint32_t last = last_number_.Find(key);
     if (last != KeyIndex::kAbsent) {
@@ -47,6 +70,7 @@ void StagedBatches::Add(const int64_t* ids, int64_t n, std::vector<int64_t>* mov
 
 void StagedBatches::Pass(const Batch& batch, std::vector<int64_t>* moved) {
   for (size_t i = 0; i < batch.keys.size(); ++i) {
+    if (i + kHintAhead < batch.keys.size()) next_read_.HintLoad(batch.keys[i + kHintAhead]);
     const int64_t key = batch.keys[i];
     if (next_read_.Find(key) != batch.number) continue;
     if (batch.next[i] == kNoRead) {
@@ -62,6 +86,10 @@ void StagedBatches::Forget(std::vector<int64_t>* moved) {
   const Batch& oldest = batches_.front();
   Pass(oldest, moved);
   for (size_t i = 0; i < oldest.keys.size(); ++i) {
+    if (i + kHintAhead < oldest.keys.size() && oldest.next[i + kHintAhead] == kNoRead) {
+      last_number_.HintLoad(oldest.keys[i + kHintAhead]);
+      last_place_.HintLoad(oldest.keys[i + kHintAhead]);
+    }
     if (oldest.next[i] != kNoRead) continue;  // read again later: linked there
     last_number_.Erase(oldest.keys[i]);
     last_place_.Erase(oldest.keys[i]);
@@ -73,11 +101,9 @@ std::vector<int64_t> StagedBatches::Take(const int64_t* current, int64_t n, int6
                                          bool by_position, std::vector<int64_t>* moved) {
   // `current` stays at the front, marked taken: the next step's search
   // starts after it, so that two equal batches in a row are told apart.
-  const uint64_t fingerprint = Fingerprint(current, n);
-  auto from = batches_.begin();
-  if (from != batches_.end() && from->taken) ++from;
+  auto from = batches_.begin() + (Untaken() - batches_.cbegin());
   auto found = std::find_if(from, batches_.end(),
-                            [fingerprint](const Batch& b) { return b.fingerprint == fingerprint; });
+                            [current, n](const Batch& b) { return b.Holds(current, n); });
   if (found == batches_.end() && by_position) found = from;
   std::vector<int64_t> after;
   if (found == batches_.end()) return after;
@@ -97,7 +123,8 @@ size_t StagedBatches::MemoryBytes() const {
   size_t bytes = next_read_.MemoryBytes() + last_number_.MemoryBytes() + last_place_.MemoryBytes() +
                  seen_.MemoryBytes();
   for (const Batch& b : batches_) {
-    bytes += sizeof(b) + b.keys.capacity() * sizeof(int64_t) + b.next.capacity() * sizeof(uint32_t);
+    bytes += sizeof(b) + b.keys.capacity() * sizeof(int64_t) +
+             b.next.capacity() * sizeof(uint32_t) + b.inverse.capacity() * sizeof(int32_t);
   }
   return bytes;
 }

@@ -5,7 +5,9 @@
 //
 // Each batch numbers its distinct keys and links each to the key's next
 // staged batch, so that taking a batch moves each of its keys' next reads
-// on in one step whatever the number of batches staged.
+// on in one step whatever the number of batches staged. It keeps where each
+// id went among them too, so that the step's lookup of the batch need not
+// deduplicate it again (Next).
 #ifndef HET_TF_EMBEDDING_CORE_STAGED_BATCHES_H_
 #define HET_TF_EMBEDDING_CORE_STAGED_BATCHES_H_
 
@@ -30,7 +32,12 @@ class StagedBatches {
   // Adds a batch's ids (as looked up: repeats allowed) after the others.
   // Keys whose next read changed are added to `moved`.
   void Add(const int64_t* ids, int64_t n, std::vector<int64_t>* moved);
-  // Finds the batch of `current` (by content, after the batch taken last;
+  // If the batch the next step takes (the oldest not taken) is exactly
+  // `ids`: its distinct ids, in order of first appearance, and each id's
+  // place among them, as a lookup deduplicates them; false otherwise.
+  bool Next(const int64_t* ids, int64_t n, std::vector<int64_t>* keys,
+            std::vector<int32_t>* inverse) const;
+  // Finds the batch of `current` (by its ids, after the batch taken last;
   // with by_position, failing that, the oldest not taken), forgets the
   // older ones (staged and never trained, or trained) and marks it taken;
   // returns the distinct ids of each of up to `batches` batches after it,
@@ -43,16 +50,21 @@ class StagedBatches {
   // batches, which can misorder the rows kept for one window, never keep
   // one too few).
   uint32_t NextRead(int64_t key) const { return next_read_.Find(key); }
+  // Starts loading what NextRead(key) reads, ahead of a loop that asks.
+  void HintLoad(int64_t key) const { next_read_.HintLoad(key); }
   size_t MemoryBytes() const;
 
  private:
   struct Batch {
-    uint64_t fingerprint = 0;
     uint32_t number = 0;
-    bool taken = false;          // a step looked it up and prefetched what follows
-    std::vector<int64_t> keys;   // distinct, in order of first appearance
-    std::vector<uint32_t> next;  // keys[i]'s next staged batch, or kNoRead
+    bool taken = false;             // a step looked it up and prefetched what follows
+    std::vector<int64_t> keys;      // distinct, in order of first appearance
+    std::vector<uint32_t> next;     // keys[i]'s next staged batch, or kNoRead
+    std::vector<int32_t> inverse;   // id i is keys[inverse[i]]
+    bool Holds(const int64_t* ids, int64_t n) const;
   };
+  // The oldest batch not taken.
+  std::deque<Batch>::const_iterator Untaken() const;
   // Moves the next reads of `batch`'s keys that point at it past it.
   void Pass(const Batch& batch, std::vector<int64_t>* moved);
   // Drops the oldest batch.

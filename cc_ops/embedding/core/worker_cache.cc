@@ -84,7 +84,7 @@ size_t WorkerCache::MemoryBytes() const {
          size_t(slots_used_) * (sizeof(Entry) + 2 * width_ * sizeof(float) + order_.NodeBytes()) +
          (prepared_.capacity() + unreported_evictions_.capacity()) * sizeof(int64_t) +
          prepared_slots_.capacity() * sizeof(int32_t) + first_seen_.MemoryBytes() +
-         fetched_ahead_.MemoryBytes() + staged_.MemoryBytes();
+         fetched_ahead_.MemoryBytes() + staged_.MemoryBytes() + spared_.capacity() * sizeof(uint32_t);
 }
 
 int64_t WorkerCache::BoundInForce(int64_t configured) const {
@@ -130,9 +130,16 @@ void WorkerCache::Deduplicate(const int64_t* ids, int64_t n, std::vector<int64_t
 
 Status WorkerCache::BeginLookup(const int64_t* ids, int64_t n, std::vector<int64_t>* unique_keys,
                                 std::vector<int32_t>* inverse) {
-  HET_RETURN_IF_ERROR(CheckKeys(config_.table_name, config_.vocabulary_size, ids, n));
+  // A batch the lookahead staged was checked and deduplicated then: the
+  // step looks each batch up once.
+  const bool staged = staged_.Next(ids, n, unique_keys, inverse);
+  if (!staged) HET_RETURN_IF_ERROR(CheckKeys(config_.table_name, config_.vocabulary_size, ids, n));
   if (old_timeline_) ClearLocked();
-  Deduplicate(ids, n, unique_keys, inverse, &prepared_slots_);
+  if (staged) {
+    SlotsOf(unique_keys->data(), static_cast<int64_t>(unique_keys->size()), &prepared_slots_);
+  } else {
+    Deduplicate(ids, n, unique_keys, inverse, &prepared_slots_);
+  }
   counters_.lookups += n;
   counters_.unique_keys += unique_keys->size();
   prepared_ = *unique_keys;
@@ -150,9 +157,12 @@ void WorkerCache::HintSlot(int32_t slot) const {
   order_.HintLoad(slot);
 }
 
-int32_t WorkerCache::SlotOf(int64_t key) const {
-  const uint32_t slot = index_.Find(key);
-  return slot == KeyIndex::kAbsent ? -1 : static_cast<int32_t>(slot);
+void WorkerCache::SlotsOf(const int64_t* keys, int64_t n, std::vector<int32_t>* slots) const {
+  slots->resize(n);
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kHintAhead < n) index_.HintLoad(keys[i + kHintAhead]);
+    (*slots)[i] = SlotOf(keys[i]);
+  }
 }
 
 bool WorkerCache::IsPrepared(const int64_t* keys, int64_t n) const {
@@ -166,8 +176,7 @@ Status WorkerCache::BatchSlots(const int64_t* keys, int64_t n, std::vector<int32
     return Status::Ok();
   }
   HET_RETURN_IF_ERROR(CheckUnique(Name(), keys, n));
-  slots->resize(n);
-  for (int64_t i = 0; i < n; ++i) (*slots)[i] = SlotOf(keys[i]);
+  SlotsOf(keys, n, slots);
   return Status::Ok();
 }
 
@@ -203,22 +212,28 @@ Status WorkerCache::CheckReturnedClocks(const int64_t* clocks, int64_t n, bool m
   return Status::Ok();
 }
 
-void WorkerCache::AttachSlot(int32_t slot, uint64_t touches) {
-  const int64_t key = entries_[slot].key;
+void WorkerCache::AttachSlot(int32_t slot, uint64_t touches, int64_t key) {
   const uint32_t next_read = staged_.NextRead(key);
   order_.Attach(slot, touches, pinned_.size() > 0 && pinned_.Find(key) != KeyIndex::kAbsent,
                 next_read == StagedBatches::kNoRead ? EvictionOrder::kNotRead : next_read);
 }
 
 void WorkerCache::Refile(const std::vector<int64_t>& keys) {
-  for (int64_t key : keys) {
-    const int32_t slot = SlotOf(key);
+  const int64_t n = static_cast<int64_t>(keys.size());
+  std::vector<int32_t> slots;
+  SlotsOf(keys.data(), n, &slots);
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kHintAhead < n) {
+      if (slots[i + kHintAhead] >= 0) order_.HintLoad(slots[i + kHintAhead]);
+      staged_.HintLoad(keys[i + kHintAhead]);
+    }
+    const int32_t slot = slots[i];
     // Rows out of the order (a step's own) or kept apart (held, pinned, or
     // a step's last resort) take their place when they go back.
     if (slot < 0 || !order_.attached(slot) || order_.held(slot) || order_.pinned(slot)) continue;
     const uint64_t touches = order_.touches(slot);
     order_.Detach(slot);
-    AttachSlot(slot, touches);
+    AttachSlot(slot, touches, keys[i]);
   }
 }
 

@@ -32,6 +32,7 @@
 #define HET_TF_EMBEDDING_CORE_WORKER_CACHE_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -211,6 +212,12 @@ class WorkerCache : private WorkerCacheData {
   int64_t BoundInForce(int64_t configured) const;
   // A free slot, evicting a victim whose pending updates go to the outbox.
   int32_t TakeSlot();
+  // The same, sparing the slots of `spare` (-1: none): a victim among them
+  // leaves the order into `held` (the caller puts it back), the next one
+  // is asked. They are marked the first time a victim is needed: a step
+  // whose rows are all cached, or that finds room, marks none.
+  int32_t TakeSlotSparing(std::initializer_list<const std::vector<int32_t>*> spare, bool* marked,
+                          std::vector<int32_t>* held);
   // The slot of each of n keys, -1 if not cached. The keys must be unique:
   // those of the last lookup are by construction, and their slots are
   // known, so the two halves of a lookup and its update neither check nor
@@ -218,7 +225,12 @@ class WorkerCache : private WorkerCacheData {
   Status BatchSlots(const int64_t* keys, int64_t n, std::vector<int32_t>* slots) const;
   bool IsPrepared(const int64_t* keys, int64_t n) const;
   // A key's slot, -1 if not cached.
-  int32_t SlotOf(int64_t key) const;
+  int32_t SlotOf(int64_t key) const {
+    const uint32_t slot = index_.Find(key);
+    return slot == KeyIndex::kAbsent ? -1 : static_cast<int32_t>(slot);
+  }
+  // The slots of n keys, each -1 if not cached.
+  void SlotsOf(const int64_t* keys, int64_t n, std::vector<int32_t>* slots) const;
   // After a fill moved the batch's rows: these keys and slots are the
   // prepared ones from here on.
   void RememberBatch(const int64_t* keys, int64_t n, const std::vector<int32_t>& slots);
@@ -343,7 +355,8 @@ class WorkerCache : private WorkerCacheData {
   // before the fetch) as pending updates, merged into it (reads see writes).
   void Reclaim(int32_t slot, const float* fresh, int64_t clock, OutboxRows& unsent);
   // Puts a cached slot back in the eviction order (pinned, or by next read).
-  void AttachSlot(int32_t slot, uint64_t touches);
+  void AttachSlot(int32_t slot, uint64_t touches) { AttachSlot(slot, touches, entries_[slot].key); }
+  void AttachSlot(int32_t slot, uint64_t touches, int64_t key);
   // Cached rows of `keys`, whose next reads changed, take their new place.
   void Refile(const std::vector<int64_t>& keys);
   // A lookup that finds the step open keeps the rows read so far as a last

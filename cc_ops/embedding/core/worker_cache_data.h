@@ -138,6 +138,10 @@ class WorkerCacheData {
   // The lookahead's staged batches (Stage), which the eviction order keeps
   // rows by.
   StagedBatches staged_;
+  // A prefetch's rows to spare (TakeSlotSparing): a slot is spared while
+  // its stamp is the current one, so that no marks need clearing.
+  std::vector<uint32_t> spared_;
+  uint32_t spare_stamp_ = 0;
   // FTRL's refresh recomputes a row from its slots with it; an entry has
   // pending updates only after an Accumulate has set it.
   float last_learning_rate_ = 0.0f;

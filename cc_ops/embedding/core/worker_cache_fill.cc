@@ -97,6 +97,32 @@ Status WorkerCache::EndRefusals(std::vector<int64_t> refused) {
   return RefusedUpdates(Name(), std::move(refused), &counters_.rows_refused);
 }
 
+int32_t WorkerCache::TakeSlotSparing(std::initializer_list<const std::vector<int32_t>*> spare,
+                                     bool* marked, std::vector<int32_t>* held) {
+  if (free_slots_.empty() && slots_used_ >= config_.capacity) {
+    if (!*marked) {
+      *marked = true;
+      if (++spare_stamp_ == 0) {  // wrapped: old marks could match again
+        std::fill(spared_.begin(), spared_.end(), 0u);
+        spare_stamp_ = 1;
+      }
+      spared_.resize(static_cast<size_t>(config_.capacity));
+      for (const std::vector<int32_t>* slots : spare) {
+        for (int32_t slot : *slots) {
+          if (slot >= 0) spared_[slot] = spare_stamp_;
+        }
+      }
+    }
+    for (int32_t victim = order_.Victim();
+         victim != EvictionOrder::kNone && spared_[victim] == spare_stamp_;
+         victim = order_.Victim()) {
+      order_.Detach(victim);
+      held->push_back(victim);
+    }
+  }
+  return TakeSlot();
+}
+
 void WorkerCache::FillForTraining(const int64_t* unique_keys, int64_t u,
                                   std::vector<int32_t>& slots,
                                   const std::vector<const float*>& fresh_states,

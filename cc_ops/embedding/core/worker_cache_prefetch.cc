@@ -37,7 +37,8 @@ std::vector<int64_t> WorkerCache::Staged(const int64_t* current, int64_t n, int6
 
 Status WorkerCache::BeginPrefetch(const int64_t* current, int64_t n, ExchangePlan* plan) {
   std::lock_guard<std::mutex> lock(mu_);
-  const std::vector<int64_t> next = TakeStaged(current, n, 1, /*by_position=*/false);
+  // One staged batch: its ids are distinct already.
+  plan->unique_keys = TakeStaged(current, n, 1, /*by_position=*/false);
   if (config_.sync != SyncMode::kRefresh) {
     return Status::FailedPrecondition(Name() +
                                       ": this cache checks its keys (sync='check'); "
@@ -45,7 +46,7 @@ Status WorkerCache::BeginPrefetch(const int64_t* current, int64_t n, ExchangePla
   }
   plan->inverse.clear();
   std::vector<int32_t> slots;
-  Deduplicate(next.data(), static_cast<int64_t>(next.size()), &plan->unique_keys, nullptr, &slots);
+  SlotsOf(plan->unique_keys.data(), static_cast<int64_t>(plan->unique_keys.size()), &slots);
   if (!passing_.clocks.empty()) {
     // A row passing through this step gets its update only after this
     // prefetch: fetched now it would lack it. The next lookup fetches it,
@@ -66,8 +67,8 @@ Status WorkerCache::EndPrefetch(const int64_t* unique_keys, int64_t u,
                                 const uint8_t* const* answers, const size_t* sizes,
                                 int64_t shards) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<int32_t> slots(u);
-  for (int64_t i = 0; i < u; ++i) slots[i] = SlotOf(unique_keys[i]);
+  std::vector<int32_t> slots;
+  SlotsOf(unique_keys, u, &slots);
   std::vector<const float*> fresh;
   std::vector<int64_t> fresh_clocks;
   std::vector<float> rebuilt;
@@ -75,22 +76,15 @@ Status WorkerCache::EndPrefetch(const int64_t* unique_keys, int64_t u,
   HET_RETURN_IF_ERROR(TakeAnswers(unique_keys, u, slots, answers, sizes, shards, &fresh,
                                   &fresh_clocks, &rebuilt, &refused));
   // The step's own rows (its update comes next) and the next batch's cached
-  // rows leave the eviction order while the missing rows go in.
+  // rows are spared while the missing rows go in.
   std::vector<int32_t> held;
-  for (const std::vector<int32_t>* batch : {&prepared_slots_, &slots}) {
-    for (int32_t slot : *batch) {
-      if (slot >= 0 && order_.attached(slot)) {
-        order_.Detach(slot);
-        held.push_back(slot);
-      }
-    }
-  }
+  bool marked = false;
   std::vector<int32_t> inserted;
   OutboxRows unsent(outbox_);
   for (int64_t i = 0; i < u; ++i) {
     // A row not admitted stays out: the step itself asks for it again.
     if (fresh[i] == nullptr || fresh_clocks[i] == kNotAdmitted) continue;
-    const int32_t slot = TakeSlot();
+    const int32_t slot = TakeSlotSparing({&prepared_slots_, &slots}, &marked, &held);
     if (slot == EvictionOrder::kNone) {
       // No room beside the two batches: the next lookup fetches it. The
       // shards recorded the copy they handed out, so it goes as evicted.

@@ -2,7 +2,9 @@
 // the next batch in and carries the step's pushes, the step's own exchange
 // then asks for nothing, and no read or update differs from the path
 // without a cache.
+#include <algorithm>
 #include <map>
+#include <set>
 #include <random>
 #include <vector>
 
@@ -49,6 +51,15 @@ HET_TEST(TheLookaheadReadsAndWritesAsTheNoCachePath) {
       het::ExchangePlan plan, ahead;
       std::vector<float> rows, expected;
       EXPECT_OK(cached.Exchange(*cache, batches[t], &plan, &rows, /*carry_updates=*/false));
+      // A staged batch is not deduplicated again: its keys and inverse are
+      // still the batch's, in order of first appearance.
+      std::vector<int64_t> keys;
+      for (size_t i = 0; i < batches[t].size(); ++i) {
+        const auto at = std::find(keys.begin(), keys.end(), batches[t][i]);
+        EXPECT_EQ(plan.inverse[i], static_cast<int32_t>(at - keys.begin()));
+        if (at == keys.end()) keys.push_back(batches[t][i]);
+      }
+      EXPECT_TRUE(plan.unique_keys == keys);
       if (capacity == 100 && t > 0 && t != 8) {
         // Only the header, sender, settings and empty sections went out.
         for (const auto& request : plan.requests) EXPECT_EQ(request.size(), 100u);
@@ -161,4 +172,50 @@ HET_TEST(StagingIsBoundedAndChecked) {
   EXPECT_TRUE(plan.unique_keys == x);
   EXPECT_OK(cluster.Prefetch(*cache, x, &plan));
   EXPECT_TRUE(plan.unique_keys == y);
+}
+
+// The prefetch's inserts evict neither the step's own rows (its update comes
+// next) nor the next batch's while another row can go; a row it could not
+// fit means only those were left. Random batches, a cache about the size of
+// two of them.
+HET_TEST(ThePrefetchSparesTheStepsAndTheNextBatchsRows) {
+  const int dim = 2, steps = 60;
+  const int64_t capacity = 40;
+  LocalCluster cluster(SgdTable(dim), 1);
+  auto cache = RefreshCache(dim, capacity, 100, 100, 1);
+  const auto batches = Batches(steps, 24, 120, 5);
+  const auto cached = [&] {
+    const std::vector<int64_t> keys = cache->MostUsed(capacity);
+    return std::set<int64_t>(keys.begin(), keys.end());
+  };
+  uint64_t evictions = 0, dropped = 0;
+  EXPECT_OK(cache->Stage(batches[0].data(), batches[0].size()));
+  for (int t = 0; t + 1 < steps; ++t) {
+    EXPECT_OK(cache->Stage(batches[t + 1].data(), batches[t + 1].size()));
+    het::ExchangePlan plan, ahead;
+    std::vector<float> rows;
+    EXPECT_OK(cluster.Exchange(*cache, batches[t], &plan, &rows, /*carry_updates=*/false));
+    const std::set<int64_t> before = cached();
+    const uint64_t prefetched = cache->Counters().prefetched;
+    EXPECT_OK(cluster.Prefetch(*cache, batches[t], &ahead));
+    const std::set<int64_t> after = cached();
+    std::set<int64_t> spared(batches[t].begin(), batches[t].end());
+    spared.insert(batches[t + 1].begin(), batches[t + 1].end());
+    for (int64_t key : before) {
+      if (after.count(key)) continue;
+      ++evictions;
+      EXPECT_TRUE(!spared.count(key));
+    }
+    const uint64_t inserted = cache->Counters().prefetched - prefetched;
+    uint64_t missing = 0;
+    for (int64_t key : ahead.unique_keys) missing += before.count(key) == 0;
+    if (inserted < missing) {
+      ++dropped;
+      for (int64_t key : after) EXPECT_TRUE(spared.count(key) > 0);
+    }
+    EXPECT_OK(cluster.Update(*cache, plan.unique_keys, std::vector<float>(rows.size(), 0.1f), 1));
+  }
+  EXPECT_TRUE(evictions > 100u);  // the property was put to the test
+  std::fprintf(stderr, "  %llu evictions, %llu prefetches short of room\n",
+               static_cast<unsigned long long>(evictions), static_cast<unsigned long long>(dropped));
 }

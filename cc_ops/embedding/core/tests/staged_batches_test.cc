@@ -29,12 +29,50 @@ struct Plain {
   }
 };
 
+// Next gives the batch the next step takes (the oldest not taken) as a
+// lookup deduplicates it, and nothing for other ids: that batch with one id
+// changed, or with one more.
+void CheckNext(const het::StagedBatches& staged, const Plain& plain, std::mt19937_64& rng) {
+  const Plain::Batch* next = nullptr;
+  for (const Plain::Batch& b : plain.batches) {
+    if (!b.taken) {
+      next = &b;
+      break;
+    }
+  }
+  std::vector<int64_t> keys;
+  std::vector<int32_t> inverse;
+  if (next == nullptr) {
+    const std::vector<int64_t> any = {1};
+    EXPECT_TRUE(!staged.Next(any.data(), 1, &keys, &inverse));
+    return;
+  }
+  const std::vector<int64_t>& ids = next->ids;
+  EXPECT_TRUE(staged.Next(ids.data(), ids.size(), &keys, &inverse));
+  std::vector<int64_t> expected_keys;
+  std::vector<int32_t> expected_inverse;
+  for (int64_t id : ids) {
+    const auto at = std::find(expected_keys.begin(), expected_keys.end(), id);
+    expected_inverse.push_back(static_cast<int32_t>(at - expected_keys.begin()));
+    if (at == expected_keys.end()) expected_keys.push_back(id);
+  }
+  EXPECT_TRUE(keys == expected_keys);
+  EXPECT_TRUE(inverse == expected_inverse);
+  std::vector<int64_t> changed = ids;
+  changed[rng() % changed.size()] += 1000;
+  EXPECT_TRUE(!staged.Next(changed.data(), changed.size(), &keys, &inverse));
+  std::vector<int64_t> longer = ids;
+  longer.push_back(ids.front());
+  EXPECT_TRUE(!staged.Next(longer.data(), longer.size(), &keys, &inverse));
+}
+
 }  // namespace
 
 // Batches staged, taken in order, skipped (staged and never trained), taken
 // by position, repeated back to back and pushed out past the 80 kept: every
 // key's next read is the first batch not taken that reads it, and the
-// batches returned after a taken one are the plain scan's.
+// batches returned after a taken one are the plain scan's; the next batch
+// to take comes deduplicated as a lookup would.
 HET_TEST(StagedBatchesNextReadsMatchAPlainScan) {
   het::StagedBatches staged;
   Plain plain;
@@ -85,6 +123,7 @@ HET_TEST(StagedBatchesNextReadsMatchAPlainScan) {
       EXPECT_TRUE(after == expected);
     }
     for (int64_t key = 0; key < 40; ++key) EXPECT_EQ(staged.NextRead(key), plain.NextRead(key));
+    CheckNext(staged, plain, rng);
   }
   EXPECT_TRUE(number > het::StagedBatches::kMaxStaged);
 }
