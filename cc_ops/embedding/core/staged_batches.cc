@@ -39,9 +39,9 @@ void StagedBatches::Add(const int64_t* ids, int64_t n, std::vector<int64_t>* mov
   seen_.Reset(std::min(static_cast<size_t>(n), last * 3 / 2 + 16));
   batch.inverse.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
-    const uint32_t next = static_cast<uint32_t>(batch.keys.size());
-    const uint32_t place = seen_.Insert(ids[i], next);
-    if (place == next) batch.keys.push_back(ids[i]);
+    const uint32_t distinct = static_cast<uint32_t>(batch.keys.size());
+    const uint32_t place = seen_.Insert(ids[i], distinct);
+    if (place == distinct) batch.keys.push_back(ids[i]);
     batch.inverse[i] = static_cast<int32_t>(place);
   }
   batch.next.assign(batch.keys.size(), kNoRead);
