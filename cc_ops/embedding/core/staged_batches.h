@@ -57,10 +57,10 @@ class StagedBatches {
  private:
   struct Batch {
     uint32_t number = 0;
-    bool taken = false;             // a step looked it up and prefetched what follows
-    std::vector<int64_t> keys;      // distinct, in order of first appearance
-    std::vector<uint32_t> next;     // keys[i]'s next staged batch, or kNoRead
-    std::vector<int32_t> inverse;   // id i is keys[inverse[i]]
+    bool taken = false;            // a step looked it up and prefetched what follows
+    std::vector<int64_t> keys;     // distinct, in order of first appearance
+    std::vector<uint32_t> next;    // keys[i]'s next staged batch, or kNoRead
+    std::vector<int32_t> inverse;  // id i is keys[inverse[i]]
     bool Holds(const int64_t* ids, int64_t n) const;
   };
   // The oldest batch not taken.

@@ -84,7 +84,8 @@ size_t WorkerCache::MemoryBytes() const {
          size_t(slots_used_) * (sizeof(Entry) + 2 * width_ * sizeof(float) + order_.NodeBytes()) +
          (prepared_.capacity() + unreported_evictions_.capacity()) * sizeof(int64_t) +
          prepared_slots_.capacity() * sizeof(int32_t) + first_seen_.MemoryBytes() +
-         fetched_ahead_.MemoryBytes() + staged_.MemoryBytes() + spared_.capacity() * sizeof(uint32_t);
+         fetched_ahead_.MemoryBytes() + staged_.MemoryBytes() +
+         spared_.capacity() * sizeof(uint32_t);
 }
 
 int64_t WorkerCache::BoundInForce(int64_t configured) const {
@@ -210,31 +211,6 @@ Status WorkerCache::CheckReturnedClocks(const int64_t* clocks, int64_t n, bool m
     if (clocks[r] < least) return Status::InvalidArgument(Name() + ": negative clock returned");
   }
   return Status::Ok();
-}
-
-void WorkerCache::AttachSlot(int32_t slot, uint64_t touches, int64_t key) {
-  const uint32_t next_read = staged_.NextRead(key);
-  order_.Attach(slot, touches, pinned_.size() > 0 && pinned_.Find(key) != KeyIndex::kAbsent,
-                next_read == StagedBatches::kNoRead ? EvictionOrder::kNotRead : next_read);
-}
-
-void WorkerCache::Refile(const std::vector<int64_t>& keys) {
-  const int64_t n = static_cast<int64_t>(keys.size());
-  std::vector<int32_t> slots;
-  SlotsOf(keys.data(), n, &slots);
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + kHintAhead < n) {
-      if (slots[i + kHintAhead] >= 0) order_.HintLoad(slots[i + kHintAhead]);
-      staged_.HintLoad(keys[i + kHintAhead]);
-    }
-    const int32_t slot = slots[i];
-    // Rows out of the order (a step's own) or kept apart (held, pinned, or
-    // a step's last resort) take their place when they go back.
-    if (slot < 0 || !order_.attached(slot) || order_.held(slot) || order_.pinned(slot)) continue;
-    const uint64_t touches = order_.touches(slot);
-    order_.Detach(slot);
-    AttachSlot(slot, touches, keys[i]);
-  }
 }
 
 Status WorkerCache::Pin(const int64_t* keys, int64_t n) {

@@ -308,48 +308,12 @@ class WorkerCache : private WorkerCacheData {
                      const uint8_t* const* answers, const size_t* sizes, int64_t shards,
                      std::vector<const float*>* fresh, std::vector<int64_t>* fresh_clocks,
                      std::vector<float>* rebuilt, std::vector<int64_t>* refused);
-  // The rows of some push lists, each key's chained in list order: where
-  // a key's rows are, in the order pushes carry them.
-  struct PushChains {
-    explicit PushChains(std::vector<const Pushes*> lists);
-    struct Row {
-      const Pushes* list;
-      size_t i;
-    };
-    int64_t First(int64_t key) const;  // -1: `key` has no rows
-    std::vector<Row> rows;
-    std::vector<int64_t> next;  // the next row of the same key, -1 at the end
-
-   private:
-    KeyIndex first_;  // key -> its first row
-  };
-  // This worker's updates that no shard has merged and that its entries
-  // lack: the outbox (rows evicted, or passed through) and a round in
-  // flight. An evaluation read merges them into the row it reads, as the
-  // shards will (every read sees every write), without sending them.
-  class UnsentRows {
-   public:
-    // The round in flight's rows (`ledger`), the outbox's, or both.
-    UnsentRows(const WorkerCache& cache, bool ledger, bool outbox);
-    // Merges the rows of `key` into `out`, read at shard clock `clock`: a
-    // whole state (a training read's), or dim values (an evaluation's).
-    // Returns the updates merged.
-    int64_t MergeInto(int64_t key, int64_t clock, float* out, bool whole_state) const;
-
-   private:
-    const WorkerCache& cache_;
-    PushChains chains_;
-  };
+  // The rows no shard has merged yet (worker_cache_unsent.h).
+  struct PushChains;
+  class UnsentRows;
+  struct OutboxRows;
   // A free or evicted slot takes a row fetched at the shard's clock.
   void InsertRow(int32_t slot, int64_t key, const float* state, int64_t clock);
-  // The outbox's rows as a fill starts (the first of each key), for
-  // Reclaim; Finish removes those it took.
-  struct OutboxRows {
-    explicit OutboxRows(const Pushes& outbox);
-    void Finish(Pushes* outbox, int width);
-    PushChains chains;
-    std::vector<uint8_t> taken;
-  };
   // A row just inserted at `slot` (`fresh`, fetched at `clock`) takes back
   // its key's outbox rows (a copy evicted, a row passed through: not sent
   // before the fetch) as pending updates, merged into it (reads see writes).

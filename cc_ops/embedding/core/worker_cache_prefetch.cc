@@ -7,6 +7,7 @@
 
 #include "cc_ops/embedding/core/key_checks.h"
 #include "cc_ops/embedding/core/worker_cache.h"
+#include "cc_ops/embedding/core/worker_cache_unsent.h"
 
 namespace het {
 

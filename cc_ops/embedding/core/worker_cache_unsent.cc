@@ -4,6 +4,8 @@
 // (Reclaim); a row passed through and an evaluation read merge them into
 // what they read (UnsentRows), as the shards will: every read sees every
 // write this worker made, and nothing extra is sent.
+#include "cc_ops/embedding/core/worker_cache_unsent.h"
+
 #include <algorithm>
 #include <cstring>
 

@@ -4,8 +4,8 @@
 // without a cache.
 #include <algorithm>
 #include <map>
-#include <set>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "cc_ops/common/tests/harness.h"
@@ -217,5 +217,6 @@ HET_TEST(ThePrefetchSparesTheStepsAndTheNextBatchsRows) {
   }
   EXPECT_TRUE(evictions > 100u);  // the property was put to the test
   std::fprintf(stderr, "  %llu evictions, %llu prefetches short of room\n",
-               static_cast<unsigned long long>(evictions), static_cast<unsigned long long>(dropped));
+               static_cast<unsigned long long>(evictions),
+               static_cast<unsigned long long>(dropped));
 }
