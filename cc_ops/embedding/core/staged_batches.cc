@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "cc_ops/embedding/core/deduplicate.h"
+
 namespace het {
 
 bool StagedBatches::Batch::Holds(const int64_t* ids, int64_t n) const {
@@ -32,18 +34,8 @@ void StagedBatches::Add(const int64_t* ids, int64_t n, std::vector<int64_t>* mov
   Batch batch;
   batch.number = numbers_;
   numbers_ = (numbers_ + 1) & kNumbers;
-  // Sized for the last batch's distinct ids, not for every id (a batch
-  // repeats most of them): it stays in the processor's caches, and grows
-  // if a batch needs it.
-  const size_t last = batches_.empty() ? 0 : batches_.back().keys.size();
-  seen_.Reset(std::min(static_cast<size_t>(n), last * 3 / 2 + 16));
-  batch.inverse.resize(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t distinct = static_cast<uint32_t>(batch.keys.size());
-    const uint32_t place = seen_.Insert(ids[i], distinct);
-    if (place == distinct) batch.keys.push_back(ids[i]);
-    batch.inverse[i] = static_cast<int32_t>(place);
-  }
+  const size_t last_distinct = batches_.empty() ? 0 : batches_.back().keys.size();
+  Deduplicate(ids, n, last_distinct, &seen_, &batch.keys, &batch.inverse);
   batch.next.assign(batch.keys.size(), kNoRead);
   const uint32_t front = batches_.empty() ? batch.number : batches_.front().number;
   for (size_t i = 0; i < batch.keys.size(); ++i) {

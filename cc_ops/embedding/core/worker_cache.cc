@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "cc_ops/embedding/core/deduplicate.h"
 #include "cc_ops/embedding/core/initial_state.h"
 #include "cc_ops/embedding/core/key_checks.h"
 #include "cc_ops/embedding/core/wire_sizes.h"
@@ -104,43 +105,15 @@ CacheCounters WorkerCache::Counters() const {
   return counters_;
 }
 
-void WorkerCache::Deduplicate(const int64_t* ids, int64_t n, std::vector<int64_t>* unique_keys,
-                              std::vector<int32_t>* inverse, std::vector<int32_t>* slots) {
-  unique_keys->clear();
-  slots->clear();
-  if (inverse != nullptr) inverse->resize(n);
-  // One pass deduplicates and finds each unique key's slot. The scratch
-  // index is sized for the last batch's unique keys, not for every id: a
-  // batch repeats most of its ids, and an index of all of them would not
-  // stay in the processor's caches (it grows if a batch needs it).
-  first_seen_.Reset(std::min(static_cast<size_t>(n), prepared_.size() * 3 / 2 + 16));
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + kHintAhead < n) {
-      first_seen_.HintLoad(ids[i + kHintAhead]);
-      index_.HintLoad(ids[i + kHintAhead]);
-    }
-    const uint32_t next = static_cast<uint32_t>(unique_keys->size());
-    const uint32_t u = first_seen_.Insert(ids[i], next);
-    if (u == next) {
-      unique_keys->push_back(ids[i]);
-      slots->push_back(SlotOf(ids[i]));
-    }
-    if (inverse != nullptr) (*inverse)[i] = static_cast<int32_t>(u);
-  }
-}
-
 Status WorkerCache::BeginLookup(const int64_t* ids, int64_t n, std::vector<int64_t>* unique_keys,
                                 std::vector<int32_t>* inverse) {
-  // A batch the lookahead staged was checked and deduplicated then: the
-  // step looks each batch up once.
+  // A batch the lookahead staged was checked (against the same settings)
+  // and deduplicated then: the step looks each batch up once.
   const bool staged = staged_.Next(ids, n, unique_keys, inverse);
   if (!staged) HET_RETURN_IF_ERROR(CheckKeys(config_.table_name, config_.vocabulary_size, ids, n));
   if (old_timeline_) ClearLocked();
-  if (staged) {
-    SlotsOf(unique_keys->data(), static_cast<int64_t>(unique_keys->size()), &prepared_slots_);
-  } else {
-    Deduplicate(ids, n, unique_keys, inverse, &prepared_slots_);
-  }
+  if (!staged) Deduplicate(ids, n, prepared_.size(), &first_seen_, unique_keys, inverse);
+  SlotsOf(unique_keys->data(), static_cast<int64_t>(unique_keys->size()), &prepared_slots_);
   counters_.lookups += n;
   counters_.unique_keys += unique_keys->size();
   prepared_ = *unique_keys;

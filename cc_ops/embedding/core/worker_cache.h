@@ -212,12 +212,18 @@ class WorkerCache : private WorkerCacheData {
   int64_t BoundInForce(int64_t configured) const;
   // A free slot, evicting a victim whose pending updates go to the outbox.
   int32_t TakeSlot();
-  // The same, sparing the slots of `spare` (-1: none): a victim among them
-  // leaves the order into `held` (the caller puts it back), the next one
-  // is asked. They are marked the first time a victim is needed: a step
-  // whose rows are all cached, or that finds room, marks none.
-  int32_t TakeSlotSparing(std::initializer_list<const std::vector<int32_t>*> spare, bool* marked,
-                          std::vector<int32_t>* held);
+  // The rows a prefetch's inserts spare, marked the first time a victim is
+  // needed (a step whose rows are all cached, or that finds room, marks
+  // none). A victim among them is set aside, out of the order, until
+  // PutBack, with whether it was kept as a last resort (HoldStep).
+  struct Spared {
+    bool marked = false;
+    std::vector<int32_t> aside;
+    std::vector<uint8_t> last_resort;
+  };
+  // TakeSlot, sparing the slots of `spare` (-1: none).
+  int32_t TakeSlotSparing(std::initializer_list<const std::vector<int32_t>*> spare, Spared* spared);
+  void PutBack(const Spared& spared);
   // The slot of each of n keys, -1 if not cached. The keys must be unique:
   // those of the last lookup are by construction, and their slots are
   // known, so the two halves of a lookup and its update neither check nor
@@ -257,10 +263,10 @@ class WorkerCache : private WorkerCacheData {
                 const std::vector<uint8_t>& lean, const std::vector<int64_t>& refused);
   Sender RoundSenderLocked(int64_t shard) const;
   void RoundSendersLocked(std::vector<Sender>* senders) const;
-  // Every lookup's start: checks the ids, empties the cache first if a
-  // shard's epoch changed (EndExchange), and gives the unique keys in order of
-  // first appearance and where each id went, remembered as prepared with
-  // their slots.
+  // Every lookup's start: checks the ids (a staged batch's were checked
+  // when staged), empties the cache first if a shard's epoch changed
+  // (EndExchange), and gives the unique keys in order of first appearance
+  // and where each id went, remembered as prepared with their slots.
   Status BeginLookup(const int64_t* ids, int64_t n, std::vector<int64_t>* unique_keys,
                      std::vector<int32_t>* inverse);
   // A cached entry's pending delta (TakeDelta from its base), in delta_.
@@ -286,11 +292,6 @@ class WorkerCache : private WorkerCacheData {
                        const std::vector<const float*>& fresh,
                        const std::vector<int64_t>& fresh_clocks, float* rows_out);
   void ClearLocked();
-  // Deduplicates n ids into unique_keys (in order of first appearance),
-  // with each id's place in inverse (if not null) and each unique key's slot
-  // (-1 if not cached).
-  void Deduplicate(const int64_t* ids, int64_t n, std::vector<int64_t>* unique_keys,
-                   std::vector<int32_t>* inverse, std::vector<int32_t>* slots);
   // The requests of an exchange: the pushes due and the evictions if
   // carry_updates, and the keys with no slot.
   // How many of the unreported evictions, moved to the front, this

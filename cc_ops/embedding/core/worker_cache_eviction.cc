@@ -67,10 +67,10 @@ int32_t WorkerCache::TakeSlot() {
 }
 
 int32_t WorkerCache::TakeSlotSparing(std::initializer_list<const std::vector<int32_t>*> spare,
-                                     bool* marked, std::vector<int32_t>* held) {
+                                     Spared* spared) {
   if (free_slots_.empty() && slots_used_ >= config_.capacity) {
-    if (!*marked) {
-      *marked = true;
+    if (!spared->marked) {
+      spared->marked = true;
       if (++spare_stamp_ == 0) {  // wrapped: old marks could match again
         std::fill(spared_.begin(), spared_.end(), 0u);
         spare_stamp_ = 1;
@@ -85,11 +85,23 @@ int32_t WorkerCache::TakeSlotSparing(std::initializer_list<const std::vector<int
     for (int32_t victim = order_.Victim();
          victim != EvictionOrder::kNone && spared_[victim] == spare_stamp_;
          victim = order_.Victim()) {
+      spared->aside.push_back(victim);
+      spared->last_resort.push_back(order_.pinned(victim));
       order_.Detach(victim);
-      held->push_back(victim);
     }
   }
   return TakeSlot();
+}
+
+void WorkerCache::PutBack(const Spared& spared) {
+  for (size_t i = 0; i < spared.aside.size(); ++i) {
+    const int32_t slot = spared.aside[i];
+    if (spared.last_resort[i]) {
+      order_.AttachLastResort(slot, order_.touches(slot));
+    } else {
+      AttachSlot(slot, order_.touches(slot));
+    }
+  }
 }
 
 void WorkerCache::HoldStep() {

@@ -38,13 +38,13 @@ std::vector<int64_t> WorkerCache::Staged(const int64_t* current, int64_t n, int6
 
 Status WorkerCache::BeginPrefetch(const int64_t* current, int64_t n, ExchangePlan* plan) {
   std::lock_guard<std::mutex> lock(mu_);
-  // One staged batch: its ids are distinct already.
-  plan->unique_keys = TakeStaged(current, n, 1, /*by_position=*/false);
   if (config_.sync != SyncMode::kRefresh) {
     return Status::FailedPrecondition(Name() +
                                       ": this cache checks its keys (sync='check'); "
                                       "it cannot prefetch");
   }
+  // One staged batch: its ids are distinct already.
+  plan->unique_keys = TakeStaged(current, n, 1, /*by_position=*/false);
   plan->inverse.clear();
   std::vector<int32_t> slots;
   SlotsOf(plan->unique_keys.data(), static_cast<int64_t>(plan->unique_keys.size()), &slots);
@@ -78,14 +78,13 @@ Status WorkerCache::EndPrefetch(const int64_t* unique_keys, int64_t u,
                                   &fresh_clocks, &rebuilt, &refused));
   // The step's own rows (its update comes next) and the next batch's cached
   // rows are spared while the missing rows go in.
-  std::vector<int32_t> held;
-  bool marked = false;
+  Spared spared;
   std::vector<int32_t> inserted;
   OutboxRows unsent(outbox_);
   for (int64_t i = 0; i < u; ++i) {
     // A row not admitted stays out: the step itself asks for it again.
     if (fresh[i] == nullptr || fresh_clocks[i] == kNotAdmitted) continue;
-    const int32_t slot = TakeSlotSparing({&prepared_slots_, &slots}, &marked, &held);
+    const int32_t slot = TakeSlotSparing({&prepared_slots_, &slots}, &spared);
     if (slot == EvictionOrder::kNone) {
       // No room beside the two batches: the next lookup fetches it. The
       // shards recorded the copy they handed out, so it goes as evicted.
@@ -98,7 +97,7 @@ Status WorkerCache::EndPrefetch(const int64_t* unique_keys, int64_t u,
     inserted.push_back(slot);
   }
   unsent.Finish(&outbox_, width_);
-  for (int32_t slot : held) AttachSlot(slot, order_.touches(slot));
+  PutBack(spared);
   // Not touched yet: the lookup that uses them counts their first touch.
   for (int32_t slot : inserted) AttachSlot(slot, 0);
   counters_.prefetched += inserted.size();
