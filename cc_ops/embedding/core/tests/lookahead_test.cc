@@ -220,3 +220,31 @@ HET_TEST(ThePrefetchSparesTheStepsAndTheNextBatchsRows) {
                static_cast<unsigned long long>(evictions),
                static_cast<unsigned long long>(dropped));
 }
+
+// A row the step read and keeps as a last resort (the layer called again
+// before its update) stays one when a prefetch sets it aside: a third
+// lookup of the step evicts the row only prefetched, not it.
+HET_TEST(APrefetchKeepsTheStepsLastResortRows) {
+  const int dim = 2;
+  LocalCluster cluster(SgdTable(dim), 1);
+  auto cache = RefreshCache(dim, 4, 100, 100, 1);  // LRU
+  const std::vector<int64_t> first = {1, 2}, second = {3, 4}, next = {1, 5}, third = {6};
+  EXPECT_OK(cache->Stage(second.data(), second.size()));
+  EXPECT_OK(cache->Stage(next.data(), next.size()));
+  het::ExchangePlan plan;
+  std::vector<float> rows;
+  EXPECT_OK(cluster.Exchange(*cache, first, &plan, &rows, /*carry_updates=*/false));
+  // Called again: 1 and 2 are kept as a last resort; the cache is full.
+  EXPECT_OK(cluster.Exchange(*cache, second, &plan, &rows, /*carry_updates=*/false));
+  het::ExchangePlan ahead;
+  // 5 needs room: 3 and 4 (the step's) and 1 (the next batch's) are spared,
+  // 2 goes.
+  EXPECT_OK(cluster.Prefetch(*cache, second, &ahead));
+  const auto cached = [&] {
+    const std::vector<int64_t> keys = cache->MostUsed(4);
+    return std::set<int64_t>(keys.begin(), keys.end());
+  };
+  EXPECT_TRUE(cached() == (std::set<int64_t>{1, 3, 4, 5}));
+  EXPECT_OK(cluster.Exchange(*cache, third, &plan, &rows, /*carry_updates=*/false));
+  EXPECT_TRUE(cached() == (std::set<int64_t>{1, 3, 4, 6}));
+}
