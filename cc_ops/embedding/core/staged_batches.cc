@@ -14,18 +14,16 @@ bool StagedBatches::Batch::Holds(const int64_t* ids, int64_t n) const {
   return true;
 }
 
-std::deque<StagedBatches::Batch>::const_iterator StagedBatches::Untaken() const {
-  auto from = batches_.begin();
-  if (from != batches_.end() && from->taken) ++from;
-  return from;
+size_t StagedBatches::Untaken() const {
+  return !batches_.empty() && batches_.front().taken ? 1 : 0;
 }
 
 bool StagedBatches::Next(const int64_t* ids, int64_t n, std::vector<int64_t>* keys,
                          std::vector<int32_t>* inverse) const {
-  const auto next = Untaken();
-  if (next == batches_.end() || !next->Holds(ids, n)) return false;
-  *keys = next->keys;
-  *inverse = next->inverse;
+  const size_t next = Untaken();
+  if (next == batches_.size() || !batches_[next].Holds(ids, n)) return false;
+  *keys = batches_[next].keys;
+  *inverse = batches_[next].inverse;
   return true;
 }
 
@@ -39,12 +37,6 @@ void StagedBatches::Add(const int64_t* ids, int64_t n, std::vector<int64_t>* mov
   batch.next.assign(batch.keys.size(), kNoRead);
   const uint32_t front = batches_.empty() ? batch.number : batches_.front().number;
   for (size_t i = 0; i < batch.keys.size(); ++i) {
-    if (i + kHintAhead < batch.keys.size()) {
-      const int64_t ahead = batch.keys[i + kHintAhead];
-      last_number_.HintLoad(ahead);
-      last_place_.HintLoad(ahead);
-      next_read_.HintLoad(ahead);
-    }
     const int64_t key = batch.keys[i];
     const uint32_t last = last_number_.Find(key);
     if (last != KeyIndex::kAbsent) {
@@ -62,7 +54,6 @@ void StagedBatches::Add(const int64_t* ids, int64_t n, std::vector<int64_t>* mov
 
 void StagedBatches::Pass(const Batch& batch, std::vector<int64_t>* moved) {
   for (size_t i = 0; i < batch.keys.size(); ++i) {
-    if (i + kHintAhead < batch.keys.size()) next_read_.HintLoad(batch.keys[i + kHintAhead]);
     const int64_t key = batch.keys[i];
     if (next_read_.Find(key) != batch.number) continue;
     if (batch.next[i] == kNoRead) {
@@ -78,10 +69,6 @@ void StagedBatches::Forget(std::vector<int64_t>* moved) {
   const Batch& oldest = batches_.front();
   Pass(oldest, moved);
   for (size_t i = 0; i < oldest.keys.size(); ++i) {
-    if (i + kHintAhead < oldest.keys.size() && oldest.next[i + kHintAhead] == kNoRead) {
-      last_number_.HintLoad(oldest.keys[i + kHintAhead]);
-      last_place_.HintLoad(oldest.keys[i + kHintAhead]);
-    }
     if (oldest.next[i] != kNoRead) continue;  // read again later: linked there
     last_number_.Erase(oldest.keys[i]);
     last_place_.Erase(oldest.keys[i]);
@@ -93,7 +80,7 @@ std::vector<int64_t> StagedBatches::Take(const int64_t* current, int64_t n, int6
                                          bool by_position, std::vector<int64_t>* moved) {
   // `current` stays at the front, marked taken: the next step's search
   // starts after it, so that two equal batches in a row are told apart.
-  auto from = batches_.begin() + (Untaken() - batches_.cbegin());
+  auto from = batches_.begin() + Untaken();
   auto found = std::find_if(from, batches_.end(),
                             [current, n](const Batch& b) { return b.Holds(current, n); });
   if (found == batches_.end() && by_position) found = from;

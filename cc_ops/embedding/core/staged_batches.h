@@ -63,8 +63,9 @@ class StagedBatches {
     std::vector<int32_t> inverse;  // id i is keys[inverse[i]]
     bool Holds(const int64_t* ids, int64_t n) const;
   };
-  // The oldest batch not taken.
-  std::deque<Batch>::const_iterator Untaken() const;
+  // Where the oldest batch not taken is (0 or 1: only the front is ever
+  // taken); batches_.size() if none is.
+  size_t Untaken() const;
   // Moves the next reads of `batch`'s keys that point at it past it.
   void Pass(const Batch& batch, std::vector<int64_t>* moved);
   // Drops the oldest batch.
