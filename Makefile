@@ -7,6 +7,7 @@ PIP := $(PY) -m pip
 CC_SOURCES := $(shell find cc_ops -name '*.cc' -o -name '*.h')
 # The plain C++ cores of each area, with the shared status and hashing.
 CORE_SOURCES := cc_ops/common/status.h cc_ops/common/hashing.h cc_ops/common/named_choice.h \
+  cc_ops/common/parallel.h \
   $(wildcard cc_ops/embedding/core/*.cc cc_ops/embedding/core/*.h \
              cc_ops/data/core/*.cc cc_ops/data/core/*.h \
              cc_ops/schedule/core/*.cc cc_ops/schedule/core/*.h)

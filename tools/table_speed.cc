@@ -1,11 +1,14 @@
 // Times a table shard's Gather and Push alone, with no TensorFlow: the
 // one-process layer's two kernels spend most of their time here.
 //
-//   make build/table_speed && ./build/table_speed [rows] [dim] [batches]
+//   make build/table_speed && ./build/table_speed [rows] [dim] [batches] [threads]
 //
 // A table of `rows` ids (Adagrad; all rows made first, the steady state),
 // fed Zipf(1.1) batches of 512 x 26 ids, each batch's unique ids gathered
-// and then pushed with their counts, as the layer's step does. It prints
+// and then pushed, each with its summed gradient, as the layer's step does;
+// with `threads` > 1 both visit the table's stripes on that many threads
+// (started a call, as a kernel's are not: an upper bound on what they
+// cost). It prints
 // the least and the median microseconds a batch over 5 rounds: on a noisy
 // machine the least is the code's cost, the median how much noise there was.
 #include <algorithm>
@@ -15,7 +18,8 @@
 #include <cstdlib>
 #include <memory>
 #include <random>
-#include <unordered_map>
+#include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "cc_ops/embedding/core/table_shard.h"
@@ -58,10 +62,20 @@ int main(int argc, char** argv) {
   const int64_t rows = argc > 1 ? std::atoll(argv[1]) : 338103;
   const int dim = argc > 2 ? std::atoi(argv[2]) : 16;
   const int batches = argc > 3 ? std::atoi(argv[3]) : 200;
-  if (rows < 1 || dim < 1 || batches < 1) {
-    std::fprintf(stderr, "usage: table_speed [rows >= 1] [dim >= 1] [batches >= 1]\n");
+  const int threads = argc > 4 ? std::atoi(argv[4]) : 1;
+  if (rows < 1 || dim < 1 || batches < 1 || threads < 1) {
+    std::fprintf(stderr,
+                 "usage: table_speed [rows >= 1] [dim >= 1] [batches >= 1] [threads >= 1]\n");
     return 2;
   }
+  het::Parallel parallel;
+  parallel.threads = threads;
+  parallel.run = [](int64_t parts, const het::Parallel::Work& work) {
+    std::vector<std::thread> others;
+    for (int64_t p = 1; p < parts; ++p) others.emplace_back(work, p, p + 1);
+    work(0, 1);
+    for (auto& t : others) t.join();
+  };
   het::TableConfig config;
   config.dim = dim;
   config.vocabulary_size = rows;
@@ -73,22 +87,23 @@ int main(int argc, char** argv) {
   std::vector<float> scratch(size_t(rows) * dim);
   Check(table->Gather(all.data(), rows, scratch.data()));
 
-  // Each batch's unique ids and their counts, as the layer pushes them.
-  std::vector<std::vector<int64_t>> keys, counts;
+  // Each batch's unique ids, pushed once each with their gradients' sum.
+  std::vector<std::vector<int64_t>> keys;
   size_t unique = 0;
   for (const auto& batch : Batches(rows, batches, 512 * 26, 7)) {
-    std::unordered_map<int64_t, int64_t> count;
+    std::unordered_set<int64_t> seen;
     std::vector<int64_t> order;
     for (int64_t id : batch) {
-      if (count[id]++ == 0) order.push_back(id);
+      if (seen.insert(id).second) order.push_back(id);
     }
     keys.push_back(order);
-    counts.emplace_back();
-    for (int64_t id : order) counts.back().push_back(count[id]);
     unique += order.size();
   }
-  std::printf("%lld rows, dim %d, %d batches of %zu unique ids on average\n",
-              static_cast<long long>(rows), dim, batches, unique / batches);
+  std::printf("%lld rows, dim %d, %d batches of %zu unique ids on average, %d thread%s\n",
+              static_cast<long long>(rows), dim, batches, unique / batches, threads,
+              threads > 1 ? "s" : "");
+  const std::vector<int64_t> ones(rows, 1);
+  const het::Parallel* lent = threads > 1 ? &parallel : nullptr;
   std::vector<float> values(scratch.size()), grads(scratch.size(), 0.01f);
   std::vector<double> gather_us, push_us;
   for (int round = 0; round < 5; ++round) {
@@ -96,10 +111,10 @@ int main(int argc, char** argv) {
     for (int b = 0; b < batches; ++b) {
       const int64_t n = static_cast<int64_t>(keys[b].size());
       auto t0 = std::chrono::steady_clock::now();
-      Check(table->Gather(keys[b].data(), n, values.data()));
+      Check(table->Gather(keys[b].data(), n, values.data(), true, lent));
       auto t1 = std::chrono::steady_clock::now();
       Check(
-          table->Push(keys[b].data(), grads.data(), counts[b].data(), n, 0.01f, nullptr, nullptr));
+          table->Push(keys[b].data(), grads.data(), ones.data(), n, 0.01f, nullptr, nullptr, lent));
       auto t2 = std::chrono::steady_clock::now();
       gather += std::chrono::duration<double, std::micro>(t1 - t0).count();
       push += std::chrono::duration<double, std::micro>(t2 - t1).count();

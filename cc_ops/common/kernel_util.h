@@ -3,9 +3,11 @@
 #define HET_TF_COMMON_KERNEL_UTIL_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "cc_ops/common/parallel.h"
 #include "cc_ops/common/status.h"
 #include "cc_ops/common/tf_status.h"
 #include "tensorflow/core/framework/node_def_util.h"
@@ -13,6 +15,7 @@
 #include "tensorflow/core/framework/resource_mgr.h"
 #include "tensorflow/core/framework/resource_op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
+#include "tsl/platform/threadpool.h"
 
 // Registers a CPU kernel; every op of het_tf runs on the CPU.
 #define HET_CPU_KERNEL(name, cls) \
@@ -105,6 +108,23 @@ inline tensorflow::Status OutputStats(tensorflow::OpKernelContext* ctx,
     values->flat<int64_t>()(i) = stats[i].second;
   }
   return tensorflow::OkStatus();
+}
+
+// TensorFlow's intra-op threads, lent to the core for one call: each part
+// is a block of its own, so parts of equal work spread over the threads.
+inline Parallel IntraOpThreads(tensorflow::OpKernelContext* ctx) {
+  const auto* threads = ctx->device()->tensorflow_cpu_worker_threads();
+  tsl::thread::ThreadPool* pool = threads->workers;
+  Parallel parallel;
+  parallel.threads = threads->num_threads;
+  parallel.run = [pool](int64_t parts, const Parallel::Work& work) {
+    pool->ParallelFor(parts,
+                      tsl::thread::ThreadPool::SchedulingParams(
+                          tsl::thread::ThreadPool::SchedulingStrategy::kFixedBlockSize,
+                          std::nullopt, /*block_size=*/1),
+                      work);
+  };
+  return parallel;
 }
 
 // The ResourceBase that owns one core object: a TableShard or a WorkerCache.

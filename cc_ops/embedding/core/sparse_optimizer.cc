@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "cc_ops/common/named_choice.h"
 
@@ -61,10 +62,16 @@ bool DeltaFinite(const float* state, const float* base, size_t n) {
 }
 
 bool AllFinite(const float* values, size_t n) {
+  // A float is not finite when its exponent bits are all ones. Tested on the
+  // bits, without a branch, the loop vectorizes: every push checks every
+  // row it updates, and a test a float cost about a nanosecond.
+  uint32_t bad = 0;
   for (size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(values[i])) return false;
+    uint32_t bits;
+    std::memcpy(&bits, values + i, sizeof(bits));
+    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
   }
-  return true;
+  return bad == 0;
 }
 
 Status NonFiniteUpdate(const std::string& name, int64_t key) {

@@ -72,7 +72,9 @@ void TableShard::HintRow(const Stripe& stripe, int64_t key) const {
   const uint32_t row = stripe.index.Find(key);
   if (row == KeyIndex::kAbsent) return;
   const char* p = RowAt(stripe, row);
-  __builtin_prefetch(p);
+  // Every cache line of the row: a row of 16 floats and their Adagrad slot
+  // spans three.
+  for (size_t at = 0; at < row_bytes_; at += 64) __builtin_prefetch(p + at);
   __builtin_prefetch(p + row_bytes_ - 1);
 }
 
@@ -133,19 +135,23 @@ void TableShard::DefaultState(float* state, int width) const {
   if (width > config_.dim) InitializeSlots(config_.optimizer, config_.dim, state + config_.dim);
 }
 
-Status TableShard::Gather(const int64_t* keys, int64_t n, float* values, bool training) {
+Status TableShard::Gather(const int64_t* keys, int64_t n, float* values, bool training,
+                          const Parallel* parallel) {
   HET_RETURN_IF_ERROR(CheckKeys(config_.name, config_.vocabulary_size, keys, n));
   std::unique_ptr<RowReservation> room;
   HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, ReadAdmit(training), n, &room));
   const int dim = config_.dim;
-  ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
-    char* p = FindOrAdmit(stripe, keys[i], Creates(room.get(), i));
-    if (p == nullptr) {
-      DefaultState(values + int64_t{i} * dim, dim);
-    } else {
-      std::memcpy(values + int64_t{i} * dim, Values(p), sizeof(float) * dim);
-    }
-  });
+  ForEachByStripe(
+      keys, n,
+      [&](Stripe& stripe, int32_t i) {
+        char* p = FindOrAdmit(stripe, keys[i], Creates(room.get(), i));
+        if (p == nullptr) {
+          DefaultState(values + int64_t{i} * dim, dim);
+        } else {
+          std::memcpy(values + int64_t{i} * dim, Values(p), sizeof(float) * dim);
+        }
+      },
+      parallel);
   keys_checked_.fetch_add(n, std::memory_order_relaxed);
   rows_sent_.fetch_add(n, std::memory_order_relaxed);
   pull_requests_.fetch_add(1, std::memory_order_relaxed);
@@ -310,6 +316,7 @@ void TableShard::Clear() {
     stripe.blocks.clear();
     stripe.slots = 0;
     stripe.free.clear();
+    ++stripe.drops;
     stripe.records.Clear();
     stripe.changes.Forget();
   }

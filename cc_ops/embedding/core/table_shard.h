@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "cc_ops/common/parallel.h"
 #include "cc_ops/common/status.h"
 #include "cc_ops/embedding/core/copy_records.h"
 #include "cc_ops/embedding/core/key_checks.h"
@@ -30,6 +31,7 @@
 #include "cc_ops/embedding/core/row_initializer.h"
 #include "cc_ops/embedding/core/sender_log.h"
 #include "cc_ops/embedding/core/sparse_optimizer.h"
+#include "cc_ops/embedding/core/stripe_order.h"
 #include "cc_ops/embedding/core/table_config.h"
 #include "cc_ops/embedding/core/table_outputs.h"
 
@@ -50,7 +52,9 @@ class TableShard {
   // Values of every key, creating missing rows (with admission: a training
   // read's admitted ids; the others read zeros). Every read and push of a
   // row is a use of it, for an evicting shard's choice (row_eviction.h).
-  Status Gather(const int64_t* keys, int64_t n, float* values, bool training = true);
+  // With `parallel` (as Push), a large request's stripes go to its threads.
+  Status Gather(const int64_t* keys, int64_t n, float* values, bool training = true,
+                const Parallel* parallel = nullptr);
 
   // The clock-checked read: clocks[i] is the local clock of the worker's
   // cached copy of keys[i], or -1 when it has none. A row is returned when it
@@ -85,7 +89,8 @@ class TableShard {
   // optimizer and advances the row's clock by counts[i]. When values or
   // clocks are not null they receive each row after its update.
   Status Push(const int64_t* keys, const float* grads, const int64_t* counts, int64_t n,
-              float learning_rate, float* values, int64_t* clocks);
+              float learning_rate, float* values, int64_t* clocks,
+              const Parallel* parallel = nullptr);
 
   // A cache's push: merges deltas[i] (TakeDelta of counts[i] local steps)
   // with ApplyDelta and advances the clock by counts[i]. base_clocks[i] is
@@ -152,6 +157,7 @@ class TableShard {
     std::vector<std::unique_ptr<char[]>> blocks;
     uint32_t slots = 0;          // arena slots ever taken
     std::vector<uint32_t> free;  // evicted rows' slots, taken first
+    uint64_t drops = 0;          // rows ever dropped: while it stays, keys keep their slots
     CopyRecords records;         // the workers' copies of this stripe's rows
     RowChanges changes;          // tracked only while tracking_
     int64_t rows() const { return int64_t{slots} - static_cast<int64_t>(free.size()); }
@@ -159,13 +165,11 @@ class TableShard {
 
   explicit TableShard(const TableConfig& config);
 
-  // Reserves room for the rows a request would create (its keys not yet
-  // held): past max_rows it fails, or, on an evicting shard, evicts the
-  // rows it needs first. Counts the request as one tick of the shard's use
-  // clock. The reservation is released when the returned guard goes away.
-  // On an evicting shard the guard also holds the room lock: shared while
-  // the request runs, so that no row it found is evicted under it, or alone
-  // for a request that evicted (row_eviction.h).
+  // Reserves room for the rows a request would create (its keys not held):
+  // past max_rows it fails, or, evicting, evicts the rows it needs first;
+  // counts the request as a tick of the use clock. The guard returned holds
+  // the room; an evicting shard's also the room lock: shared while the
+  // request runs (no row it found is evicted under it), or alone if it evicted.
   class RowReservation {
    public:
     static constexpr uint8_t kCreates = 1, kSighted = 2;
@@ -227,10 +231,13 @@ class TableShard {
   // its clock: the clock floor, past every clock an evicted row had, so a
   // worker's clock of an old copy never passes for fresh.
   int64_t NewState(int64_t key, float* state) const;
-  // Calls visit(stripe, i) for every request position i, grouped by stripe
-  // with the stripe's lock held, so that each stripe is locked once a request.
+  // Calls visit(stripe, i) for every position i, grouped by stripe, the
+  // stripe's lock held, so that each stripe is locked once a request. With
+  // `parallel`, stripes run at once (StripeOrder::ForEach): visit may write
+  // only what position i or its stripe owns. `hint`: load rows ahead.
   template <typename Visit>
-  void ForEachByStripe(const int64_t* keys, int64_t n, Visit visit);
+  void ForEachByStripe(const int64_t* keys, int64_t n, Visit visit,
+                       const Parallel* parallel = nullptr, bool hint = true);
 
   float* Values(char* row) const { return reinterpret_cast<float*>(row); }
   float* Slots(char* row) const { return reinterpret_cast<float*>(row) + config_.dim; }
@@ -262,12 +269,13 @@ class TableShard {
   // counts[i]; copies its first `width` floats and clock to out and clocks
   // from `unanswered` on, flagging in `lean` those no other writer reached
   // since lean_base_clocks[i]; tells the copy records and changes; counts
-  // the push. An exchange reserves its pushes' rows with its misses'.
+  // the push. An exchange reserves its pushes' rows with its misses'. With
+  // `parallel`, apply runs on several threads at once.
   template <typename Apply>
   Status ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width,
                      const Sender& sender, int64_t unanswered, float* out, int64_t* clocks,
                      bool reserved, const int64_t* lean_base_clocks, uint8_t* lean,
-                     std::vector<int64_t>* refused, Apply apply);
+                     std::vector<int64_t>* refused, const Parallel* parallel, Apply apply);
   // A push's bytes as the op's tensors carry them, `answered` rows back.
   void CountPushBytes(int64_t n, int width, bool delta, int64_t answered, int64_t lean);
   // PushDeltas' merge, after its checks (`lean` as there; *lean_rows
@@ -328,31 +336,23 @@ class TableShard {
 };
 
 template <typename Visit>
-void TableShard::ForEachByStripe(const int64_t* keys, int64_t n, Visit visit) {
-  std::array<int32_t, kStripes + 1> starts{};
+void TableShard::ForEachByStripe(const int64_t* keys, int64_t n, Visit visit,
+                                 const Parallel* parallel, bool hint) {
   std::vector<uint8_t> stripe_of(n);
-  for (int64_t i = 0; i < n; ++i) {
-    stripe_of[i] = static_cast<uint8_t>(StripeOf(keys[i]));
-    ++starts[stripe_of[i] + 1];
-  }
-  for (int s = 0; s < kStripes; ++s) starts[s + 1] += starts[s];
-  std::array<int32_t, kStripes + 1> next = starts;
-  std::vector<int32_t> order(n);
-  for (int64_t i = 0; i < n; ++i) order[next[stripe_of[i]]++] = static_cast<int32_t>(i);
-  for (int s = 0; s < kStripes; ++s) {
-    if (starts[s] == starts[s + 1]) continue;
+  for (int64_t i = 0; i < n; ++i) stripe_of[i] = static_cast<uint8_t>(StripeOf(keys[i]));
+  const StripeOrder order(stripe_of, kStripes);
+  order.ForEach(parallel, [&](int s) {
     Stripe& stripe = stripes_[s];
     std::lock_guard<std::mutex> lock(stripe.mu);
-    // A batch's keys hit cold rows at random: their buckets load kAhead keys
-    // early, their rows half as early, so visits overlap memory latency.
+    // Cold rows at random: buckets load kAhead keys early, rows half as early.
     constexpr int32_t kAhead = kHintAhead;
-    const int32_t end = starts[s + 1];
-    for (int32_t k = starts[s]; k < end; ++k) {
-      if (k + kAhead < end) stripe.index.HintLoad(keys[order[k + kAhead]]);
-      if (k + kAhead / 2 < end) HintRow(stripe, keys[order[k + kAhead / 2]]);
-      visit(stripe, order[k]);
+    const int32_t end = order.end(s);
+    for (int32_t k = order.begin(s); k < end; ++k) {
+      if (hint && k + kAhead < end) stripe.index.HintLoad(keys[order.at(k + kAhead)]);
+      if (hint && k + kAhead / 2 < end) HintRow(stripe, keys[order.at(k + kAhead / 2)]);
+      visit(stripe, order.at(k));
     }
-  }
+  });
 }
 
 }  // namespace het

@@ -1,5 +1,6 @@
 // What a shard checks before a request changes anything. Pushes reach a
 // shard from any caller, so it trusts none of their contents.
+#include <algorithm>
 #include <cmath>
 
 #include "cc_ops/embedding/core/key_checks.h"
@@ -56,13 +57,11 @@ Status TableShard::CheckPush(const int64_t* keys, const float* values, int width
           std::to_string(keys[i]));
     }
   }
-  for (int64_t i = 0; i < n * width; ++i) {
-    if (!std::isfinite(values[i])) {
-      return Status::InvalidArgument(name + ": non-finite " + what + " for id " +
-                                     std::to_string(keys[i / width]) + "; nothing was applied");
-    }
-  }
-  return Status::Ok();
+  if (AllFinite(values, size_t(n) * width)) return Status::Ok();
+  const int64_t i =
+      std::find_if(values, values + n * width, [](float v) { return !std::isfinite(v); }) - values;
+  return Status::InvalidArgument(name + ": non-finite " + what + " for id " +
+                                 std::to_string(keys[i / width]) + "; nothing was applied");
 }
 
 Status TableShard::CheckDeltaPush(const int64_t* keys, const float* deltas,

@@ -74,6 +74,7 @@ void TableShard::EvictRow(Stripe& stripe, uint32_t slot, std::atomic<uint64_t>* 
   char* p = RowAt(stripe, slot);
   stripe.index.Erase(*Key(p));
   stripe.free.push_back(slot);
+  ++stripe.drops;
   // A stripe keeps at most as many dropped keys as it has slots (8 bytes a
   // row) before its changes overflow and the next checkpoint is full.
   if (tracking_.load(std::memory_order_relaxed)) {

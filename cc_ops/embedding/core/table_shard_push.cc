@@ -3,7 +3,9 @@
 // first on copies of the rows so that one that would turn a row non-finite
 // changes nothing.
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <memory>
 
 #include "cc_ops/embedding/core/table_shard.h"
 #include "cc_ops/embedding/core/wire_sizes.h"
@@ -14,7 +16,8 @@ template <typename Apply>
 Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64_t n, int width,
                                const Sender& sender, int64_t unanswered, float* out,
                                int64_t* clocks, bool reserved, const int64_t* lean_base_clocks,
-                               uint8_t* lean, std::vector<int64_t>* refused, Apply apply) {
+                               uint8_t* lean, std::vector<int64_t>* refused,
+                               const Parallel* parallel, Apply apply) {
   std::unique_ptr<RowReservation> reservation;
   if (!reserved) HET_RETURN_IF_ERROR(ReserveNewRows(keys, n, Admit::kAll, 0, &reservation));
   // First each row's update on a copy of its state: one that would make a
@@ -26,96 +29,123 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
   const bool by_row = sender.worker != Sender::kNoWorker && sender.sequence != 0;
   const int state = state_width();
   const bool stepped = NeedsStepCount(config_.optimizer.kind);
-  std::vector<float> next(size_t(n) * state);
+  std::unique_ptr<float[]> next(new float[size_t(n) * state]);  // each written before read
   std::vector<int64_t> seen(n), steps(n);
+  // Where the first pass found each row, and each stripe's drops then: the
+  // second finds a row there again unless its stripe dropped one since.
+  std::vector<uint32_t> found(n);
+  std::array<uint64_t, kStripes> drops;
   std::vector<uint8_t> held(lean != nullptr ? n : 0);  // the row existed before
-  int64_t bad = -1;
   // A table that admits ids drops the updates of ids it does not hold (not
   // admitted, or dropped since), counted: they are not lost unseen.
   constexpr int64_t kDropped = -2;
-  constexpr int64_t kRefused = -3;  // a round's row whose update is refused alone
-  ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
-    float* copy = next.data() + size_t(i) * state;
-    const uint32_t row = stripe.index.Find(keys[i]);
-    if (row == KeyIndex::kAbsent && admitting()) {
-      seen[i] = kDropped;
-      return;
-    }
-    if (row == KeyIndex::kAbsent) {
-      seen[i] = NewState(keys[i], copy);  // as FindOrCreate will make it
-      steps[i] = seen[i];
-    } else {
-      char* p = RowAt(stripe, row);
-      std::memcpy(copy, Values(p), sizeof(float) * state);
-      seen[i] = *Clock(p);
-      if (lean != nullptr) held[i] = 1;
-      steps[i] = stepped ? *Step(p) : 0;
-    }
-    apply(i, seen[i], copy, &steps[i]);
-    if (AllFinite(copy, state)) return;
-    if (by_row) {
-      seen[i] = kRefused;
-    } else if (bad < 0 || i < bad) {  // the first in the request's order
-      bad = i;
-    }
-  });
-  if (bad >= 0) return NonFiniteUpdate(TableLabel(config_.name), keys[bad]);
+  constexpr int64_t kRefused = -3;    // a round's row whose update is refused alone
+  constexpr int64_t kNonFinite = -4;  // refuses the whole push
+  ForEachByStripe(
+      keys, n,
+      [&](Stripe& stripe, int32_t i) {
+        float* copy = next.get() + size_t(i) * state;
+        const uint32_t row = found[i] = stripe.index.Find(keys[i]);
+        drops[&stripe - stripes_.data()] = stripe.drops;
+        if (row == KeyIndex::kAbsent && admitting()) {
+          seen[i] = kDropped;
+          return;
+        }
+        if (row == KeyIndex::kAbsent) {
+          seen[i] = NewState(keys[i], copy);  // as FindOrCreate will make it
+          steps[i] = seen[i];
+        } else {
+          char* p = RowAt(stripe, row);
+          std::memcpy(copy, Values(p), sizeof(float) * state);
+          seen[i] = *Clock(p);
+          if (lean != nullptr) held[i] = 1;
+          steps[i] = stepped ? *Step(p) : 0;
+        }
+        apply(i, seen[i], copy, &steps[i]);
+        if (!AllFinite(copy, state)) seen[i] = by_row ? kRefused : kNonFinite;
+      },
+      parallel);
+  // The first in the request's order is named.
+  const auto bad = std::find(seen.begin(), seen.end(), kNonFinite);
+  if (bad != seen.end()) return NonFiniteUpdate(TableLabel(config_.name), keys[bad - seen.begin()]);
   if (between_push_passes_) {
     const std::function<void()> inject = between_push_passes_;  // it may unset itself
     inject();
   }
+  // What became of each position's update, tallied after the pass: the
+  // pass may visit stripes on several threads at once.
+  enum Outcome : uint8_t { kTaken, kDroppedRow, kRefusedRow };
+  std::vector<uint8_t> outcome(n);
+  ForEachByStripe(
+      keys, n,
+      [&](Stripe& stripe, int32_t i) {
+        if (seen[i] == kDropped) {
+          outcome[i] = kDroppedRow;
+          if (i < unanswered) return;
+          if (out != nullptr) DefaultState(out + (i - unanswered) * width, width);
+          if (clocks != nullptr) clocks[i - unanswered] = kNotAdmitted;
+          return;
+        }
+        bool created = false;
+        uint32_t slot = found[i];
+        char* p;
+        if (slot != KeyIndex::kAbsent && stripe.drops == drops[&stripe - stripes_.data()]) {
+          p = RowAt(stripe, slot);
+          if (dropping()) Touch(Use(p), tick_.load(std::memory_order_relaxed));
+        } else {
+          p = FindOrCreate(stripe, keys[i], &created, &slot);
+        }
+        MarkChanged(stripe, slot);
+        const bool unmoved = *Clock(p) == seen[i];
+        float* copy = next.get() + size_t(i) * state;
+        bool taken = seen[i] != kRefused;
+        if (taken && !unmoved) {
+          // Another push moved the row between the passes: the update is taken
+          // again on a copy of the row as it is now, checked as the first pass
+          // checked the row as it was. A row it would turn non-finite keeps its
+          // state and clock, its update refused alone: the rest of the push has
+          // landed and cannot be refused whole any more.
+          std::memcpy(copy, Values(p), sizeof(float) * state);
+          steps[i] = stepped ? *Step(p) : 0;
+          apply(i, *Clock(p), copy, &steps[i]);
+          taken = AllFinite(copy, state);
+        }
+        if (taken) {
+          std::memcpy(Values(p), copy, sizeof(float) * state);
+          if (stepped) *Step(p) = steps[i];
+          *Clock(p) += counts[i];
+          outcome[i] = kTaken;
+        } else {
+          // The sender takes the row as it is (never lean: its copy carried the
+          // update refused) and is told its key.
+          outcome[i] = kRefusedRow;
+        }
+        if (stripe.records.workers() > 0) stripe.records.Pushed(sender, keys[i], *Clock(p));
+        if (i < unanswered) return;
+        if (out != nullptr) {
+          std::memcpy(out + (i - unanswered) * width, Values(p), sizeof(float) * width);
+        }
+        if (clocks != nullptr) clocks[i - unanswered] = *Clock(p);
+        // No other writer reached the row between the sender's base and this
+        // merge, which was made once on the row as the sender last saw it: the
+        // sender computes the same merge itself (WorkerCache::StartRound).
+        if (lean != nullptr) {
+          lean[i - unanswered] =
+              taken && held[i] && !created && unmoved && seen[i] == lean_base_clocks[i];
+        }
+      },
+      parallel, /*hint=*/false);
   uint64_t updates = 0, dropped = 0, refusals = 0;
-  ForEachByStripe(keys, n, [&](Stripe& stripe, int32_t i) {
-    if (seen[i] == kDropped) {
-      dropped += counts[i];
-      if (i < unanswered) return;
-      if (out != nullptr) DefaultState(out + (i - unanswered) * width, width);
-      if (clocks != nullptr) clocks[i - unanswered] = kNotAdmitted;
-      return;
-    }
-    bool created;
-    uint32_t slot;
-    char* p = FindOrCreate(stripe, keys[i], &created, &slot);
-    MarkChanged(stripe, slot);
-    const bool unmoved = *Clock(p) == seen[i];
-    float* copy = next.data() + size_t(i) * state;
-    bool taken = seen[i] != kRefused;
-    if (taken && !unmoved) {
-      // Another push moved the row between the passes: the update is taken
-      // again on a copy of the row as it is now, checked as the first pass
-      // checked the row as it was. A row it would turn non-finite keeps its
-      // state and clock, its update refused alone: the rest of the push has
-      // landed and cannot be refused whole any more.
-      std::memcpy(copy, Values(p), sizeof(float) * state);
-      steps[i] = stepped ? *Step(p) : 0;
-      apply(i, *Clock(p), copy, &steps[i]);
-      taken = AllFinite(copy, state);
-    }
-    if (taken) {
-      std::memcpy(Values(p), copy, sizeof(float) * state);
-      if (stepped) *Step(p) = steps[i];
-      *Clock(p) += counts[i];
+  for (int64_t i = 0; i < n; ++i) {
+    if (outcome[i] == kTaken) {
       updates += counts[i];
+    } else if (outcome[i] == kDroppedRow) {
+      dropped += counts[i];
     } else {
-      // The sender takes the row as it is (never lean: its copy carried the
-      // update refused) and is told its key.
       refusals += counts[i];
       if (refused != nullptr) refused->push_back(keys[i]);
     }
-    if (stripe.records.workers() > 0) stripe.records.Pushed(sender, keys[i], *Clock(p));
-    if (i < unanswered) return;
-    if (out != nullptr) {
-      std::memcpy(out + (i - unanswered) * width, Values(p), sizeof(float) * width);
-    }
-    if (clocks != nullptr) clocks[i - unanswered] = *Clock(p);
-    // No other writer reached the row between the sender's base and this
-    // merge, which was made once on the row as the sender last saw it: the
-    // sender computes the same merge itself (WorkerCache::StartRound).
-    if (lean != nullptr) {
-      lean[i - unanswered] =
-          taken && held[i] && !created && unmoved && seen[i] == lean_base_clocks[i];
-    }
-  });
+  }
   push_requests_.fetch_add(1, std::memory_order_relaxed);
   rows_pushed_.fetch_add(n, std::memory_order_relaxed);
   updates_applied_.fetch_add(updates, std::memory_order_relaxed);
@@ -125,13 +155,16 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
 }
 
 Status TableShard::Push(const int64_t* keys, const float* grads, const int64_t* counts, int64_t n,
-                        float learning_rate, float* values, int64_t* clocks) {
+                        float learning_rate, float* values, int64_t* clocks,
+                        const Parallel* parallel) {
   const int dim = config_.dim;
   HET_RETURN_IF_ERROR(CheckPush(keys, grads, dim, counts, n, learning_rate, "gradient", 1));
-  std::vector<float> mean(dim);
   HET_RETURN_IF_ERROR(ApplyToRows(keys, counts, n, dim, Sender(), 0, values, clocks,
-                                  /*reserved=*/false, nullptr, nullptr, nullptr,
+                                  /*reserved=*/false, nullptr, nullptr, nullptr, parallel,
                                   [&](int32_t i, int64_t, float* state, int64_t* step) {
+                                    // Each thread's own: positions may be visited at once.
+                                    thread_local std::vector<float> mean;
+                                    mean.resize(dim);
                                     ApplyUpdates(config_.optimizer, learning_rate,
                                                  grads + int64_t{i} * dim, counts[i], dim, state,
                                                  state + dim, step, &mean);
@@ -221,7 +254,7 @@ Status TableShard::MergeDeltas(const int64_t* keys, const float* deltas, const i
   HET_RETURN_IF_ERROR(
       ApplyToRows(keys, counts, n, width, sender, unanswered, states, clocks, reserved,
                   lean_ok ? base_clocks : nullptr, lean_ok ? lean : nullptr, refused,
-                  [&](int32_t i, int64_t clock, float* state, int64_t* step) {
+                  /*parallel=*/nullptr, [&](int32_t i, int64_t clock, float* state, int64_t* step) {
                     // A clock behind the cache's copy (the table was restored since)
                     // counts as no other writer.
                     const float share = ConcurrentShare(kind, counts[i], clock - base_clocks[i]);

@@ -76,8 +76,9 @@ class HetTableGatherOp : public TableKernel {
     OP_REQUIRES_OK(ctx, CheckVector(table.config().name, "keys", keys));
     Tensor* values = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, dim_}), &values));
+    const Parallel parallel = IntraOpThreads(ctx);
     OP_REQUIRES_OK(ctx, ToTf(table.Gather(keys.flat<int64_t>().data(), n,
-                                          values->flat<float>().data(), training_)));
+                                          values->flat<float>().data(), training_, &parallel)));
   }
 
  private:

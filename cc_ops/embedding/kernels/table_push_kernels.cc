@@ -121,11 +121,12 @@ class HetTablePushOp : public TableKernel {
     Tensor* clocks = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({out_rows, dim_}), &values));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({out_rows}), &clocks));
-    OP_REQUIRES_OK(ctx,
-                   ToTf(table.Push(keys.flat<int64_t>().data(), ctx->input(2).flat<float>().data(),
-                                   ctx->input(3).flat<int64_t>().data(), n, learning_rate,
-                                   return_rows_ ? values->flat<float>().data() : nullptr,
-                                   return_rows_ ? clocks->flat<int64_t>().data() : nullptr)));
+    const Parallel parallel = IntraOpThreads(ctx);
+    OP_REQUIRES_OK(
+        ctx, ToTf(table.Push(keys.flat<int64_t>().data(), ctx->input(2).flat<float>().data(),
+                             ctx->input(3).flat<int64_t>().data(), n, learning_rate,
+                             return_rows_ ? values->flat<float>().data() : nullptr,
+                             return_rows_ ? clocks->flat<int64_t>().data() : nullptr, &parallel)));
   }
 
  private:
