@@ -18,7 +18,6 @@
 #include <cstdlib>
 #include <memory>
 #include <random>
-#include <thread>
 #include <unordered_set>
 #include <vector>
 
@@ -68,14 +67,7 @@ int main(int argc, char** argv) {
                  "usage: table_speed [rows >= 1] [dim >= 1] [batches >= 1] [threads >= 1]\n");
     return 2;
   }
-  het::Parallel parallel;
-  parallel.threads = threads;
-  parallel.run = [](int64_t parts, const het::Parallel::Work& work) {
-    std::vector<std::thread> others;
-    for (int64_t p = 1; p < parts; ++p) others.emplace_back(work, p, p + 1);
-    work(0, 1);
-    for (auto& t : others) t.join();
-  };
+  const het::Parallel parallel = het::ThreadPerPart(threads);
   het::TableConfig config;
   config.dim = dim;
   config.vocabulary_size = rows;

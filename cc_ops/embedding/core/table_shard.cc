@@ -78,15 +78,17 @@ void TableShard::HintRow(const Stripe& stripe, int64_t key) const {
   __builtin_prefetch(p + row_bytes_ - 1);
 }
 
+char* TableShard::RowFound(Stripe& stripe, uint32_t slot) {
+  char* p = RowAt(stripe, slot);
+  if (dropping()) Touch(Use(p), tick_.load(std::memory_order_relaxed));
+  return p;
+}
+
 char* TableShard::FindOrCreate(Stripe& stripe, int64_t key, bool* created, uint32_t* slot) {
   uint32_t row = stripe.index.Find(key);
   *created = row == KeyIndex::kAbsent;
   if (slot != nullptr) *slot = row;
-  if (!*created) {
-    char* p = RowAt(stripe, row);
-    if (dropping()) Touch(Use(p), tick_.load(std::memory_order_relaxed));
-    return p;
-  }
+  if (!*created) return RowFound(stripe, row);
   if (!stripe.free.empty()) {
     row = stripe.free.back();
     stripe.free.pop_back();

@@ -214,10 +214,10 @@ class TableShard {
 
   static int StripeOf(int64_t key);
   char* RowAt(const Stripe& stripe, uint32_t row) const;
-  // Starts loading key's row, if the stripe has it.
-  void HintRow(const Stripe& stripe, int64_t key) const;
+  void HintRow(const Stripe& stripe, int64_t key) const;  // starts loading key's row, if held
   // Finds or creates the row of key (its slot in `*slot`); stripe locked.
   char* FindOrCreate(Stripe& stripe, int64_t key, bool* created, uint32_t* slot = nullptr);
+  char* RowFound(Stripe& stripe, uint32_t slot);     // a found row, touched as a use
   void MarkChanged(Stripe& stripe, uint32_t slot) {  // the row in `slot` was written
     if (tracking_.load(std::memory_order_relaxed)) stripe.changes.Changed(slot);
   }

@@ -90,8 +90,7 @@ Status TableShard::ApplyToRows(const int64_t* keys, const int64_t* counts, int64
         uint32_t slot = found[i];
         char* p;
         if (slot != KeyIndex::kAbsent && stripe.drops == drops[&stripe - stripes_.data()]) {
-          p = RowAt(stripe, slot);
-          if (dropping()) Touch(Use(p), tick_.load(std::memory_order_relaxed));
+          p = RowFound(stripe, slot);
         } else {
           p = FindOrCreate(stripe, keys[i], &created, &slot);
         }

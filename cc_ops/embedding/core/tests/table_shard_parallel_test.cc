@@ -2,7 +2,6 @@
 // calls on one thread, and a push's second pass finding its rows again.
 #include <cmath>
 #include <random>
-#include <thread>
 #include <vector>
 
 #include "cc_ops/common/parallel.h"
@@ -10,19 +9,6 @@
 #include "cc_ops/embedding/core/table_shard.h"
 
 namespace {
-
-// Every part on a thread of its own, as TensorFlow's pool runs a kernel's.
-het::Parallel Threads(int threads) {
-  het::Parallel parallel;
-  parallel.threads = threads;
-  parallel.run = [](int64_t parts, const het::Parallel::Work& work) {
-    std::vector<std::thread> others;
-    for (int64_t p = 1; p < parts; ++p) others.emplace_back(work, p, p + 1);
-    work(0, 1);
-    for (auto& t : others) t.join();
-  };
-  return parallel;
-}
 
 het::TableConfig Config(int64_t max_rows = -1) {
   het::TableConfig c;
@@ -58,7 +44,7 @@ std::vector<int64_t> Keys(std::mt19937_64* rng, int64_t n, int64_t range) {
 void ExpectParallelMatchesSerial(const het::TableConfig& config) {
   auto serial = Make(config);
   auto lent = Make(config);
-  const het::Parallel parallel = Threads(2);
+  const het::Parallel parallel = het::ThreadPerPart(2);
   std::mt19937_64 rng(3);
   std::normal_distribution<float> grad(0, 1);
   for (int batch = 0; batch < 12; ++batch) {
@@ -95,7 +81,7 @@ HET_TEST(AnEvictingShardOnLentThreadsMatchesTheSerialOne) {
 
 HET_TEST(ANonFinitePushOnLentThreadsChangesNothingAndNamesTheFirstId) {
   auto t = Make(Config());
-  const het::Parallel parallel = Threads(2);
+  const het::Parallel parallel = het::ThreadPerPart(2);
   std::mt19937_64 rng(5);
   const std::vector<int64_t> keys = Keys(&rng, 4096, 1 << 20);
   const int64_t n = static_cast<int64_t>(keys.size());
