@@ -15,6 +15,9 @@ from tf_keras.src.optimizers import optimizer as _optimizer
 from tf_keras.src.optimizers.legacy import optimizer_v2 as _legacy
 
 _OWNER = "_het_table_owner"
+# The attribute of an optimizer's summed IndexedSlices that keeps them as
+# they were before the sum.
+UNSUMMED = "_het_unsummed"
 
 
 def mark_anchor(anchor, layer):
@@ -79,6 +82,24 @@ def _wrap_apply(original):
     return apply
 
 
+def _wrap_deduplicate(original):
+    """For tf_keras' optimizers: `_deduplicate_sparse_grad(grads)` keeps
+    each summed IndexedSlices' slices before the sum. A table whose lookup
+    made them sums them by that lookup's deduplication (apply_gradient);
+    the optimizer's own sum is then unused, and TensorFlow prunes it from
+    the step."""
+    def deduplicate(self, grads):
+        grads = list(grads)
+        summed = original(self, grads)
+        for before, after in zip(grads, summed):
+            if isinstance(after, tf.IndexedSlices) and after is not before:
+                setattr(after, UNSUMMED, before)
+        return summed
+
+    deduplicate.__wrapped__ = original
+    return deduplicate
+
+
 def _wrap_legacy_apply(original):
     """For the legacy optimizers: `_distributed_apply`, after clipping."""
     def apply(self, distribution, grads_and_vars, apply_state, name=None):
@@ -96,7 +117,9 @@ _SUMMING_APPLIES = (_optimizer._BaseOptimizer.apply_gradients,
 def _install():
     for cls, name, wrap in ((_optimizer._BaseOptimizer, "_internal_apply_gradients", _wrap_apply),
                             (_optimizer.Optimizer, "_internal_apply_gradients", _wrap_apply),
-                            (_legacy.OptimizerV2, "_distributed_apply", _wrap_legacy_apply)):
+                            (_legacy.OptimizerV2, "_distributed_apply", _wrap_legacy_apply),
+                            (_optimizer._BaseOptimizer, "_deduplicate_sparse_grad",
+                             _wrap_deduplicate)):
         method = cls.__dict__[name]
         if not hasattr(method, "__wrapped__"):
             setattr(cls, name, wrap(method))

@@ -10,8 +10,11 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from het_tf.keras_layers.table_gradients import UNSUMMED
 from het_tf.runtime.config import UNBOUNDED
 from het_tf.runtime.counters import counter
+from het_tf.runtime.slices import expand_rows, sum_slices
+from het_tf.runtime.slices import unique as unique_ids
 
 # The whole numbers each float dtype holds exactly: 2 ** (its precision).
 _EXACT_WHOLE_NUMBERS = {tf.float16: 2**11, tf.bfloat16: 2**8, tf.float32: 2**24,
@@ -89,7 +92,7 @@ def embed(layer, ids, training, penalties):
     @tf.custom_gradient
     def lookup(anchor):
         rows, unique, inverse = route.lookup(ids, training)
-        out = tf.gather(rows, inverse)
+        out = expand_rows(rows, inverse, owner)
         kept = tf.not_equal(unique, 0) if mask_zero else None
 
         def grad(dy, d_penalized=None):
@@ -103,6 +106,10 @@ def embed(layer, ids, training, penalties):
             # optimizer clips, unscales and sums them as it does its.
             keys = tf.reshape(table.check_ids(ids), [-1])
             values = tf.reshape(tf.cast(dy, tf.float32), [-1, dim])
+            if kept is None and d_penalized is None:
+                # These ids are the lookup's own: apply_gradient sums their
+                # slices by its deduplication rather than deduplicating again.
+                keys._het_lookup = (unique, inverse)
             if kept is not None:  # padding: no gradient, no update, no clock tick
                 real = keys != 0
                 keys, values = tf.boolean_mask(keys, real), tf.boolean_mask(values, real)
@@ -130,31 +137,49 @@ def apply_gradient(layer, gradient, summed=False):
     anchor: the rows' IndexedSlices, clipped and unscaled as the optimizer
     treats any variable's. Each row takes one update with its gradients'
     sum, and the table's optimizer and learning rate step once. summed: the
-    optimizer has already summed each id's slices into one (tf_keras'
-    optimizers do), so they are not summed again."""
+    optimizer has summed each id's slices into one (tf_keras' optimizers
+    do); the slices before its sum, where table_gradients.py kept them, are
+    summed here instead, faster, and its sum goes unused."""
     owner = layer._owner
     if not isinstance(gradient, tf.IndexedSlices):
         raise ValueError(
             f"{owner}: the table's gradient reached the optimizer as a dense "
             f"{type(gradient).__name__}; pass the gradient tape's IndexedSlices to "
             "apply_gradients unchanged")
-    keys = layer.table.check_ids(gradient.indices, "the gradient's ids")
-    if layer.input_dim is not None:
-        # Before any part of the update: a cached part and a pushed part
-        # must not be applied without the other.
-        valid = tf.debugging.assert_equal(
-            tf.reduce_all((keys >= 0) & (keys < layer.input_dim)), True,
-            message=f"{owner}: the gradient's ids must lie in [0, {layer.input_dim}); "
-                    "nothing was applied")
-        with tf.control_dependencies([valid]):
-            keys = tf.identity(keys)
-    grads = tf.cast(gradient.values, tf.float32)
-    if summed:
-        unique = keys
+    slices = getattr(gradient, UNSUMMED, None) if summed else gradient
+    lookup = getattr(getattr(slices, "indices", None), "_het_lookup", None)
+    if lookup is not None:
+        # One slice per id of one lookup, which deduplicated (and checked)
+        # them: summed by its places, in the order of its distinct ids.
+        unique, at = lookup
     else:
-        unique, at = tf.unique(keys, out_idx=tf.int32)
-        grads = tf.math.unsorted_segment_sum(grads, at, tf.size(unique))
-    unique, grads = finite_rows(layer, unique, grads)
+        keys = _checked_keys(layer, (gradient if slices is None else slices).indices)
+        if slices is None:  # summed by an optimizer that kept nothing else
+            return _update(layer, keys, tf.cast(gradient.values, tf.float32))
+        unique, at = unique_ids(keys, owner)
+    grads, finite = sum_slices(tf.cast(slices.values, tf.float32), tf.reshape(at, [-1]),
+                               tf.size(unique), owner)
+    return _update(layer, unique, grads, finite)
+
+
+def _checked_keys(layer, indices):
+    """The gradient's ids, checked before any part of the update: a cached
+    part and a pushed part must not be applied without the other."""
+    keys = layer.table.check_ids(indices, "the gradient's ids")
+    if layer.input_dim is None:
+        return keys
+    valid = tf.debugging.assert_equal(
+        tf.reduce_all((keys >= 0) & (keys < layer.input_dim)), True,
+        message=f"{layer._owner}: the gradient's ids must lie in [0, {layer.input_dim}); "
+                "nothing was applied")
+    with tf.control_dependencies([valid]):
+        return tf.identity(keys)
+
+
+def _update(layer, unique, grads, finite=None):
+    """One update of each checked, distinct id by its gradient sum; finite:
+    whether every sum is, if known."""
+    unique, grads = finite_rows(layer, unique, grads, finite)
     update = layer._route.apply(unique, grads, learning_rate(layer))
     with tf.control_dependencies(tf.nest.flatten(update)):
         return layer._updates.assign_add(1)
@@ -167,16 +192,15 @@ def add_skip_counter(layer):
         object.__setattr__(layer, "_skipped_rows", counter("het_rows_skipped_non_finite"))
 
 
-def finite_rows(layer, unique, grads):
+def finite_rows(layer, unique, grads, all_finite=None):
     """A step whose gradient is not finite goes on, as with Keras' own
     Embedding (the loss shows it, and TerminateOnNaN stops the fit), but the
     table skips the rows whose gradient sum is not finite, so that it never
     holds a non-finite value; they are counted (het_stats'
     rows_skipped_non_finite) and the first skip is logged. A finite step
-    (every step but these) only checks."""
-    finite = tf.reduce_all(tf.math.is_finite(grads), axis=1)
-
+    (every step but these) only checks, or takes `all_finite` if known."""
     def skip():
+        finite = tf.reduce_all(tf.math.is_finite(grads), axis=1)
         skipped = tf.reduce_sum(tf.cast(~finite, tf.int64))
         before = layer._skipped_rows.read_value()
         with tf.control_dependencies([before]):
@@ -193,4 +217,6 @@ def finite_rows(layer, unique, grads):
         with tf.control_dependencies([counted, warned]):
             return tf.boolean_mask(unique, finite), tf.boolean_mask(grads, finite)
 
-    return tf.cond(tf.reduce_all(finite), lambda: (unique, grads), skip)
+    if all_finite is None:
+        all_finite = tf.reduce_all(tf.math.is_finite(grads))
+    return tf.cond(all_finite, lambda: (unique, grads), skip)

@@ -282,6 +282,17 @@ def build_call(draw, op, ctx):
                 np.array([draw(st.integers(0, 9)) for _ in keys], np.int64)], {}
     if op == "HetShardIndex":
         return [unique_keys(draw)], dict(num_shards=draw(st.integers(1, 4)))
+    if op == "HetUnique":
+        shape = draw(st.lists(st.integers(0, 3), max_size=2))
+        keys = draw(st.lists(KEYS, min_size=int(np.prod(shape)), max_size=int(np.prod(shape))))
+        return [np.array(keys, np.int64).reshape(shape)], {}
+    if op in ("HetExpandRows", "HetSumSlices"):
+        count = draw(st.integers(0, 4))
+        places = st.lists(st.integers(0, count - 1), max_size=6) if count else st.just([])
+        at = np.array(draw(places), np.int32)
+        if op == "HetExpandRows":
+            return [finite(draw, (count, DIM)), at], {}
+        return [finite(draw, (len(at), DIM)), at, np.int32(count)], {}
     if op in ("HetCachePrepare", "HetCacheBeginExchange", "HetCacheStage",
               "HetCacheBeginPrefetch"):
         shape = draw(st.lists(st.integers(1, 2), min_size=1, max_size=3))  # at most 8 ids
@@ -411,7 +422,7 @@ FUZZED_OPS = sorted(OP_DEFS)
 
 def test_every_op_is_fuzzed():
     """The fuzz below covers the library's whole op list, found at run time."""
-    assert len(FUZZED_OPS) == 49 and all(OP_DEFS[name] is not None for name in FUZZED_OPS)
+    assert len(FUZZED_OPS) == 52 and all(OP_DEFS[name] is not None for name in FUZZED_OPS)
 
 
 @pytest.mark.parametrize("op_name", FUZZED_OPS)

@@ -7,7 +7,7 @@ import logging
 import tensorflow as tf
 
 from het_tf import _op_library
-from het_tf.runtime import combinations
+from het_tf.runtime import combinations, slices
 from het_tf.runtime.config import CacheConfig, warn_renamed
 from het_tf.runtime.handles import FunctionHandles
 from het_tf.runtime.table import ShardedTable
@@ -343,11 +343,8 @@ def hit_rate(counters, prefix=""):
 
 def lookup_without_cache(table: ShardedTable, ids, training=True):
     """The no-cache read: unique ids go to the shards, rows come back."""
-    ids = table.check_ids(ids)
-    flat = tf.reshape(ids, [-1])
-    unique, inverse = tf.unique(flat, out_idx=tf.int32)
-    rows = table.gather(unique, training=training)
-    return rows, unique, tf.reshape(inverse, tf.shape(ids))
+    unique, inverse = slices.unique(table.check_ids(ids), table.config.label)
+    return table.gather(unique, training=training), unique, inverse
 
 
 def push_without_cache(table: ShardedTable, unique_keys, unique_grads, learning_rate,
