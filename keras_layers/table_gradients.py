@@ -8,7 +8,8 @@ clipnorm and global_clipnorm clip it, and the slices of a layer called
 several times arrive as one. Where the optimizer would then update the
 variables, the anchors' gradients go to their layers instead, which update
 the tables; the rest of the step is the optimizer's own. This module wraps
-that one place in tf_keras' optimizers, once, on import.
+that place in tf_keras' optimizers, once, on import, and their summing of
+each id's slices, whose work the table then does itself.
 """
 import tensorflow as tf
 from tf_keras.src.optimizers import optimizer as _optimizer
@@ -48,7 +49,8 @@ def _apply_tables(grads_and_vars, summed=False):
 def _sums_slices(optimizer):
     """Whether `optimizer.apply_gradients` has summed the slices of each id
     before `_internal_apply_gradients`, as tf_keras' own does
-    (`_deduplicate_sparse_grad`); then the table need not sum them again.
+    (`_deduplicate_sparse_grad`, which keeps the slices it summed); then
+    the table sums those slices itself, and otherwise the slices it gets.
     A subclass that replaces any step on the way is not trusted to."""
     cls = type(optimizer)
     # _internal_apply_gradients is read here, not kept in a constant: only

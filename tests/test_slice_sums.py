@@ -50,6 +50,13 @@ def test_bad_places_or_shapes_are_refused_naming_the_layer(at, count, shape, mes
             slices.expand_rows(np.ones((count, 3), np.float32), np.array(at, np.int32), LABEL)
 
 
+def test_places_of_too_many_dimensions_are_refused_not_fatal():
+    """The rows' width is one more dimension, past TensorShape's limit."""
+    at = tf.zeros([1] * 254, tf.int32)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=LABEL + ": places of 254"):
+        slices.expand_rows(np.ones((1, 3), np.float32), at, LABEL)
+
+
 @pytest.mark.parametrize("route", ["off", "refresh-s100", "check-s100", "small-cache",
                                    "hot-rows"])
 @pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))

@@ -62,6 +62,11 @@ class HetExpandRowsOp : public SliceKernel {
     OP_REQUIRES(ctx, rows.dims() == 2,
                 tensorflow::errors::InvalidArgument(label_, ": rows must be a matrix, got ",
                                                     rows.shape().DebugString()));
+    // The rows add a dimension, past which TensorShape would abort.
+    OP_REQUIRES(ctx, at.dims() < TensorShape::MaxDimensions(),
+                tensorflow::errors::InvalidArgument(label_, ": places of ", at.dims(),
+                                                    " dimensions; at most ",
+                                                    TensorShape::MaxDimensions() - 1));
     TensorShape shape = at.shape();
     shape.AddDim(rows.dim_size(1));
     Tensor* out = nullptr;

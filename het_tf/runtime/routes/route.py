@@ -12,8 +12,11 @@ class Route:
         self.lookahead = False  # het_tf.lookahead stages the next batch
 
     def lookup(self, ids, training):
-        """(rows, unique ids, inverse) of int64 `ids` (any shape): the rows of
-        the unique ids, and where each id's row is among them."""
+        """(rows, unique ids, inverse) of int64 `ids` (any shape): the float32
+        rows of the distinct ids, those ids checked against the vocabulary,
+        and each id's int32 place among them in the ids' shape
+        (unique[inverse] == ids). The layer trusts them: its update hands
+        these same unique ids to `apply` without checking them again."""
         raise NotImplementedError
 
     def apply(self, unique, grads, learning_rate):
