@@ -31,10 +31,12 @@ def is_anchor(variable):
     return getattr(variable, _OWNER, None) is not None
 
 
-def _apply_tables(grads_and_vars, summed=False):
+def _apply_tables(grads_and_vars):
     """Updates the tables of the anchors among `grads_and_vars`; returns
-    the other pairs and the tables' update ops. summed: each gradient's
-    slices of one id are already one slice."""
+    the other pairs and the tables' update ops. A gradient the optimizer
+    summed keeps its slices from before the sum (UNSUMMED), which the table
+    sums itself; any other is summed as it comes, which is right whether
+    or not an optimizer of one's own summed it."""
     rest, updates = [], []
     for grad, var in grads_and_vars:
         layer = getattr(var, _OWNER, None)
@@ -42,24 +44,8 @@ def _apply_tables(grads_and_vars, summed=False):
             rest.append((grad, var))
         elif grad is not None:
             _check_one_replica(layer)
-            updates.append(layer.apply_gradient(grad, summed))
+            updates.append(layer.apply_gradient(grad))
     return rest, updates
-
-
-def _sums_slices(optimizer):
-    """Whether `optimizer.apply_gradients` has summed the slices of each id
-    before `_internal_apply_gradients`, as tf_keras' own does
-    (`_deduplicate_sparse_grad`, which keeps the slices it summed); then
-    the table sums those slices itself, and otherwise the slices it gets.
-    A subclass that replaces any step on the way is not trusted to."""
-    cls = type(optimizer)
-    # _internal_apply_gradients is read here, not kept in a constant: only
-    # after _install are tf_keras' own the wrapped methods a class inherits.
-    return (cls.apply_gradients in _SUMMING_APPLIES
-            and cls._deduplicate_sparse_grad is _optimizer._BaseOptimizer._deduplicate_sparse_grad
-            and cls._internal_apply_gradients in (
-                _optimizer._BaseOptimizer._internal_apply_gradients,
-                _optimizer.Optimizer._internal_apply_gradients))
 
 
 def _check_one_replica(layer):
@@ -75,7 +61,7 @@ def _wrap_apply(original):
     """For tf_keras' optimizers: `_internal_apply_gradients(grads_and_vars)`,
     after clipping and summing, before the variables' updates."""
     def apply(self, grads_and_vars):
-        rest, updates = _apply_tables(list(grads_and_vars), _sums_slices(self))
+        rest, updates = _apply_tables(list(grads_and_vars))
         if updates and not rest and getattr(self, "use_ema", False):
             return self.iterations.assign_add(1)  # no variable to average
         return original(self, rest)
@@ -111,9 +97,6 @@ def _wrap_legacy_apply(original):
     apply.__wrapped__ = original
     return apply
 
-
-_SUMMING_APPLIES = (_optimizer._BaseOptimizer.apply_gradients,
-                    _optimizer.Optimizer.apply_gradients)
 
 
 def _install():

@@ -136,17 +136,18 @@ def apply_gradient(layer, gradient, summed=False):
     """The table's update from the gradient the optimizer applies to the
     anchor: the rows' IndexedSlices, clipped and unscaled as the optimizer
     treats any variable's. Each row takes one update with its gradients'
-    sum, and the table's optimizer and learning rate step once. summed: the
-    optimizer has summed each id's slices into one (tf_keras' optimizers
-    do); the slices before its sum, where table_gradients.py kept them, are
-    summed here instead, faster, and its sum goes unused."""
+    sum, and the table's optimizer and learning rate step once. Where
+    tf_keras' optimizer summed each id's slices, table_gradients.py kept
+    them as they were before its sum: they are summed here instead, faster,
+    and its sum goes unused. summed: a gradient without them has one slice
+    an id already, and is not summed again."""
     owner = layer._owner
     if not isinstance(gradient, tf.IndexedSlices):
         raise ValueError(
             f"{owner}: the table's gradient reached the optimizer as a dense "
             f"{type(gradient).__name__}; pass the gradient tape's IndexedSlices to "
             "apply_gradients unchanged")
-    slices = getattr(gradient, UNSUMMED, None) if summed else gradient
+    slices = getattr(gradient, UNSUMMED, None if summed else gradient)
     lookup = getattr(getattr(slices, "indices", None), "_het_lookup", None)
     if lookup is not None:
         # One slice per id of one lookup, which deduplicated (and checked)
